@@ -1,0 +1,149 @@
+"""Validation of notebook parameters.
+
+Every notebook has one ``parameters`` cell of ``name: type = value  # help`` lines (papermill injects
+overrides after it) followed by a validation cell that calls the checks below. A bad value raises
+:class:`ParameterError`, whose message names the parameter, the allowed range and the value received;
+``companion run`` prints exactly that message (no traceback) and exits with status 2.
+
+Type checks are strict: ``bool`` is not accepted where an ``int`` is expected, ``float('nan')`` is
+never in range, and an ``int`` is accepted where a ``float`` is expected.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from numbers import Integral, Real
+from typing import Any
+
+__all__ = [
+    "ParameterError",
+    "integer",
+    "real",
+    "choice",
+    "boolean",
+    "text",
+    "real_list",
+    "integer_list",
+    "require",
+]
+
+
+class ParameterError(ValueError):
+    """A notebook or API parameter is outside its allowed range (the message says which and why)."""
+
+    def __init__(self, name: str, message: str):
+        self.name = name
+        super().__init__(f"parameter '{name}': {message}")
+
+
+def _interval(lo: float | None, hi: float | None, lo_open: bool, hi_open: bool) -> str:
+    if lo is None and hi is None:
+        return "any finite value"
+    if hi is None:
+        return f"{'>' if lo_open else '>='} {lo:g}"
+    if lo is None:
+        return f"{'<' if hi_open else '<='} {hi:g}"
+    return f"in {'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
+
+
+def _check_range(name: str, value: float, kind: str, lo, hi, lo_open, hi_open) -> None:
+    ok = math.isfinite(value)
+    if ok and lo is not None:
+        ok = value > lo if lo_open else value >= lo
+    if ok and hi is not None:
+        ok = value < hi if hi_open else value <= hi
+    if not ok:
+        raise ParameterError(name, f"must be {kind} {_interval(lo, hi, lo_open, hi_open)}; got {value!r}")
+
+
+def integer(name: str, value: Any, *, min: int | None = None, max: int | None = None) -> int:
+    """Check that ``value`` is an integer in ``[min, max]`` and return it as ``int``."""
+    if isinstance(value, bool) or not isinstance(value, Integral):
+        raise ParameterError(name, f"must be an integer; got {value!r} ({type(value).__name__})")
+    value = int(value)
+    _check_range(name, value, "an integer", min, max, False, False)
+    return value
+
+
+def real(
+    name: str,
+    value: Any,
+    *,
+    min: float | None = None,
+    max: float | None = None,
+    min_open: bool = False,
+    max_open: bool = False,
+) -> float:
+    """Check that ``value`` is a finite real number in the given interval and return it as ``float``."""
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise ParameterError(name, f"must be a real number; got {value!r} ({type(value).__name__})")
+    value = float(value)
+    _check_range(name, value, "a finite number", min, max, min_open, max_open)
+    return value
+
+
+def choice(name: str, value: Any, allowed: Iterable[Any]) -> Any:
+    """Check that ``value`` is one of ``allowed`` (with a did-you-mean hint for strings)."""
+    allowed = list(allowed)
+    if value in allowed:
+        return value
+    hint = ""
+    if isinstance(value, str):
+        import difflib
+
+        close = difflib.get_close_matches(value, [str(a) for a in allowed], n=1)
+        if close:
+            hint = f" (did you mean {close[0]!r}?)"
+    raise ParameterError(name, f"must be one of {allowed}; got {value!r}{hint}")
+
+
+def boolean(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ParameterError(name, f"must be True or False; got {value!r} ({type(value).__name__})")
+    return value
+
+
+def text(name: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise ParameterError(name, f"must be a string; got {value!r} ({type(value).__name__})")
+    return value
+
+
+def _sequence(name: str, value: Any, min_len: int) -> Sequence:
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise ParameterError(name, f"must be a list; got {value!r} ({type(value).__name__})")
+    if len(value) < min_len:
+        raise ParameterError(name, f"must have at least {min_len} element(s); got {len(value)}")
+    return value
+
+
+def real_list(
+    name: str,
+    value: Any,
+    *,
+    min: float | None = None,
+    max: float | None = None,
+    min_open: bool = False,
+    max_open: bool = False,
+    min_len: int = 1,
+) -> list[float]:
+    """Check a list of reals, each in the interval; element errors name ``name[i]``."""
+    seq = _sequence(name, value, min_len)
+    return [
+        real(f"{name}[{i}]", v, min=min, max=max, min_open=min_open, max_open=max_open)
+        for i, v in enumerate(seq)
+    ]
+
+
+def integer_list(
+    name: str, value: Any, *, min: int | None = None, max: int | None = None, min_len: int = 1
+) -> list[int]:
+    seq = _sequence(name, value, min_len)
+    return [integer(f"{name}[{i}]", v, min=min, max=max) for i, v in enumerate(seq)]
+
+
+def require(condition: bool, name: str, message: str) -> None:
+    """Cross-parameter constraint, e.g. ``require(n >= d, "n", f"must be >= d = {d} ...")``."""
+    if not condition:
+        raise ParameterError(name, message)
