@@ -4,10 +4,7 @@ dark theme too), consistent sizes and a colour cycle that survives greyscale pri
 from __future__ import annotations
 
 import matplotlib
-
-matplotlib.use("Agg", force=False)
-
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
 __all__ = ["use_book_style", "new_figure", "COLORS"]
 

@@ -1,0 +1,135 @@
+"""Building the book: cache freshness, the strict Jupyter Book build, and the results of that build.
+
+``companion book`` (what ``make book`` runs):
+
+1. **Cache guard.** jupyter-cache re-executes a notebook only when its code cells change. The notebooks'
+   results also depend on ``src/companion`` and on the pinned stack, so a hash of those is stored beside
+   the cache; when it changes, the whole cache is wiped and every notebook runs again. Outputs on the
+   site are therefore never stale.
+2. **Strict build.** ``jupyter-book build . -n -W --keep-going``: any warning (a broken reference, stray
+   stderr, a notebook that raises, e.g. a failed verdict) fails the build.
+3. **Results.** Every verdict table carries its records in the output metadata; they are read back
+   from the executed notebooks of *this* build (``_build/jupyter_execute``) and written to
+   ``_build/results/<notebook>.jsonl`` and ``_build/results/all.jsonl``, with a summary. A notebook in
+   the table of contents without records, or any failed claim, makes the command fail.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+
+from . import notebooks as nbs
+from .paths import repo_root
+from .verdict import METADATA_KEY, slug
+
+__all__ = ["code_hash", "guard_cache", "collect_results", "build"]
+
+CACHE_DIR = Path("_build/.jupyter_cache")
+HASH_FILE = ".companion-code-hash"
+
+
+def code_hash(root: Path | None = None) -> str:
+    """Hash of everything besides the notebooks' own code cells that their outputs depend on."""
+    root = root or repo_root()
+    h = hashlib.sha256()
+    files = sorted((root / "src" / "companion").rglob("*.py"))
+    files += [root / "constraints.txt", root / "pyproject.toml"]
+    for f in files:
+        if f.is_file():
+            h.update(str(f.relative_to(root)).encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def guard_cache(root: Path | None = None) -> bool:
+    """Wipe the jupyter cache if the package or the pinned stack changed. Returns True if wiped."""
+    root = root or repo_root()
+    cache = root / CACHE_DIR
+    stamp = cache / HASH_FILE
+    current = code_hash(root)
+    wiped = False
+    if cache.exists() and (not stamp.is_file() or stamp.read_text().strip() != current):
+        shutil.rmtree(cache)
+        wiped = True
+    cache.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(current + "\n")
+    return wiped
+
+
+def _records_from_notebook(path: Path) -> list[dict]:
+    nb = nbformat.read(path, as_version=4)
+    records: list[dict] = []
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            meta = out.get("metadata", {})
+            if METADATA_KEY in meta:
+                records.extend(meta[METADATA_KEY])
+    return records
+
+
+def collect_results(build_dir: Path, names: list[str] | None = None) -> dict:
+    """Read verdict records from ``build_dir/jupyter_execute`` into ``build_dir/results``."""
+    names = names if names is not None else nbs.all_notebooks()
+    executed = build_dir / "jupyter_execute"
+    results = build_dir / "results"
+    if results.exists():
+        shutil.rmtree(results)
+    results.mkdir(parents=True)
+    summary = {"notebooks": {}, "missing": [], "failed": [], "claims": 0}
+    everything = []
+    for name in names:
+        path = executed / "notebooks" / f"{name}.ipynb"
+        recs = _records_from_notebook(path) if path.is_file() else []
+        if not recs:
+            summary["missing"].append(name)
+            continue
+        (results / f"{slug(name)}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+        everything.extend(recs)
+        failed = [r["claim"] for r in recs if not r.get("passed")]
+        summary["notebooks"][name] = {"claims": len(recs), "failed": failed}
+        summary["failed"].extend(f"{name}:{c}" for c in failed)
+        summary["claims"] += len(recs)
+    (results / "all.jsonl").write_text("".join(json.dumps(r) + "\n" for r in everything))
+    (results / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def build(root: Path | None = None, *, strict: bool = True, force: bool = False, extra_args=()) -> int:
+    """Guard the cache, build the book strictly, collect the results. Returns an exit status."""
+    root = root or repo_root()
+    if force and (root / CACHE_DIR).exists():
+        shutil.rmtree(root / CACHE_DIR)
+    wiped = guard_cache(root)
+    if wiped:
+        print("companion book: src/companion or the pinned stack changed; re-executing every notebook")
+    jb = Path(sys.executable).with_name("jupyter-book")
+    cmd = [str(jb) if jb.exists() else "jupyter-book", "build", str(root)]
+    if strict:
+        cmd += ["-n", "-W", "--keep-going"]
+    cmd += list(extra_args)
+    print("+", " ".join(cmd), flush=True)
+    t0 = time.perf_counter()
+    status = subprocess.call(cmd, cwd=root)
+    seconds = time.perf_counter() - t0
+    summary = collect_results(root / "_build")
+    print(
+        f"companion book: build exit status {status} after {seconds:.0f} s; "
+        f"{summary['claims']} claims from {len(summary['notebooks'])} notebooks -> _build/results/"
+    )
+    if summary["missing"]:
+        print(f"companion book: no verdict records from: {', '.join(summary['missing'])}", file=sys.stderr)
+    if summary["failed"]:
+        print(f"companion book: FAILED claims: {', '.join(summary['failed'])}", file=sys.stderr)
+    if status == 0 and (summary["missing"] or summary["failed"]):
+        status = 1
+    if status == 0:
+        print(f"companion book: open {root / '_build' / 'html' / 'index.html'}")
+    return status
