@@ -1,0 +1,33 @@
+"""Huang, Wang & Lee (ICLR 2025): transformers learn multi-step gradient descent with chain of thought.
+
+* :mod:`companion.cot.data`   -- prompts, the GD trajectory, the embedding Z0 and CoT tokens (torch);
+* :mod:`companion.cot.model`  -- the LSA, autoregressive CoT inference, the fast teacher-forced loss (6),
+  the evaluation loss (7), the no-CoT and looped models;
+* :mod:`companion.cot.train`  -- full-parameter training and the restricted gradient flow;
+* :mod:`companion.cot.theory` -- closed forms, Monte Carlo, Marchenko--Pastur, reduced ODE, looped optimum.
+"""
+
+from __future__ import annotations
+
+from . import data, model, theory, train
+from .data import Prompts, cot_tokens, embed, gd_trajectory, make_generator, sample_prompts
+from .model import (
+    blocks,
+    construction,
+    cot_inference,
+    eval_loss,
+    looped_predict,
+    lsa,
+    no_cot_predict,
+    outcome_loss,
+    per_prompt_error,
+    sparse_parameters,
+    teacher_forced_loss,
+)
+
+__all__ = [
+    "data", "model", "theory", "train",
+    "Prompts", "cot_tokens", "embed", "gd_trajectory", "make_generator", "sample_prompts",
+    "blocks", "construction", "cot_inference", "eval_loss", "looped_predict", "lsa", "no_cot_predict",
+    "outcome_loss", "per_prompt_error", "sparse_parameters", "teacher_forced_loss",
+]

@@ -1,0 +1,183 @@
+"""The one-layer linear self-attention (LSA) f(Z) = Z + W_PV Z (Z^T W_KQ Z) / n and what is built on it:
+autoregressive CoT inference, the fast teacher-forced CoT loss (6), the evaluation loss (7), the no-CoT
+model (k = 1) and the looped model (f applied k times, supervised at the end).
+
+Conventions (stated in ``notebooks/cot/setup.md``):
+
+* **no attention mask**: every column of the current matrix (data columns and all CoT tokens) is a key and
+  a value; the normaliser is the fixed 1/n (n = number of examples), not the number of columns;
+* CoT inference **appends the whole last output column** f(Z_i)[:, -1] as the next token (on the sparse
+  parameter manifold of the theory this column is exactly (0, 0, w_hat, 1));
+* the CoT loss (6) is 1/2 * sum_{i=0}^{k-1} ||f(Z_i)[:, -1] - (0, 0, w_{i+1}, 1)||^2 (whole column), averaged
+  over prompts; the evaluation loss (7) is E||w_hat_k - w*||^2 with no 1/2.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from companion.params import ParameterError, integer, real
+
+from .data import Prompts, cot_tokens, embed
+
+__all__ = [
+    "construction",
+    "sparse_parameters",
+    "blocks",
+    "lsa",
+    "teacher_forced_loss",
+    "cot_inference",
+    "eval_loss",
+    "per_prompt_error",
+    "no_cot_predict",
+    "looped_predict",
+    "outcome_loss",
+]
+
+
+def _check_params(W_KQ: torch.Tensor, W_PV: torch.Tensor, d: int) -> None:
+    D = 2 * d + 2
+    for name, M in (("W_KQ", W_KQ), ("W_PV", W_PV)):
+        if tuple(M.shape) != (D, D):
+            raise ParameterError(name, f"must be a {D}x{D} matrix for d = {d}; got shape {tuple(M.shape)}")
+
+
+def sparse_parameters(V31, W13, W24: float = -1.0, dtype=torch.float64) -> tuple[torch.Tensor, torch.Tensor]:
+    """(W_KQ, W_PV) with the sparse pattern of the theory: only V31 (W_PV), W13 and W24 (W_KQ) non-zero."""
+    V31 = torch.as_tensor(np.asarray(V31, dtype=float), dtype=dtype)
+    W13 = torch.as_tensor(np.asarray(W13, dtype=float), dtype=dtype)
+    d = V31.shape[0]
+    D = 2 * d + 2
+    W_KQ = torch.zeros(D, D, dtype=dtype)
+    W_PV = torch.zeros(D, D, dtype=dtype)
+    W_KQ[:d, d + 1 : 2 * d + 1] = W13
+    W_KQ[d, 2 * d + 1] = float(W24)
+    W_PV[d + 1 : 2 * d + 1, :d] = V31
+    return W_KQ, W_PV
+
+
+def construction(d: int, eta: float, dtype=torch.float64) -> tuple[torch.Tensor, torch.Tensor]:
+    """Theorem 3.2: W13 = I, W24 = -1, V31 = -eta I (all other blocks 0)."""
+    d = integer("d", d, min=1)
+    eta = real("eta", eta, min=0, min_open=True)
+    return sparse_parameters(-eta * np.eye(d), np.eye(d), -1.0, dtype)
+
+
+def blocks(M, d: int) -> dict[str, np.ndarray]:
+    """Named blocks of a (2d+2)x(2d+2) matrix: '11', '13', '24', '31', ... (1 = x, 2 = y, 3 = w, 4 = const)."""
+    M = M.detach().cpu().numpy() if isinstance(M, torch.Tensor) else np.asarray(M)
+    sl = [slice(0, d), slice(d, d + 1), slice(d + 1, 2 * d + 1), slice(2 * d + 1, 2 * d + 2)]
+    return {f"{r + 1}{c + 1}": M[sl[r], sl[c]] for r in range(4) for c in range(4)}
+
+
+def lsa(Z: torch.Tensor, W_KQ: torch.Tensor, W_PV: torch.Tensor, n: int) -> torch.Tensor:
+    """f(Z) = Z + W_PV Z (Z^T W_KQ Z) / n for Z of shape (..., D, N) (no mask, normaliser 1/n)."""
+    return Z + W_PV @ Z @ (Z.transpose(-1, -2) @ W_KQ @ Z) / n
+
+
+def teacher_forced_loss(prompts: Prompts, W_traj: torch.Tensor, W_KQ: torch.Tensor, W_PV: torch.Tensor,
+                        k: int | None = None) -> torch.Tensor:
+    """CoT training loss (6), all k positions in one batched pass:
+
+        1/2 * mean_b sum_{i=0}^{k-1} || f(Z_i)[:, -1] - (0, 0, w_{i+1}, 1) ||^2,
+
+    where Z_i = [Z0, t_1, ..., t_i] holds the true tokens t_j = (0, 0, w_j, 1). With G_data = E E^T/n over the
+    data columns E and u_i = W_KQ t_i, the prefix attention is  Z_i Z_i^T u_i / n = G_data u_i + sum_{j<=i}
+    t_j (t_j^T u_i) / n  (a lower-triangular (k x k) product instead of k separate attentions).
+    """
+    X, y = prompts.X, prompts.y
+    B, d, n = X.shape
+    _check_params(W_KQ, W_PV, d)
+    if k is None:
+        k = W_traj.shape[1] - 1
+    k = integer("k", k, min=1, max=W_traj.shape[1] - 1)
+    E = torch.cat([X, y.unsqueeze(1)], dim=1)  # (B, d+1, n): the non-zero rows of the data columns
+    G_xy = E @ E.transpose(1, 2) / n  # (B, d+1, d+1)
+    tok = cot_tokens(W_traj[:, :k])  # t_0..t_{k-1}  (B, k, D)
+    tgt = cot_tokens(W_traj[:, 1 : k + 1])
+    U = tok @ W_KQ.T  # u_i = W_KQ t_i
+    GU = torch.zeros_like(U)
+    GU[..., : d + 1] = U[..., : d + 1] @ G_xy  # G_data u_i (G_data is zero outside the x,y rows/cols)
+    P = (U @ tok.transpose(1, 2)).tril()  # P[i, j] = t_j^T u_i for j <= i
+    H = GU + P @ tok / n
+    out = tok + H @ W_PV.T
+    return 0.5 * ((out - tgt) ** 2).sum(dim=(1, 2)).mean()
+
+
+def cot_inference(prompts: Prompts, W_KQ: torch.Tensor, W_PV: torch.Tensor, k: int,
+                  append: str = "column") -> torch.Tensor:
+    """Autoregressive CoT: Z_{i+1} = [Z_i, f(Z_i)[:, -1]]; returns w_hat_0 = 0, ..., w_hat_k as (B, k+1, d).
+
+    ``append="column"`` (the book's convention) appends the whole output column; ``append="clean"``
+    appends (0, 0, w_hat, 1) instead (identical on the sparse manifold).
+    """
+    k = integer("k", k, min=0)
+    if append not in ("column", "clean"):
+        raise ParameterError("append", f"must be 'column' or 'clean'; got {append!r}")
+    X, y = prompts.X, prompts.y
+    B, d, n = X.shape
+    _check_params(W_KQ, W_PV, d)
+    ws = slice(d + 1, 2 * d + 1)
+    Z0 = embed(prompts)
+    G = Z0 @ Z0.transpose(1, 2) / n  # (B, D, D), includes the first token (0, 0, 0, 1)
+    t = Z0[:, :, -1]
+    out = [t[:, ws]]
+    for _ in range(k):
+        u = t @ W_KQ.T
+        t_new = t + torch.einsum("bij,bj->bi", G, u) @ W_PV.T
+        if append == "clean":
+            t_new = cot_tokens(t_new[:, None, ws])[:, 0]
+        G = G + torch.einsum("bi,bj->bij", t_new, t_new) / n
+        t = t_new
+        out.append(t[:, ws])
+    return torch.stack(out, dim=1)
+
+
+def per_prompt_error(w_hat: torch.Tensor, prompts: Prompts) -> torch.Tensor:
+    """||w_hat - w*||^2 per prompt (no 1/2)."""
+    return ((w_hat - prompts.w_star) ** 2).sum(dim=-1)
+
+
+def eval_loss(prompts: Prompts, W_KQ, W_PV, k: int) -> torch.Tensor:
+    """Evaluation loss (7): mean over prompts of ||w_hat_k - w*||^2, w_hat_k from autoregressive CoT."""
+    return per_prompt_error(cot_inference(prompts, W_KQ, W_PV, k)[:, -1], prompts).mean()
+
+
+def no_cot_predict(prompts: Prompts, W_KQ, W_PV) -> torch.Tensor:
+    """No-CoT model: the w-block of f(Z0)[:, -1] (= CoT inference with k = 1)."""
+    return cot_inference(prompts, W_KQ, W_PV, 1)[:, 1]
+
+
+def looped_predict(prompts: Prompts, W_KQ, W_PV, k: int) -> torch.Tensor:
+    """Looped model: Z^{(t+1)} = f(Z^{(t)}) for t < k from Z^{(0)} = Z0; the w-block of the last column."""
+    k = integer("k", k, min=1)
+    d, n = prompts.d, prompts.n
+    _check_params(W_KQ, W_PV, d)
+    Z = embed(prompts)
+    for _ in range(k):
+        Z = lsa(Z, W_KQ, W_PV, n)
+    return Z[:, d + 1 : 2 * d + 1, -1]
+
+
+def _final_column(prompts: Prompts, W_KQ, W_PV, k: int, objective: str) -> torch.Tensor:
+    d, n = prompts.d, prompts.n
+    if objective == "no_cot":
+        Z0 = embed(prompts)
+        z = Z0[:, :, -1]
+        G = Z0 @ Z0.transpose(1, 2) / n
+        return z + torch.einsum("bij,bj->bi", G, z @ W_KQ.T) @ W_PV.T
+    Z = embed(prompts)
+    for _ in range(k):
+        Z = lsa(Z, W_KQ, W_PV, n)
+    return Z[:, :, -1]
+
+
+def outcome_loss(prompts: Prompts, W_KQ, W_PV, k: int, objective: str) -> torch.Tensor:
+    """Outcome-supervised training loss 1/2 * mean_b ||final column - (0, 0, w*, 1)||^2 for the no-CoT model
+    (``objective="no_cot"``, one layer) or the looped model (``"looped"``, f applied k times)."""
+    if objective not in ("no_cot", "looped"):
+        raise ParameterError("objective", f"must be 'no_cot' or 'looped'; got {objective!r}")
+    col = _final_column(prompts, W_KQ, W_PV, k, objective)
+    tgt = cot_tokens(prompts.w_star[:, None, :])[:, 0]
+    return 0.5 * ((col - tgt) ** 2).sum(dim=1).mean()

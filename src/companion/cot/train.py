@@ -1,0 +1,189 @@
+"""Training: full-parameter Adam/GD from random initialisation (fresh prompts every step, float64), and
+the restricted gradient flow on (V31, W13) with W24 = -1 under the Assumption 4.1 initialisation."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from scipy import integrate
+
+from companion.params import ParameterError, choice, integer, real, require
+
+from .data import gd_trajectory, make_generator, sample_prompts
+from .model import eval_loss, outcome_loss, per_prompt_error, cot_inference, teacher_forced_loss, no_cot_predict, looped_predict
+
+__all__ = ["TrainResult", "train_full", "evaluate", "assumption41_init", "restricted_loss_grad", "restricted_flow"]
+
+
+@dataclass
+class TrainResult:
+    W_KQ: torch.Tensor
+    W_PV: torch.Tensor
+    steps: np.ndarray  # steps at which the evaluation loss was recorded
+    eval_loss: np.ndarray  # evaluation loss (7) on a fixed seeded set, at ``steps``
+    train_loss: np.ndarray  # training loss of every step's minibatch
+    config: dict = field(default_factory=dict)
+
+
+def evaluate(objective: str, prompts, W_KQ, W_PV, k: int) -> torch.Tensor:
+    """Per-prompt ||w_hat - w*||^2 of the model's final estimate (CoT: autoregressive k steps)."""
+    with torch.no_grad():
+        if objective == "cot":
+            w_hat = cot_inference(prompts, W_KQ, W_PV, k)[:, -1]
+        elif objective == "no_cot":
+            w_hat = no_cot_predict(prompts, W_KQ, W_PV)
+        else:
+            w_hat = looped_predict(prompts, W_KQ, W_PV, k)
+        return per_prompt_error(w_hat, prompts)
+
+
+def train_full(objective: str, d: int, n: int, k: int, eta: float = 0.3, *, steps: int = 3000, lr: float = 1e-3,
+               batch: int = 64, seed: int = 0, init_scale: float = 0.1, optimizer: str = "adam",
+               lr_final: float = 1.0, eval_every: int = 100, eval_batch: int = 1000, clip: float | None = None,
+               blowup: float = 1e4) -> TrainResult:
+    """Train all (2d+2)^2 entries of W_KQ and W_PV from W ~ N(0, init_scale^2 / D) on fresh minibatches.
+
+    ``objective``: ``"cot"`` (teacher-forced loss (6), k positions, GD step ``eta`` in the data),
+    ``"no_cot"`` (one layer, target w*) or ``"looped"`` (f applied k times, target w*). The learning rate
+    decays geometrically from ``lr`` to ``lr * lr_final``. Raises :class:`ParameterError` naming ``lr``
+    if the training loss becomes non-finite or grows by more than ``blowup`` over its initial value.
+    """
+    objective = choice("objective", objective, ["cot", "no_cot", "looped"])
+    d = integer("d", d, min=1)
+    n = integer("n", n, min=1)
+    k = integer("k", k, min=1)
+    eta = real("eta", eta, min=0, min_open=True)
+    steps = integer("steps", steps, min=1)
+    lr = real("lr", lr, min=0, min_open=True)
+    batch = integer("batch", batch, min=1)
+    init_scale = real("init_scale", init_scale, min=0)
+    optimizer = choice("optimizer", optimizer, ["adam", "gd"])
+    lr_final = real("lr_final", lr_final, min=0, max=1, min_open=True)
+    eval_every = integer("eval_every", eval_every, min=1)
+    eval_batch = integer("eval_batch", eval_batch, min=1)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny matrices: one thread is faster and does not fight other processes
+    try:
+        return _train_full(objective, d, n, k, eta, steps, lr, batch, seed, init_scale, optimizer, lr_final,
+                           eval_every, eval_batch, clip, blowup)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train_full(objective, d, n, k, eta, steps, lr, batch, seed, init_scale, optimizer, lr_final, eval_every,
+                eval_batch, clip, blowup) -> TrainResult:
+    D = 2 * d + 2
+    g = make_generator(seed)
+    W_KQ = (init_scale / math.sqrt(D) * torch.randn(D, D, generator=g, dtype=torch.float64)).requires_grad_()
+    W_PV = (init_scale / math.sqrt(D) * torch.randn(D, D, generator=g, dtype=torch.float64)).requires_grad_()
+    g_eval = make_generator(seed + 10_000_019)
+    eval_prompts = sample_prompts(eval_batch, d, n, g_eval)
+    params = [W_KQ, W_PV]
+    opt = torch.optim.Adam(params, lr=lr) if optimizer == "adam" else torch.optim.SGD(params, lr=lr)
+    gamma = lr_final ** (1.0 / steps)
+    sched = torch.optim.lr_scheduler.ExponentialLR(opt, gamma)
+    train_loss = np.empty(steps)
+    ev_steps, ev_loss = [], []
+    first = None
+    for step in range(steps + 1):
+        if step % eval_every == 0 or step == steps:
+            ev_steps.append(step)
+            ev_loss.append(float(evaluate(objective, eval_prompts, W_KQ, W_PV, k).mean()))
+        if step == steps:
+            break
+        prompts = sample_prompts(batch, d, n, g)
+        if objective == "cot":
+            W_traj = gd_trajectory(prompts, eta, k)
+            loss = teacher_forced_loss(prompts, W_traj, W_KQ, W_PV, k)
+        else:
+            loss = outcome_loss(prompts, W_KQ, W_PV, k, objective)
+        val = float(loss.detach())
+        if first is None:
+            first = val
+        if not math.isfinite(val) or val > blowup * max(first, 1e-12):
+            raise ParameterError(
+                "lr", f"training diverged at step {step} (loss {val:.3g}, initial {first:.3g}) with lr = {lr:g}; "
+                "use a smaller lr (or a smaller eta, see the stability condition eta * lambda_max(S) < 2)")
+        train_loss[step] = val
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(params, clip)
+        opt.step()
+        sched.step()
+    return TrainResult(W_KQ.detach(), W_PV.detach(), np.array(ev_steps), np.array(ev_loss), train_loss,
+                       dict(objective=objective, d=d, n=n, k=k, eta=eta, steps=steps, lr=lr, batch=batch, seed=seed))
+
+
+# ----------------------------------------------------------------------------- restricted flow
+def assumption41_init(d: int, sigma: float, rng: np.random.Generator, spread: float = 2.0) -> tuple[np.ndarray, np.ndarray]:
+    """Assumption 4.1 (as reconstructed in this book): V31(0) = W13(0) = U diag(s) U^T with a random
+    orthogonal U and eigenvalues s_j uniform in [sigma, spread * sigma]."""
+    d = integer("d", d, min=1)
+    sigma = real("sigma", sigma, min=0, min_open=True)
+    spread = real("spread", spread, min=1)
+    Q, R = np.linalg.qr(rng.standard_normal((d, d)))
+    U = Q * np.sign(np.diag(R))
+    s = rng.uniform(sigma, spread * sigma, size=d)
+    M = (U * s) @ U.T
+    return M.copy(), M.copy()
+
+
+def _A(S: np.ndarray, eta: float, k: int) -> np.ndarray:
+    """A_i(S) = I - (I - eta S)^i for i = 0..k-1, shape (k, N, d, d)."""
+    N, d, _ = S.shape
+    I = np.eye(d)
+    M = I - eta * S
+    out = np.empty((k, N, d, d))
+    P = np.broadcast_to(I, S.shape).copy()
+    for i in range(k):
+        out[i] = I - P
+        P = P @ M
+    return out
+
+
+def restricted_loss_grad(V: np.ndarray, W: np.ndarray, S: np.ndarray, A: np.ndarray, eta: float):
+    """Loss (6) on the sparse manifold (W24 = -1) estimated on the S sample, and its gradients:
+    L = 1/2 sum_i mean_S ||(V S W + eta S) A_i - (V + eta I) S||_F^2."""
+    d = V.shape[0]
+    I = np.eye(d)
+    VS = V @ S  # (N, d, d)
+    B = VS @ W + eta * S  # (N, d, d)
+    M = B @ A - (VS + eta * S)  # (k, N, d, d)
+    N = S.shape[0]
+    loss = 0.5 * np.sum(M**2) / N
+    # dL/dV = mean sum_i M_i (S W A_i - S)^T ; dL/dW = mean sum_i (V S)^T M_i A_i^T
+    SWA = S @ W @ A  # (k, N, d, d)
+    gV = np.einsum("kbij,kblj->il", M, SWA - S, optimize=True) / N
+    gW = np.einsum("bji,kbjl,kbml->im", VS, M, A, optimize=True) / N
+    del I
+    return loss, gV, gW
+
+
+def restricted_flow(V0: np.ndarray, W0: np.ndarray, S: np.ndarray, eta: float, k: int, T: float,
+                    num_t: int = 201, rtol: float = 1e-8, atol: float = 1e-10):
+    """Gradient flow d(V, W)/dt = -grad L on the fixed S sample from (V0, W0); returns t, V(t), W(t), L(t)."""
+    eta = real("eta", eta, min=0, min_open=True)
+    k = integer("k", k, min=2)
+    T = real("T", T, min=0, min_open=True)
+    d = V0.shape[0]
+    require(S.ndim == 3 and S.shape[1:] == (d, d), "S", f"must have shape (N, {d}, {d}); got {S.shape}")
+    A = _A(S, eta, k)
+
+    def rhs(_t, y):
+        V, W = y[: d * d].reshape(d, d), y[d * d :].reshape(d, d)
+        _, gV, gW = restricted_loss_grad(V, W, S, A, eta)
+        return -np.concatenate([gV.ravel(), gW.ravel()])
+
+    t = np.linspace(0.0, T, num_t)
+    sol = integrate.solve_ivp(rhs, (0.0, T), np.concatenate([V0.ravel(), W0.ravel()]), method="RK45",
+                              t_eval=t, rtol=rtol, atol=atol)
+    if not sol.success or not np.all(np.isfinite(sol.y)):
+        raise ParameterError("eta", f"the restricted flow failed ({sol.message})")
+    Vt = sol.y[: d * d].T.reshape(-1, d, d)
+    Wt = sol.y[d * d :].T.reshape(-1, d, d)
+    L = np.array([restricted_loss_grad(V, W, S, A, eta)[0] for V, W in zip(Vt, Wt)])
+    return t, Vt, Wt, L
