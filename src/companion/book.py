@@ -77,7 +77,7 @@ def _records_from_notebook(path: Path) -> list[dict]:
 
 def collect_results(build_dir: Path, names: list[str] | None = None) -> dict:
     """Read verdict records from ``build_dir/jupyter_execute`` into ``build_dir/results``."""
-    names = names if names is not None else nbs.all_notebooks()
+    names = names if names is not None else nbs.all_notebooks(toc_only=True)
     executed = build_dir / "jupyter_execute"
     results = build_dir / "results"
     if results.exists():
@@ -119,7 +119,7 @@ def build(root: Path | None = None, *, strict: bool = True, force: bool = False,
     t0 = time.perf_counter()
     status = subprocess.call(cmd, cwd=root)
     seconds = time.perf_counter() - t0
-    summary = collect_results(root / "_build")
+    summary = collect_results(root / "_build", nbs.all_notebooks(root, toc_only=True))
     print(
         f"companion book: build exit status {status} after {seconds:.0f} s; "
         f"{summary['claims']} claims from {len(summary['notebooks'])} notebooks -> _build/results/"

@@ -51,9 +51,10 @@ class ParamSpec:
             return self.default
 
 
-def all_notebooks() -> list[str]:
-    """Names of the notebooks in book order (``_toc.yml``), then any others found on disk."""
-    root = repo_root()
+def all_notebooks(root: Path | None = None, toc_only: bool = False) -> list[str]:
+    """Names of the notebooks in book order (``_toc.yml``), then (unless ``toc_only``) any others
+    found on disk."""
+    root = root or repo_root()
     names: list[str] = []
     toc = yaml.safe_load((root / "_toc.yml").read_text())
 
@@ -69,10 +70,11 @@ def all_notebooks() -> list[str]:
                 walk(v)
 
     walk(toc)
-    on_disk = sorted(
-        str(p.relative_to(notebooks_dir()).with_suffix("")) for p in notebooks_dir().rglob("*.md")
-    )
+    nb_dir = root / "notebooks"
+    on_disk = sorted(str(p.relative_to(nb_dir).with_suffix("")) for p in nb_dir.rglob("*.md"))
     existing = [n for n in names if n in on_disk]
+    if toc_only:
+        return existing
     return existing + [n for n in on_disk if n not in existing]
 
 

@@ -12,7 +12,7 @@ def repo_root() -> Path:
     env = os.environ.get("COMPANION_ROOT")
     if env:
         return Path(env).resolve()
-    for start in (Path(__file__).resolve(), Path.cwd().resolve()):
+    for start in (Path.cwd().resolve(), Path(__file__).resolve()):
         for parent in [start, *start.parents]:
             if (parent / "_toc.yml").is_file() and (parent / "notebooks").is_dir():
                 return parent

@@ -15,7 +15,7 @@ from companion.params import ParameterError, choice, integer, real, require
 from .data import gd_trajectory, make_generator, sample_prompts
 from .model import eval_loss, outcome_loss, per_prompt_error, cot_inference, teacher_forced_loss, no_cot_predict, looped_predict
 
-__all__ = ["TrainResult", "train_full", "evaluate", "assumption41_init", "restricted_loss_grad", "restricted_flow"]
+__all__ = ["TrainResult", "train_full", "cached_train_full", "evaluate", "assumption41_init", "restricted_loss_grad", "restricted_flow"]
 
 
 @dataclass
@@ -187,3 +187,52 @@ def restricted_flow(V0: np.ndarray, W0: np.ndarray, S: np.ndarray, eta: float, k
     Wt = sol.y[d * d :].T.reshape(-1, d, d)
     L = np.array([restricted_loss_grad(V, W, S, A, eta)[0] for V, W in zip(Vt, Wt)])
     return t, Vt, Wt, L
+
+
+# ----------------------------------------------------------------------------- run cache
+def _source_hash() -> str:
+    import hashlib
+    from pathlib import Path
+
+    import companion
+
+    h = hashlib.sha256()
+    root = Path(companion.__file__).resolve().parent
+    for f in sorted(root.rglob("*.py")):
+        h.update(str(f.relative_to(root)).encode())
+        h.update(f.read_bytes())
+    h.update(torch.__version__.encode())
+    h.update(np.__version__.encode())
+    return h.hexdigest()[:16]
+
+
+def _memory():
+    """joblib.Memory under ``$COMPANION_CACHE_DIR`` (``off`` disables it) or ``<repo>/_build/.companion_cache``,
+    in a sub-directory named by the hash of every ``src/companion`` source file, so that a change of the code
+    can never serve a stale result."""
+    import os
+    from pathlib import Path
+
+    env = os.environ.get("COMPANION_CACHE_DIR")
+    if env is not None and env.strip().lower() in ("", "off", "0", "none", "false"):
+        return None
+    if env:
+        base = Path(env)
+    else:
+        from companion.paths import repo_root
+
+        try:
+            base = repo_root() / "_build" / ".companion_cache"
+        except FileNotFoundError:
+            return None
+    import joblib
+
+    return joblib.Memory(base / _source_hash(), verbose=0)
+
+
+def cached_train_full(*args, **kwargs) -> TrainResult:
+    """:func:`train_full` through the content-addressed run cache (see :func:`_memory`)."""
+    mem = _memory()
+    if mem is None:
+        return train_full(*args, **kwargs)
+    return mem.cache(train_full)(*args, **kwargs)

@@ -1,0 +1,165 @@
+"""Data model of the mesa paper: x_{t+1} = W x_t with W = diag(exp(i theta_j)), theta_j ~ U[0, 2 pi).
+
+A data set is stored compactly as the initial tokens ``x1`` (m, d) and the diagonals ``lam`` (m, d)
+of the W's: every token is ``x_t = lam**(t-1) * x1`` (element-wise). :meth:`ARData.tokens` and
+:func:`embed` materialise the sequence ``x_1..x_T`` and the embedding ``e_t = [x_t; x_{t-1}]``
+(with ``x_0 = 0``).
+
+Laws of x_1 (real-valued, stored in a complex dtype):
+
+* ``"gaussian"``   -- N(0, scale^2 I_d)                    (official code: ``--isotropic 1``)
+* ``"sparse"``     -- Example 4.1: s * scale * e_k, k ~ U{1..d}, s ~ U{-1,+1} (``--isotropic 2``)
+* ``"full_one"``   -- the all-ones vector times scale        (``--isotropic 0``, scale 1)
+* ``"rademacher"`` -- i.i.d. coordinates +-scale               (a further law used in this book)
+
+Another law is plugged in with :func:`register_law` (a sampler ``(rng, m, d) -> (m, d)`` real array
+at scale 1) or by passing such a callable as ``law``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from companion import params as P
+
+__all__ = ["LAWS", "register_law", "law_names", "sample_x1", "ARData", "generate", "embed", "check_law"]
+
+Sampler = Callable[[np.random.Generator, int, int], np.ndarray]
+
+
+def _gaussian(rng: np.random.Generator, m: int, d: int) -> np.ndarray:
+    return rng.standard_normal((m, d))
+
+
+def _sparse(rng: np.random.Generator, m: int, d: int) -> np.ndarray:
+    k = rng.integers(0, d, size=m)
+    s = rng.choice(np.array([-1.0, 1.0]), size=m)
+    x = np.zeros((m, d))
+    x[np.arange(m), k] = s
+    return x
+
+
+def _full_one(rng: np.random.Generator, m: int, d: int) -> np.ndarray:
+    return np.ones((m, d))
+
+
+def _rademacher(rng: np.random.Generator, m: int, d: int) -> np.ndarray:
+    return rng.choice(np.array([-1.0, 1.0]), size=(m, d))
+
+
+LAWS: dict[str, Sampler] = {
+    "gaussian": _gaussian,
+    "sparse": _sparse,
+    "full_one": _full_one,
+    "rademacher": _rademacher,
+}
+
+
+def register_law(name: str, sampler: Sampler) -> None:
+    """Add a law of x_1: ``sampler(rng, m, d)`` returns an (m, d) real array at scale 1."""
+    if not callable(sampler):
+        raise P.ParameterError("sampler", f"must be callable; got {sampler!r}")
+    LAWS[P.text("name", name)] = sampler
+
+
+def law_names() -> list[str]:
+    return list(LAWS)
+
+
+def check_law(law) -> str | Sampler:
+    """Validate ``law`` (a registered name, with did-you-mean, or a sampler callable)."""
+    if callable(law):
+        return law
+    return P.choice("law", law, law_names())
+
+
+def sample_x1(law, m: int, d: int, scale: float, rng: np.random.Generator) -> np.ndarray:
+    """Draw m initial tokens x_1 (real, shape (m, d)); the draw at scale s is s times the draw at scale 1."""
+    law = check_law(law)
+    m = P.integer("m", m, min=1)
+    d = P.integer("d", d, min=1)
+    scale = P.real("scale", scale, min=0, min_open=True)
+    sampler = law if callable(law) else LAWS[law]
+    x = np.asarray(sampler(rng, m, d), dtype=float)
+    if x.shape != (m, d) or not np.all(np.isfinite(x)):
+        raise P.ParameterError("law", f"the sampler must return a finite ({m}, {d}) array; got shape {x.shape}")
+    return scale * x
+
+
+@dataclass
+class ARData:
+    """m sequences of length T: x_t = lam**(t-1) * x1.  ``x1``, ``lam``: (m, d) complex tensors."""
+
+    x1: torch.Tensor
+    lam: torch.Tensor
+    T: int
+    theta: np.ndarray  # (m, d) phases, float64 (for exact powers)
+
+    @property
+    def m(self) -> int:
+        return self.x1.shape[0]
+
+    @property
+    def d(self) -> int:
+        return self.x1.shape[1]
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.x1.dtype
+
+    def powers(self, start: int = 0, stop: int | None = None) -> torch.Tensor:
+        """lam**k for k = start..stop-1, shape (m, K, d), computed in float64 from the phases."""
+        stop = self.T if stop is None else stop
+        k = np.arange(start, stop, dtype=float)
+        ph = np.exp(1j * self.theta[:, None, :] * k[None, :, None])
+        return torch.from_numpy(ph).to(self.dtype)
+
+    def tokens(self) -> torch.Tensor:
+        """x_1..x_T, shape (m, T, d)."""
+        return self.x1[:, None, :] * self.powers(0, self.T)
+
+    def subset(self, idx) -> ARData:
+        return ARData(self.x1[idx], self.lam[idx], self.T, self.theta[idx])
+
+    def scaled(self, s: float) -> ARData:
+        return ARData(self.x1 * s, self.lam, self.T, self.theta)
+
+    def to(self, dtype: torch.dtype) -> ARData:
+        return ARData(self.x1.to(dtype), self.lam.to(dtype), self.T, self.theta)
+
+
+def generate(
+    law,
+    m: int,
+    d: int,
+    T: int,
+    scale: float = 1.0,
+    rng: np.random.Generator | int = 0,
+    dtype: torch.dtype = torch.complex128,
+) -> ARData:
+    """Seeded data set of m sequences (phases drawn first, then x_1 at scale 1, then rescaled)."""
+    T = P.integer("T", T, min=3)
+    m = P.integer("m", m, min=1)
+    d = P.integer("d", d, min=1)
+    if dtype not in (torch.complex64, torch.complex128):
+        raise P.ParameterError("dtype", f"must be torch.complex64 or torch.complex128; got {dtype}")
+    if not isinstance(rng, np.random.Generator):
+        rng = np.random.default_rng(P.integer("seed", rng, min=0))
+    theta = rng.uniform(0.0, 2 * np.pi, size=(m, d))
+    x1 = sample_x1(law, m, d, scale, rng)
+    return ARData(
+        x1=torch.from_numpy(x1.astype(complex)).to(dtype),
+        lam=torch.from_numpy(np.exp(1j * theta)).to(dtype),
+        T=T,
+        theta=theta,
+    )
+
+
+def embed(x: torch.Tensor) -> torch.Tensor:
+    """e_t = [x_t; x_{t-1}] with x_0 = 0: (..., T, d) -> (..., T, 2d)."""
+    prev = torch.cat([torch.zeros_like(x[..., :1, :]), x[..., :-1, :]], dim=-2)
+    return torch.cat([x, prev], dim=-1)

@@ -1,0 +1,123 @@
+"""One-layer linear causal self-attention, evaluated at all prediction positions in one pass.
+
+The model (spec §2.2) is ``yhat_t = W_PV E_t E_t^H W_KQ e_t / rho_t`` with ``rho_t = t - 1``, for
+t = 2..T-1 (targets x_3..x_T). A direct implementation loops over the prefixes E_t; here every
+position is evaluated independently in closed form, vectorised over sequences and positions.
+
+Derivation (all per sequence; ``D = diag(lam)`` is the diagonal of W, unit modulus so
+``D^{-1} = conj(D)``). For t >= 2, ``e_t = B x_t`` with ``B = [I; conj(D)]``; only e_1 = [x_1; 0]
+differs from ``B x_1`` (the x_0 = 0 convention). With ``G_t = sum_{i<=t} x_i x_i^H``,
+
+    E_t E_t^H q = B G_t B^H q - B z (s - s') - [0; conj(D) z] s',   z = x_1,
+    s = z^H B^H q,  s' = z^H q_up,
+
+and, because x_i = D^{i-1} z is geometric in i, ``(G_t)_{jk} = z_j conj(z_k) sum_{i<t} (lam_j conj lam_k)^i``:
+
+    G_t p = z * ( t (conj(z) * p) + lam^t * K (conj(lam)^t * conj(z) * p) - K (conj(z) * p) ),
+    K_{jk} = 1 / (lam_j conj(lam_k) - 1) for j != k,  K_{jj} = 0
+
+(a t-independent, Hermitian, Cauchy-like matrix per sequence). With q_t = W_KQ e_t this gives
+
+    yhat_t = ( R (y_t - z s_t) + (W_PV1 z) s'_t ) / (t - 1),
+    y_t = G_t M x_t,  M = B^H W_KQ B,  R = W_PV1 + W_PV2 conj(D),  s'_t = z^H (W_KQ11 + W_KQ12 conj(D)) x_t,
+
+so every quantity is an (m, positions, d) array and a few batched d x d products: no loop over t or
+over sequences. Gradients come from torch autograd through this formula; the tests compare
+predictions, loss and gradients with a naive per-prefix implementation.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from companion import params as P
+from companion.mesa.data import ARData
+
+__all__ = ["predict", "loss", "loss_and_grad", "red_blocks", "check_weights"]
+
+
+def check_weights(W_KQ: torch.Tensor, W_PV: torch.Tensor, d: int) -> None:
+    if tuple(W_KQ.shape) != (2 * d, 2 * d):
+        raise P.ParameterError("W_KQ", f"must have shape ({2 * d}, {2 * d}); got {tuple(W_KQ.shape)}")
+    if tuple(W_PV.shape) != (d, 2 * d):
+        raise P.ParameterError("W_PV", f"must have shape ({d}, {2 * d}); got {tuple(W_PV.shape)}")
+
+
+def _positions(T: int, positions) -> np.ndarray:
+    if positions is None:
+        return np.arange(2, T)
+    pos = np.atleast_1d(np.asarray(positions, dtype=int))
+    if pos.size == 0 or pos.min() < 2 or pos.max() > T - 1:
+        raise P.ParameterError("positions", f"prediction positions must lie in [2, {T - 1}]; got {pos.tolist()}")
+    return pos
+
+
+def predict(data: ARData, W_KQ: torch.Tensor, W_PV: torch.Tensor, positions=None) -> torch.Tensor:
+    """Predictions yhat_t for t in ``positions`` (default 2..T-1): shape (m, len(positions), d)."""
+    d = data.d
+    check_weights(W_KQ, W_PV, d)
+    pos = _positions(data.T, positions)
+    dt = data.dtype
+    W_KQ = W_KQ.to(dt)
+    W_PV = W_PV.to(dt)
+    z, lam = data.x1, data.lam
+    lc = lam.conj()
+    A11, A12, A21, A22 = W_KQ[:d, :d], W_KQ[:d, d:], W_KQ[d:, :d], W_KQ[d:, d:]
+    P1, P2 = W_PV[:, :d], W_PV[:, d:]
+    N = A11 + A12 * lc[:, None, :]  # (m, d, d): q_up = N x_t
+    M = N + lam[:, :, None] * (A21 + A22 * lc[:, None, :])  # p = B^H q = M x_t
+    R = P1 + P2 * lc[:, None, :]
+    omega = lam[:, :, None] * lc[:, None, :] - 1
+    eye = torch.eye(d, dtype=torch.bool)
+    K = torch.where(eye, torch.zeros((), dtype=dt), 1 / torch.where(eye, torch.ones((), dtype=dt), omega))
+    zc = z.conj()
+    Ma = zc[:, :, None] * M  # a_t = conj(z) * p_t = Ma x_t
+    Mb = K @ Ma  # K a_t = Mb x_t
+    th = torch.from_numpy(data.theta)
+    t = torch.from_numpy(pos.astype(float))
+    # x_t = lam^(t-1) z and lam^t, from the float64 phases
+    ph_prev = torch.polar(torch.ones((), dtype=torch.float64), th[:, None, :] * (t - 1)[None, :, None]).to(dt)
+    ph_t = ph_prev * lam[:, None, :]
+    x = ph_prev * z[:, None, :]
+    a = x @ Ma.transpose(1, 2)
+    Ka = x @ Mb.transpose(1, 2)
+    Kb = (ph_t.conj() * a) @ K.transpose(1, 2)
+    s = a.sum(-1, keepdim=True)  # z^H p_t
+    wp = (N.transpose(1, 2) @ zc.unsqueeze(-1)).squeeze(-1)  # s' = sum_j (N^T conj z)_j x_j
+    sp = (x * wp[:, None, :]).sum(-1, keepdim=True)
+    tt = t.to(dt)[None, :, None]
+    y = z[:, None, :] * (tt * a + ph_t * Kb - Ka)
+    v = (P1 @ z.unsqueeze(-1)).squeeze(-1)  # W_PV1 z
+    out = (y - z[:, None, :] * s) @ R.transpose(1, 2) + v[:, None, :] * sp
+    return out / (tt - 1)
+
+
+def _targets(data: ARData, positions=None) -> torch.Tensor:
+    pos = _positions(data.T, positions)
+    ph = torch.polar(torch.ones((), dtype=torch.float64), torch.from_numpy(data.theta)[:, None, :] * torch.from_numpy(pos.astype(float))[None, :, None])
+    return ph.to(data.dtype) * data.x1[:, None, :]  # x_{t+1} = lam^t z
+
+
+def loss(data: ARData, W_KQ, W_PV, weights: torch.Tensor | None = None, positions=None) -> torch.Tensor:
+    """L = (1/m) sum_n sum_t 1/2 |yhat_t - x_{t+1}|^2 (or a weighted mean over sequences)."""
+    r = predict(data, W_KQ, W_PV, positions) - _targets(data, positions)
+    per_seq = 0.5 * (r.real**2 + r.imag**2).sum(dim=(1, 2))
+    if weights is None:
+        return per_seq.mean()
+    return (per_seq * weights.to(per_seq.dtype)).sum() / weights.sum()
+
+
+def loss_and_grad(data: ARData, W_KQ, W_PV, weights=None, positions=None):
+    """Loss and its gradients in PyTorch's complex convention (dL/dRe + i dL/dIm)."""
+    A = W_KQ.detach().clone().to(data.dtype).requires_grad_(True)
+    Pm = W_PV.detach().clone().to(data.dtype).requires_grad_(True)
+    L = loss(data, A, Pm, weights, positions)
+    gA, gP = torch.autograd.grad(L, (A, Pm))
+    return L.detach(), gA, gP
+
+
+def red_blocks(W_KQ, W_PV):
+    """The Assumption-3.1 blocks: (W_KQ rows d+1..2d x cols 1..d, W_PV cols 1..d)."""
+    d = W_PV.shape[0]
+    return W_KQ[d:, :d], W_PV[:, :d]

@@ -1,0 +1,37 @@
+"""Shared fixtures: one smoke execution of every notebook per test session (reused by the strict
+book-build test)."""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import yaml
+
+from _util import ROOT, run_cli, smoke_parameters
+
+os.environ.setdefault("COMPANION_ROOT", str(ROOT))
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+
+@pytest.fixture(scope="session")
+def smoke_runs(tmp_path_factory):
+    """Execute every notebook of the book once with its smoke parameters (2 at a time, each in its own
+    process through `companion run`); returns name -> (returncode, stderr, output_dir)."""
+    from companion.notebooks import all_notebooks
+
+    base = tmp_path_factory.mktemp("smoke")
+    params = smoke_parameters()
+
+    def one(name: str):
+        out = base / name.replace("/", "__")
+        out.mkdir(parents=True)
+        pfile = out / "smoke-params.yaml"
+        pfile.write_text(yaml.safe_dump(params.get(name, {})))
+        proc = run_cli("run", name, "-f", str(pfile), "-o", str(out), "--quiet", timeout=900)
+        return name, (proc.returncode, proc.stderr, out)
+
+    names = all_notebooks()
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(pool.map(one, names))

@@ -1,0 +1,75 @@
+"""pyproject.toml (ranges), constraints.txt (exact pins) and environment.yml (conda) must agree."""
+
+import re
+import tomllib
+
+import yaml
+from packaging.requirements import Requirement
+from packaging.version import Version
+
+from _util import ROOT
+
+
+def norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def pyproject_requirements() -> dict[str, Requirement]:
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    reqs = list(data["dependencies"])
+    for extra in data.get("optional-dependencies", {}).values():
+        reqs += extra
+    return {norm(Requirement(r).name): Requirement(r) for r in reqs}
+
+
+def constraints() -> dict[str, str]:
+    pins = {}
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, version = line.split("==")
+            pins[norm(name)] = version
+    return pins
+
+
+def environment() -> dict[str, str]:
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d)
+    out = {}
+    for spec in pip:
+        name, version = spec.split("==")
+        out[norm(name)] = version
+    return out
+
+
+def test_every_direct_dependency_is_pinned_and_in_range():
+    pins = constraints()
+    for name, req in pyproject_requirements().items():
+        assert name in pins, f"{name} is in pyproject.toml but not pinned in constraints.txt"
+        assert req.specifier.contains(Version(pins[name]), prereleases=True), (
+            f"constraints.txt pins {name}=={pins[name]}, outside pyproject's range {req.specifier}"
+        )
+
+
+def test_environment_yml_lists_the_same_packages_at_the_pinned_versions():
+    env, req, pins = environment(), pyproject_requirements(), constraints()
+    assert set(env) == set(req), f"only in environment.yml: {set(env) - set(req)}; only in pyproject: {set(req) - set(env)}"
+    for name, version in env.items():
+        assert version == pins[name], f"environment.yml has {name}=={version}, constraints.txt {pins[name]}"
+
+
+def test_required_pins_of_the_documentation_and_torch_stack():
+    pins = constraints()
+    assert pins["jupyter-book"] == "1.0.4.post1"
+    assert pins["torch"] == "2.13.0"
+    for name in ["numpy", "scipy", "matplotlib", "papermill", "jupytext", "myst-nb", "sphinx-proof",
+                 "sphinxcontrib-bibtex", "ipykernel", "dask", "distributed", "tqdm", "pytest"]:
+        assert name in pins, f"{name} must be pinned exactly"
+
+
+def test_ci_runs_exactly_the_readme_test_command():
+    readme = (ROOT / "README.md").read_text()
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "make test" in readme and "make book" in readme
+    commands = [l.strip() for l in ci.splitlines() if l.strip() and not l.startswith("#")]
+    assert commands[-1] == "make test"

@@ -1,0 +1,57 @@
+"""Every notebook of the book: anatomy, parameters cell, and a smoke execution whose verdict passes."""
+
+import re
+
+import pytest
+
+from companion import notebooks as nbs
+from companion.runner import coerce_parameters
+
+from _util import read_run, smoke_parameters
+
+NAMES = nbs.all_notebooks()
+ALLOWED_TYPES = {"int", "float", "bool", "str", "list", "list[int]", "list[float]", "list[str]"}
+
+
+def test_the_toc_notebooks_exist():
+    import yaml
+    from _util import ROOT
+
+    toc = (ROOT / "_toc.yml").read_text()
+    listed = re.findall(r"file: notebooks/(\S+)", toc)
+    missing = [n for n in listed if not (ROOT / "notebooks" / f"{n}.md").is_file()]
+    assert not missing, f"in _toc.yml but not on disk: {missing}"
+    assert sorted(listed) == sorted(NAMES), "a notebook on disk is missing from _toc.yml"
+
+
+def test_every_notebook_has_valid_smoke_parameters():
+    smoke = smoke_parameters()
+    assert set(smoke) == set(NAMES), f"missing: {set(NAMES) - set(smoke)}; unknown: {set(smoke) - set(NAMES)}"
+    for name, values in smoke.items():
+        coerce_parameters(name, nbs.parameters(name), values or {})
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_anatomy_and_parameters_cell(name):
+    text = nbs.resolve(name).read_text()
+    assert text.startswith("---\njupytext:"), "jupytext header first"
+    assert re.search(r"```\{prf:(theorem|proposition|corollary|lemma|definition|assumption)\}", text), "a statement block"
+    assert "Verdict(" in text and ".finish()" in text, "a verdict"
+    assert re.search(r"companion (sweep|run) " + re.escape(name), text), "a 'try it' command for this notebook"
+    assert "{glue:" in text, "numbers glued into the prose"
+    specs = nbs.parameters(name)
+    assert "seed" in specs and "results_dir" in specs
+    for spec in specs.values():
+        assert spec.type in ALLOWED_TYPES, f"{spec.name}: type {spec.type!r} (declare one of {sorted(ALLOWED_TYPES)})"
+        assert spec.help, f"{spec.name}: every parameter needs a '# help' comment"
+        assert "=" not in spec.help, f"{spec.name}: papermill drops a line whose help contains '='; use ≥ ≤"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", NAMES)
+def test_notebook_runs_and_its_verdict_passes(name, smoke_runs):
+    code, stderr, out = smoke_runs[name]
+    assert code == 0, f"{name} failed with smoke parameters:\n{stderr}"
+    run = read_run(out)
+    assert run["status"] == "ok" and run["records"], run
+    assert all(r["passed"] for r in run["records"])

@@ -1,0 +1,56 @@
+import math
+
+import pytest
+
+from companion import params as P
+
+
+def test_integer_accepts_in_range_and_rejects_bool_float_and_out_of_range():
+    assert P.integer("d", 5, min=1) == 5
+    with pytest.raises(P.ParameterError, match=r"parameter 'd': must be an integer >= 1; got 0"):
+        P.integer("d", 0, min=1)
+    with pytest.raises(P.ParameterError, match="must be an integer"):
+        P.integer("d", True)
+    with pytest.raises(P.ParameterError, match="must be an integer"):
+        P.integer("d", 2.0)
+    with pytest.raises(P.ParameterError, match=r"in \[1, 3\]"):
+        P.integer("k", 4, min=1, max=3)
+
+
+def test_real_interval_kinds_and_nan():
+    assert P.real("eta", 1, min=0, min_open=True) == 1.0
+    with pytest.raises(P.ParameterError, match=r"parameter 'eta': must be a finite number > 0; got 0.0"):
+        P.real("eta", 0.0, min=0, min_open=True)
+    with pytest.raises(P.ParameterError, match=r"in \(0, 1\)"):
+        P.real("eta", 1.0, min=0, max=1, min_open=True, max_open=True)
+    with pytest.raises(P.ParameterError):
+        P.real("eta", math.nan)
+    with pytest.raises(P.ParameterError, match="must be a real number"):
+        P.real("eta", "0.1")
+
+
+def test_choice_suggests_close_match():
+    assert P.choice("law", "gaussian", ["gaussian", "sparse"]) == "gaussian"
+    with pytest.raises(P.ParameterError, match="did you mean 'gaussian'"):
+        P.choice("law", "gausian", ["gaussian", "sparse"])
+
+
+def test_lists_name_the_bad_element():
+    assert P.real_list("sigmas", [0.5, 1], min=0, min_open=True) == [0.5, 1.0]
+    with pytest.raises(P.ParameterError, match=r"parameter 'sigmas\[1\]'"):
+        P.real_list("sigmas", [0.5, -1], min=0, min_open=True)
+    with pytest.raises(P.ParameterError, match="must be a list"):
+        P.real_list("sigmas", "0.5")
+    with pytest.raises(P.ParameterError, match="at least 1 element"):
+        P.integer_list("ks", [])
+
+
+def test_require_and_bool_text():
+    P.require(True, "n", "unused")
+    with pytest.raises(P.ParameterError, match=r"parameter 'n': must be >= d"):
+        P.require(False, "n", "must be >= d")
+    assert P.boolean("mask", False) is False
+    with pytest.raises(P.ParameterError):
+        P.boolean("mask", 1)
+    with pytest.raises(P.ParameterError):
+        P.text("results_dir", 3)
