@@ -1,0 +1,124 @@
+"""Unit tests of companion.cot.theory and companion.cot.train: closed forms against Monte Carlo (4
+standard errors), the OOD one-step formula, the reduced ODE, the restricted flow and training guards."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from companion.cot import construction, make_generator, no_cot_predict, sample_prompts
+from companion.cot import theory as th
+from companion.cot import train as tr
+from companion.params import ParameterError
+
+
+@pytest.fixture(autouse=True)
+def _no_run_cache(monkeypatch):
+    monkeypatch.setenv("COMPANION_CACHE_DIR", "off")
+
+
+def test_eta_star_and_floor_values_and_relation():
+    assert th.eta_star(10, 20) == pytest.approx(0.64516, abs=1e-5)
+    assert th.no_cot_floor(10, 20) == pytest.approx(3.5484, abs=1e-4)
+    for d, n in [(10, 20), (5, 10), (20, 40), (10, 100)]:
+        # floor = d - d * eta* = min_eta E tr (I - eta S)^2
+        assert th.no_cot_floor(d, n) == pytest.approx(d - d * th.eta_star(d, n), rel=1e-14)
+        assert th.gd_error_exact(1, th.eta_star(d, n), d, n) == pytest.approx(th.no_cot_floor(d, n), rel=1e-13)
+
+
+def test_wishart_moments_against_monte_carlo():
+    d, n, num = 6, 9, 60_000
+    S = th.sample_S(d, n, num, np.random.default_rng(0))
+    P = np.broadcast_to(np.eye(d), S.shape).copy()
+    for p in range(5):
+        per = np.trace(P, axis1=1, axis2=2)
+        se = per.std(ddof=1) / np.sqrt(num) if p > 0 else 0.0
+        assert abs(per.mean() - th.wishart_trace_moment(p, d, n)) <= 4 * se + 1e-12, p
+        P = P @ S
+
+
+def test_gd_error_exact_against_monte_carlo_and_mp_limit():
+    d, n = 10, 20
+    eigs = th.sample_S_eigs(d, n, 40_000, np.random.default_rng(1))
+    for k in (1, 2):
+        eta = th.eta_star(d, n)
+        est = th.gd_error_mc(k, eta, eigs)
+        assert abs(est.mean - th.gd_error_exact(k, eta, d, n)) <= 4 * est.se
+    assert th.gd_error_exact(2, th.eta_star(10, 20), 10, 20) == pytest.approx(2.1119, abs=1e-4)
+    # MP limit: E tr (I - eta S)^2 / d = 1 - 2 eta + eta^2 (1 + gamma) exactly for the MP law
+    g, eta = 0.5, 0.4
+    assert th.gd_error_mp(1, eta, g) == pytest.approx(1 - 2 * eta + eta**2 * (1 + g), rel=1e-8)
+    # and large d approaches it
+    big = th.sample_S_eigs(200, 400, 200, np.random.default_rng(2))
+    assert th.gd_error_mc(3, eta, big).mean / 200 == pytest.approx(th.gd_error_mp(3, eta, g), rel=0.02)
+
+
+def test_one_step_ood_formula_against_monte_carlo():
+    d, n, num = 4, 12, 40_000
+    rng = np.random.default_rng(3)
+    Sigma = np.diag([0.5, 1.0, 1.5, 2.0])
+    V = -0.4 * np.eye(d) + 0.05 * rng.standard_normal((d, d))
+    S = th.sample_S(d, n, num, rng, Sigma)
+    # E_w* ||(I + V S) w*||^2 = ||I + V S||_F^2
+    per = np.sum((np.eye(d) + V @ S) ** 2, axis=(1, 2))
+    pred = th.one_step_ood_error(V, Sigma, n)
+    assert abs(per.mean() - pred) <= 4 * per.std(ddof=1) / np.sqrt(num)
+    # isotropic: the formula at V = -eta* I is the no-CoT floor
+    assert th.one_step_ood_error(-th.eta_star(10, 20) * np.eye(10), np.eye(10), 20) == pytest.approx(
+        th.no_cot_floor(10, 20), rel=1e-13)
+
+
+def test_reduced_flow_converges_to_the_construction_and_stage1_equilibrium():
+    eta, k = 1.0, 10
+    t, v, w, loss = th.solve_reduced_flow(eta, k, 0.01, 20.0)
+    assert abs(v[-1] + eta) < 1e-6 and abs(w[-1] - 1) < 1e-6 and loss[-1] < 1e-12
+    assert th.reduced_loss(-eta, 1.0, eta, k) == 0.0
+    # at w = 0 the stage-1 equilibrium is -(eta/k) sum_i (1 - eta)^i; for eta = 0.5:
+    e = 0.5
+    assert th.stage1_v(0.0, e, k) == pytest.approx(-(e / k) * sum((1 - e) ** i for i in range(k)), rel=1e-12)
+    gv, gw = th.reduced_grad(-0.3, 0.7, 0.5, 5)
+    h = 1e-6
+    num_v = (th.reduced_loss(-0.3 + h, 0.7, 0.5, 5) - th.reduced_loss(-0.3 - h, 0.7, 0.5, 5)) / (2 * h)
+    num_w = (th.reduced_loss(-0.3, 0.7 + h, 0.5, 5) - th.reduced_loss(-0.3, 0.7 - h, 0.5, 5)) / (2 * h)
+    assert gv == pytest.approx(num_v, rel=1e-6) and gw == pytest.approx(num_w, rel=1e-6)
+
+
+def test_restricted_gradient_matches_finite_differences_and_flow_converges():
+    d, n, k, eta = 3, 8, 4, 0.5
+    rng = np.random.default_rng(4)
+    S = th.sample_S(d, n, 300, rng)
+    A = tr._A(S, eta, k)
+    V, W = 0.1 * rng.standard_normal((d, d)), 0.1 * rng.standard_normal((d, d))
+    L, gV, gW = tr.restricted_loss_grad(V, W, S, A, eta)
+    h = 1e-6
+    E = np.zeros((d, d)); E[1, 2] = h
+    assert gV[1, 2] == pytest.approx((tr.restricted_loss_grad(V + E, W, S, A, eta)[0] - tr.restricted_loss_grad(V - E, W, S, A, eta)[0]) / (2 * h), rel=1e-6)
+    assert gW[1, 2] == pytest.approx((tr.restricted_loss_grad(V, W + E, S, A, eta)[0] - tr.restricted_loss_grad(V, W - E, S, A, eta)[0]) / (2 * h), rel=1e-6)
+    V0, W0 = tr.assumption41_init(d, 0.05, rng)
+    assert np.allclose(V0, V0.T) and np.allclose(V0, W0)
+    t, Vt, Wt, Lt = tr.restricted_flow(V0, W0, S, eta, k, 200.0, num_t=11)
+    assert np.abs(Vt[-1] + eta * np.eye(d)).max() < 1e-3 and np.abs(Wt[-1] - np.eye(d)).max() < 1e-3
+
+
+def test_looped_optimum_exact_k2_matches_sample_and_k1_is_eta_star():
+    c2, l2 = th.looped_optimum_exact_k2(10, 20)
+    assert c2 == pytest.approx(0.628, abs=2e-3) and l2 == pytest.approx(2.11, abs=0.01)
+    eigs = th.sample_S_eigs(10, 20, 20_000, np.random.default_rng(5))
+    c1, _ = th.looped_optimum(1, eigs)
+    assert c1 == pytest.approx(th.eta_star(10, 20), abs=0.01)
+
+
+def test_training_reaches_the_no_cot_floor_quickly_and_divergence_names_lr():
+    r = tr.train_full("no_cot", 3, 12, 1, steps=600, lr=1e-2, batch=64, seed=0, eval_every=600, eval_batch=4000)
+    floor = th.no_cot_floor(3, 12)
+    assert abs(r.eval_loss[-1] - floor) < 0.1 * floor
+    with pytest.raises(ParameterError, match="'lr'"):
+        tr.train_full("cot", 3, 6, 3, 0.3, steps=200, lr=50.0, batch=16, seed=0, init_scale=1.0)
+
+
+def test_cache_is_disabled_in_tests_and_hash_is_stable():
+    assert os.environ["COMPANION_CACHE_DIR"] == "off" and tr._memory() is None
+    assert tr._source_hash() == tr._source_hash()
