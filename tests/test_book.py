@@ -11,7 +11,7 @@ import yaml
 from companion import book
 from companion import notebooks as nbs
 
-from _util import FIXTURES, ROOT
+from _util import FIXTURES, ROOT, read_run
 
 JB = str(Path(sys.executable).with_name("jupyter-book"))
 
@@ -65,6 +65,8 @@ def test_a_failing_verdict_fails_the_build_and_passing_results_are_collected(tmp
     assert summary["notebooks"]["toy_pass"] == {"claims": 1, "failed": []}
     assert "toy_fail" in summary["missing"] or summary["failed"]
     assert (root / "_build" / "results" / "toy_pass.jsonl").is_file()
+    page = (root / "_build" / "html" / "book" / "verdicts.html").read_text()
+    assert "second_moment" in page and "toy_pass" in page  # the "Every claim" page shows this build
 
 
 @pytest.mark.slow
@@ -77,12 +79,16 @@ def test_the_whole_book_builds_strictly(tmp_path, smoke_runs):
     copy_book_frame(root, names, execute="off")
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
     (root / "_toc.yml").write_text(yaml.safe_dump(toc, sort_keys=False))  # the real table of contents
+    records = []
     for name in names:
         code, stderr, out = smoke_runs[name]
         assert code == 0, f"{name} did not run:\n{stderr}"
         dest = root / "notebooks" / f"{name}.ipynb"
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(out / f"{Path(name).name}.ipynb", dest)
+        records += read_run(out)["records"]
+    (root / "_build").mkdir()
+    (root / "_build" / book.VERDICT_PAGE).write_text(book.verdict_table(names, records, []))
     proc = subprocess.run([JB, "build", str(root), "-n", "-W", "--keep-going"], capture_output=True, text=True)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-6000:]

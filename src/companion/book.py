@@ -30,7 +30,7 @@ from . import notebooks as nbs
 from .paths import repo_root
 from .verdict import METADATA_KEY, slug
 
-__all__ = ["code_hash", "guard_cache", "collect_results", "build"]
+__all__ = ["code_hash", "guard_cache", "collect_results", "verdict_table", "build"]
 
 CACHE_DIR = Path("_build/.jupyter_cache")
 HASH_FILE = ".companion-code-hash"
@@ -99,7 +99,49 @@ def collect_results(build_dir: Path, names: list[str] | None = None) -> dict:
         summary["claims"] += len(recs)
     (results / "all.jsonl").write_text("".join(json.dumps(r) + "\n" for r in everything))
     (results / "summary.json").write_text(json.dumps(summary, indent=2))
+    (build_dir / VERDICT_PAGE).write_text(verdict_table(names, everything, summary["missing"]))
     return summary
+
+
+VERDICT_PAGE = "verdicts.md"  # included by book/verdicts.md from ../_build/verdicts.md
+
+
+def _cell(text) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def verdict_table(names: list[str], records: list[dict], missing: list[str]) -> str:
+    """MyST for the "Every claim" page: one table per notebook, numbers exactly as the build measured."""
+    from .verdict import _fmt
+
+    sym = {"abs": "±", "rel": "± rel.", "upper": "≤ +", "lower": "≥ −"}
+    total, passed = len(records), sum(1 for r in records if r.get("passed"))
+    lines = [
+        f"This build checked **{total} claims** in **{len(names) - len(missing)} notebooks**: "
+        f"**{passed} passed**, **{total - passed} failed**"
+        + (f"; no verdict was recorded for {', '.join(missing)}." if missing else "."),
+        "",
+    ]
+    for name in names:
+        recs = [r for r in records if r.get("notebook") == name]
+        if not recs:
+            continue
+        lines += [
+            f"## {name}",
+            "",
+            f"Notebook: {{doc}}`/notebooks/{name}`",
+            "",
+            "| claim | quantity | predicted | measured | tolerance | verdict |",
+            "|---|---|---|---|---|---|",
+        ]
+        for r in recs:
+            lines.append(
+                f"| `{r['claim']}` | {_cell(r['quantity'])} | {_fmt(r['predicted'])} | {_fmt(r['measured'])} "
+                f"| {sym.get(r['comparison'], r['comparison'])} {r['tolerance']:.3g} "
+                f"| {'passed' if r['passed'] else '**FAILED**'} |"
+            )
+        lines.append("")
+    return "\n".join(lines) + "\n"
 
 
 def build(root: Path | None = None, *, strict: bool = True, force: bool = False, extra_args=()) -> int:
@@ -115,11 +157,19 @@ def build(root: Path | None = None, *, strict: bool = True, force: bool = False,
     if strict:
         cmd += ["-n", "-W", "--keep-going"]
     cmd += list(extra_args)
+    page = root / "_build" / VERDICT_PAGE
+    if not page.is_file():
+        page.write_text("The table of verdicts is written when the notebooks of this build have run.\n")
+    before = page.read_text()
     print("+", " ".join(cmd), flush=True)
     t0 = time.perf_counter()
     status = subprocess.call(cmd, cwd=root)
-    seconds = time.perf_counter() - t0
     summary = collect_results(root / "_build", nbs.all_notebooks(root, toc_only=True))
+    if page.read_text() != before:
+        # second, incremental pass: only the "Every claim" page (it includes the new table) is rebuilt
+        print("+ (verdict table changed) " + " ".join(cmd), flush=True)
+        status = subprocess.call(cmd, cwd=root) or status
+    seconds = time.perf_counter() - t0
     print(
         f"companion book: build exit status {status} after {seconds:.0f} s; "
         f"{summary['claims']} claims from {len(summary['notebooks'])} notebooks -> _build/results/"
