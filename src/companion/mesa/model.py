@@ -34,7 +34,7 @@ import torch
 from companion import params as P
 from companion.mesa.data import ARData
 
-__all__ = ["predict", "loss", "loss_and_grad", "red_blocks", "check_weights"]
+__all__ = ["predict", "predict_direct", "loss", "loss_and_grad", "red_blocks", "check_weights"]
 
 
 def check_weights(W_KQ: torch.Tensor, W_PV: torch.Tensor, d: int) -> None:
@@ -121,3 +121,17 @@ def red_blocks(W_KQ, W_PV):
     """The Assumption-3.1 blocks: (W_KQ rows d+1..2d x cols 1..d, W_PV cols 1..d)."""
     d = W_PV.shape[0]
     return W_KQ[d:, :d], W_PV[:, :d]
+
+
+def predict_direct(data: ARData, W_KQ: torch.Tensor, W_PV: torch.Tensor) -> torch.Tensor:
+    """The definition evaluated literally: prefix sums E_t E_t^H = sum_{i<=t} e_i e_i^H of the embedded
+    tokens, then yhat_t = W_PV (E_t E_t^H / (t-1)) W_KQ e_t. Memory O(m T (2d)^2): small data sets only."""
+    from companion.mesa.data import embed
+
+    check_weights(W_KQ, W_PV, data.d)
+    e = embed(data.tokens())  # (m, T, 2d)
+    pref = torch.cumsum(e[..., :, None] * e[..., None, :].conj(), dim=1)  # (m, T, 2d, 2d)
+    t = torch.arange(2, data.T)
+    q = e[:, t - 1] @ W_KQ.to(data.dtype).T  # e_t at 0-based index t-1
+    u = (pref[:, t - 1] @ q[..., None]).squeeze(-1) / (t - 1).to(data.dtype)[None, :, None]
+    return u @ W_PV.to(data.dtype).T

@@ -1,0 +1,331 @@
+"""Full-batch GD training of the linear attention model, with recorded trajectories and a run cache.
+
+One GD step per epoch on L = (1/m) sum_n sum_{t=2}^{T-1} 1/2 |yhat_t - x_{t+1}|^2, with PyTorch's complex
+gradient convention (dL/dRe + i dL/dIm), exactly like ``torch.optim.SGD`` on complex parameters.
+Initialisations: Assumption 3.1 (``init="diagonal"``: W_KQ21 = a0 I, W_PV11 = b0 I, all else 0) or a
+standard Gaussian init (``init="gaussian"``: every entry real N(0, sigma_w^2)).
+``mask=True`` is the official "clip" option: the off-diagonal entries of the two red blocks are set to
+zero after every step (equivalently their gradients are masked), the other blocks train freely.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from companion import params as P
+from companion.mesa import theory
+from companion.mesa.data import ARData, check_law, generate
+from companion.mesa.model import loss, predict
+
+__all__ = [
+    "TrainingDiverged",
+    "RunConfig",
+    "TrainResult",
+    "init_diagonal",
+    "init_gaussian",
+    "offdiag_mask",
+    "train",
+    "run",
+    "cache_dir",
+    "code_hash",
+    "last_position_ratio",
+    "test_loss",
+]
+
+
+class TrainingDiverged(P.ParameterError):
+    """GD blew up (non-finite or exploding loss); names the step size ``lr``."""
+
+    def __init__(self, message: str):
+        super().__init__("lr", message)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    law: str = "gaussian"
+    d: int = 5
+    T: int = 100
+    m: int = 10_000
+    scale: float = 1.0
+    a0: float = 0.1
+    b0: float = 0.1
+    lr: float = 1e-4
+    epochs: int = 200
+    seed: int = 1
+    mask: bool = False
+    init: str = "diagonal"  # or "gaussian"
+    sigma_w: float = 0.01  # std of every entry for init="gaussian"
+    m_test: int = 10_000
+    test_every: int = 1  # test loss every k epochs (and at the last epoch)
+    dtype: str = "complex64"
+    chunk: int = 2500  # sequences per chunk (memory bound only)
+
+    def validated(self) -> RunConfig:
+        law = check_law(self.law)
+        if callable(law):
+            raise P.ParameterError("law", "run() needs a registered law name (register_law) for caching")
+        P.integer("d", self.d, min=1)
+        P.integer("T", self.T, min=3)
+        P.integer("m", self.m, min=1)
+        P.real("scale", self.scale, min=0, min_open=True)
+        P.real("a0", self.a0)
+        P.real("b0", self.b0)
+        P.real("lr", self.lr, min=0, min_open=True)
+        P.integer("epochs", self.epochs, min=0)
+        P.integer("seed", self.seed, min=0)
+        P.boolean("mask", self.mask)
+        P.choice("init", self.init, ["diagonal", "gaussian"])
+        P.real("sigma_w", self.sigma_w, min=0, min_open=True)
+        P.integer("m_test", self.m_test, min=1)
+        P.integer("test_every", self.test_every, min=1)
+        P.choice("dtype", self.dtype, ["complex64", "complex128"])
+        P.integer("chunk", self.chunk, min=1)
+        return self
+
+
+@dataclass
+class TrainResult:
+    config: dict
+    ab: np.ndarray  # (epochs+1,) mean_j Re(W_KQ21)_jj Re(W_PV11)_jj (the official metric)
+    ab_diag: np.ndarray  # (epochs+1, d) the per-coordinate products
+    a_mean: np.ndarray  # mean_j Re(W_KQ21)_jj
+    b_mean: np.ndarray  # mean_j Re(W_PV11)_jj
+    train_loss: np.ndarray  # (epochs+1,) training loss at the parameters of each epoch
+    ratio: np.ndarray | None  # (epochs+1,) Re mean(yhat_{T-1}/(x_T + 1e-5)) on the test set (not for "sparse")
+    test_epochs: np.ndarray
+    test_loss: np.ndarray  # whole-sequence test AR loss at test_epochs
+    offdiag_kq: np.ndarray  # (epochs+1,) max |Re| of the off-diagonal entries of the red KQ block
+    offdiag_pv: np.ndarray
+    other_max: np.ndarray  # (epochs+1,) max |entry| outside the red blocks
+    imag_max: np.ndarray  # (epochs+1,) max |Im| over the red blocks
+    W_KQ: np.ndarray  # final weights (complex)
+    W_PV: np.ndarray
+    W_KQ0: np.ndarray
+    W_PV0: np.ndarray
+    seconds: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+
+def init_diagonal(d: int, a0: float, b0: float, dtype=torch.complex64):
+    """Assumption 3.1: W_KQ = [[0, 0], [a0 I, 0]], W_PV = [b0 I, 0]."""
+    d = P.integer("d", d, min=1)
+    W_KQ = torch.zeros(2 * d, 2 * d, dtype=dtype)
+    W_PV = torch.zeros(d, 2 * d, dtype=dtype)
+    W_KQ[d:, :d] = P.real("a0", a0) * torch.eye(d, dtype=dtype)
+    W_PV[:, :d] = P.real("b0", b0) * torch.eye(d, dtype=dtype)
+    return W_KQ, W_PV
+
+
+def init_gaussian(d: int, sigma_w: float, rng: np.random.Generator, dtype=torch.complex64):
+    """Standard Gaussian init: every entry real N(0, sigma_w^2) (zero imaginary part)."""
+    d = P.integer("d", d, min=1)
+    s = P.real("sigma_w", sigma_w, min=0, min_open=True)
+    W_KQ = torch.from_numpy(s * rng.standard_normal((2 * d, 2 * d))).to(dtype)
+    W_PV = torch.from_numpy(s * rng.standard_normal((d, 2 * d))).to(dtype)
+    return W_KQ, W_PV
+
+
+def offdiag_mask(d: int):
+    """Boolean masks of the entries zeroed by the "clip" option (off-diagonals of the two red blocks)."""
+    mk = torch.zeros(2 * d, 2 * d, dtype=torch.bool)
+    mp = torch.zeros(d, 2 * d, dtype=torch.bool)
+    off = ~torch.eye(d, dtype=torch.bool)
+    mk[d:, :d] = off
+    mp[:, :d] = off
+    return mk, mp
+
+
+def _red_other(W_KQ: torch.Tensor, W_PV: torch.Tensor, d: int):
+    kq, pv = W_KQ[d:, :d], W_PV[:, :d]
+    off = ~torch.eye(d, dtype=torch.bool)
+    other = torch.cat([W_KQ[:d, :].reshape(-1), W_KQ[d:, d:].reshape(-1), W_PV[:, d:].reshape(-1)])
+    return (
+        torch.diagonal(kq).real,
+        torch.diagonal(pv).real,
+        kq.real[off].abs().max().item() if d > 1 else 0.0,
+        pv.real[off].abs().max().item() if d > 1 else 0.0,
+        other.abs().max().item(),
+        max(kq.imag.abs().max().item(), pv.imag.abs().max().item()),
+    )
+
+
+def last_position_ratio(data: ARData, W_KQ, W_PV) -> float:
+    """The official "ratio of pred/true at T_te": Re mean_{n,j} yhat_{T-1,j} / (x_{T,j} + 1e-5)."""
+    with torch.no_grad():
+        y = predict(data, W_KQ, W_PV, positions=[data.T - 1])[:, 0]
+        xT = data.x1 * torch.polar(torch.ones((), dtype=torch.float64), torch.from_numpy(data.theta) * (data.T - 1)).to(data.dtype)
+        return float((y / (xT + 1e-5)).mean().real)
+
+
+def _chunked_loss(data: ARData, W_KQ, W_PV, chunk: int) -> float:
+    tot = 0.0
+    for i in range(0, data.m, chunk):
+        sub = data.subset(slice(i, i + chunk))
+        tot += float(loss(sub, W_KQ, W_PV)) * sub.m
+    return tot / data.m
+
+
+def test_loss(data: ARData, W_KQ, W_PV, chunk: int = 2500) -> float:
+    """Whole-sequence AR loss (1/m) sum_n sum_{t=2}^{T-1} 1/2 |yhat_t - x_{t+1}|^2 on a data set."""
+    with torch.no_grad():
+        return _chunked_loss(data, W_KQ, W_PV, chunk)
+
+
+def train(cfg: RunConfig) -> TrainResult:
+    """Full-batch GD (no cache). Raises ParameterError('lr') for an unstable step size and
+    TrainingDiverged if the loss becomes non-finite or explodes."""
+    cfg = cfg.validated()
+    t_start = time.perf_counter()
+    dtype = getattr(torch, cfg.dtype)
+    d = cfg.d
+    if cfg.init == "diagonal":
+        al, be = theory.alpha_beta(cfg.law, cfg.scale, d, cfg.T)
+        theory.check_stability(cfg.lr, al, be, cfg.a0, cfg.b0)
+        W_KQ, W_PV = init_diagonal(d, cfg.a0, cfg.b0, dtype)
+    else:
+        W_KQ, W_PV = init_gaussian(d, cfg.sigma_w, np.random.default_rng([cfg.seed, 2]), dtype)
+    train_data = generate(cfg.law, cfg.m, d, cfg.T, cfg.scale, np.random.default_rng([cfg.seed, 0]), dtype)
+    test_data = generate(cfg.law, cfg.m_test, d, cfg.T, cfg.scale, np.random.default_rng([cfg.seed, 1]), dtype)
+    mk, mp = offdiag_mask(d)
+    if cfg.mask:
+        W_KQ[mk] = 0
+        W_PV[mp] = 0
+    W_KQ0, W_PV0 = W_KQ.clone(), W_PV.clone()
+    E = cfg.epochs
+    rec = {k: [] for k in ("ab_diag", "a", "b", "okq", "opv", "other", "imag", "train_loss", "ratio")}
+    test_epochs, test_losses = [], []
+    want_ratio = cfg.law != "sparse"
+
+    def log(k: int, W_KQ, W_PV):
+        a, b, okq, opv, oth, im = _red_other(W_KQ, W_PV, d)
+        rec["ab_diag"].append((a * b).double().numpy())
+        rec["a"].append(float(a.double().mean()))
+        rec["b"].append(float(b.double().mean()))
+        rec["okq"].append(okq)
+        rec["opv"].append(opv)
+        rec["other"].append(oth)
+        rec["imag"].append(im)
+        if want_ratio:
+            rec["ratio"].append(last_position_ratio(test_data, W_KQ, W_PV))
+        if k % cfg.test_every == 0 or k == E:
+            test_epochs.append(k)
+            test_losses.append(test_loss(test_data, W_KQ, W_PV, cfg.chunk))
+
+    first = None
+    for k in range(E + 1):
+        log(k, W_KQ, W_PV)
+        A = W_KQ.clone().requires_grad_(True)
+        Pm = W_PV.clone().requires_grad_(True)
+        tot = 0.0
+        gA = torch.zeros_like(W_KQ)
+        gP = torch.zeros_like(W_PV)
+        for i in range(0, cfg.m, cfg.chunk):
+            sub = train_data.subset(slice(i, i + cfg.chunk))
+            L = loss(sub, A, Pm) * (sub.m / cfg.m)
+            a_, p_ = torch.autograd.grad(L, (A, Pm))
+            gA += a_
+            gP += p_
+            tot += float(L.detach())
+        if first is None:
+            first = tot
+        if not np.isfinite(tot) or tot > 1e6 * max(first, 1e-30) or not (torch.isfinite(gA).all() and torch.isfinite(gP).all()):
+            raise TrainingDiverged(
+                f"training diverged at epoch {k} (loss {tot:.3g}, initial {first:.3g}) with lr = {cfg.lr:g}; "
+                "use a smaller step size lr"
+            )
+        rec["train_loss"].append(tot)
+        if k == E:
+            break
+        with torch.no_grad():
+            W_KQ = W_KQ - cfg.lr * gA
+            W_PV = W_PV - cfg.lr * gP
+            if cfg.mask:
+                W_KQ[mk] = 0
+                W_PV[mp] = 0
+    return TrainResult(
+        config=asdict(cfg),
+        ab=np.array([x.mean() for x in rec["ab_diag"]]),
+        ab_diag=np.array(rec["ab_diag"]),
+        a_mean=np.array(rec["a"]),
+        b_mean=np.array(rec["b"]),
+        train_loss=np.array(rec["train_loss"]),
+        ratio=np.array(rec["ratio"]) if want_ratio else None,
+        test_epochs=np.array(test_epochs),
+        test_loss=np.array(test_losses),
+        offdiag_kq=np.array(rec["okq"]),
+        offdiag_pv=np.array(rec["opv"]),
+        other_max=np.array(rec["other"]),
+        imag_max=np.array(rec["imag"]),
+        W_KQ=W_KQ.numpy().copy(),
+        W_PV=W_PV.numpy().copy(),
+        W_KQ0=W_KQ0.numpy().copy(),
+        W_PV0=W_PV0.numpy().copy(),
+        seconds=time.perf_counter() - t_start,
+    )
+
+
+# ---------------------------------------------------------------------------------------------- cache
+def code_hash() -> str:
+    """sha256 over every source file of the companion package (a cache never outlives a code change)."""
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*.py")):
+        h.update(str(p.relative_to(root)).encode())
+        h.update(p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def cache_dir() -> Path | None:
+    """``$COMPANION_CACHE_DIR/<code hash>`` if set (``off``/``0``/empty disables), else
+    ``<repo>/_build/.companion_cache/<code hash>``; ``None`` when caching is disabled."""
+    env = os.environ.get("COMPANION_CACHE_DIR")
+    if env is not None:
+        if env.strip().lower() in ("", "0", "off", "none", "false"):
+            return None
+        return Path(env) / code_hash()
+    try:
+        from companion.paths import repo_root
+
+        return repo_root() / "_build" / ".companion_cache" / code_hash()
+    except FileNotFoundError:
+        return None
+
+
+_MEMO = {}
+
+
+def run(**kwargs) -> TrainResult:
+    """Validated, cached training run: ``run(law="gaussian", scale=1.0, a0=0.1, b0=0.1, lr=1e-4, ...)``.
+
+    The cache key is the full configuration plus the hash of the package sources."""
+    bad = set(kwargs) - set(RunConfig.__dataclass_fields__)
+    if bad:
+        name = sorted(bad)[0]
+        import difflib
+
+        close = difflib.get_close_matches(name, list(RunConfig.__dataclass_fields__), n=1)
+        raise P.ParameterError(name, "unknown run option" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    cfg = RunConfig(**kwargs).validated()
+    loc = cache_dir()
+    if loc is None:
+        return train(cfg)
+    key = (str(loc), tuple(sorted(asdict(cfg).items())))
+    if key in _MEMO:
+        return _MEMO[key]
+    from joblib import Memory
+
+    mem = Memory(location=str(loc), verbose=0)
+    res = mem.cache(_train_cached)(tuple(sorted(asdict(cfg).items())))
+    _MEMO[key] = res
+    return res
+
+
+def _train_cached(items: tuple) -> TrainResult:
+    return train(RunConfig(**dict(items)))
