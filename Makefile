@@ -7,6 +7,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.companion-installed
+BROWSER := $(VENV)/.browser-checked
 
 .PHONY: book test install clean benchmark
 
@@ -17,10 +18,17 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install --quiet -c constraints.txt -e ".[book,test]"
 	touch $(STAMP)
 
-book: $(STAMP)
+# Headless Chromium (Debian's package) renders the built pages to check that every formula typesets.
+$(BROWSER):
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null); } || \
+	  echo "note: could not install chromium; formulas will not be checked in a browser"
+	@touch $@
+
+book: $(STAMP) $(BROWSER)
 	$(PY) -m companion book
 
-test: $(STAMP)
+test: $(STAMP) $(BROWSER)
 	$(PY) -m pytest
 
 benchmark: $(STAMP)

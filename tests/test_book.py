@@ -1,5 +1,6 @@
 """The strict book build: zero warnings, a raising notebook fails it, results land in _build/results."""
 
+import os
 import shutil
 import subprocess
 import sys
@@ -97,3 +98,9 @@ def test_the_whole_book_builds_strictly(tmp_path, smoke_runs):
     summary = book.collect_results(root / "_build", names)
     assert not summary["missing"], summary
     assert not summary["failed"], summary
+    # every formula must typeset: MathJax errors (e.g. "Double exponent") are invisible to Sphinx
+    if os.environ.get("COMPANION_NO_BROWSER") == "1":
+        pytest.skip("COMPANION_NO_BROWSER=1: TeX rendering not checked")
+    assert book.find_browser(), "Chromium is needed to check the TeX (`make test` installs it; or set COMPANION_NO_BROWSER=1)"
+    bad = book.check_math(root / "_build" / "html")
+    assert not bad, f"TeX errors: {bad}"

@@ -30,7 +30,7 @@ from . import notebooks as nbs
 from .paths import repo_root
 from .verdict import METADATA_KEY, slug
 
-__all__ = ["code_hash", "guard_cache", "collect_results", "verdict_table", "build"]
+__all__ = ["code_hash", "guard_cache", "collect_results", "verdict_table", "find_browser", "check_math", "build"]
 
 CACHE_DIR = Path("_build/.jupyter_cache")
 HASH_FILE = ".companion-code-hash"
@@ -144,6 +144,47 @@ def verdict_table(names: list[str], records: list[dict], missing: list[str]) -> 
     return "\n".join(lines) + "\n"
 
 
+def find_browser() -> str | None:
+    """A headless-capable Chromium, if installed (``make`` installs Debian's ``chromium`` when it can)."""
+    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+def check_math(html_dir: Path, pages: list[str] | None = None, browser: str | None = None) -> dict[str, list[str]]:
+    """Render pages in headless Chromium with the site's own (offline) MathJax and return the TeX errors
+    MathJax reports, per page (e.g. "Double exponent: use braces to clarify"). The Sphinx build cannot
+    see these: it passes TeX through untouched."""
+    import re
+    import tempfile
+
+    browser = browser or find_browser()
+    if browser is None:
+        raise FileNotFoundError("no Chromium found to render the pages (install Debian's 'chromium')")
+    html_dir = Path(html_dir)
+    files = [html_dir / f"{p}.html" for p in pages] if pages else sorted(html_dir.rglob("*.html"))
+    errors: dict[str, list[str]] = {}
+    for f in files:
+        text = f.read_text(errors="replace")
+        if "math" not in text:
+            continue
+        with tempfile.TemporaryDirectory() as profile:
+            proc = subprocess.run(
+                [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 f"--user-data-dir={profile}", "--virtual-time-budget=20000", "--dump-dom", f.as_uri()],
+                capture_output=True, text=True, timeout=120,
+            )
+        found = re.findall(r'data-mjx-error="([^"]*)"', proc.stdout)
+        if proc.returncode != 0 or "<mjx-container" not in proc.stdout and "class=\"math" in text:
+            found.append(f"page did not render (chromium exit {proc.returncode})")
+        if found:
+            errors[str(f.relative_to(html_dir))] = found
+    return errors
+
+
 def build(root: Path | None = None, *, strict: bool = True, force: bool = False, extra_args=()) -> int:
     """Guard the cache, build the book strictly, collect the results. Returns an exit status."""
     root = root or repo_root()
@@ -180,6 +221,13 @@ def build(root: Path | None = None, *, strict: bool = True, force: bool = False,
         print(f"companion book: FAILED claims: {', '.join(summary['failed'])}", file=sys.stderr)
     if status == 0 and (summary["missing"] or summary["failed"]):
         status = 1
+    if status == 0 and find_browser():
+        bad = check_math(root / "_build" / "html")
+        for page, errs in bad.items():
+            print(f"companion book: TeX errors on {page}: {sorted(set(errs))}", file=sys.stderr)
+        status = 1 if bad else 0
+    elif status == 0:
+        print("companion book: no Chromium found; the TeX of the pages was not checked", file=sys.stderr)
     if status == 0:
         print(f"companion book: open {root / '_build' / 'html' / 'index.html'}")
     return status
