@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 # Headless Chromium (Debian's package) renders the built pages to check that every formula typesets.
-$(BROWSER):
+$(BROWSER): $(STAMP)
 	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null); } || \
 	  echo "note: could not install chromium; formulas will not be checked in a browser"
