@@ -13,6 +13,8 @@ from . import data, model, theory, train
 from .data import Prompts, cot_tokens, embed, gd_trajectory, make_generator, sample_prompts
 from .model import (
     blocks,
+    cot_effective_blocks,
+    no_cot_effective_matrix,
     construction,
     cot_inference,
     eval_loss,
@@ -29,5 +31,5 @@ __all__ = [
     "data", "model", "theory", "train",
     "Prompts", "cot_tokens", "embed", "gd_trajectory", "make_generator", "sample_prompts",
     "blocks", "construction", "cot_inference", "eval_loss", "looped_predict", "lsa", "no_cot_predict",
-    "outcome_loss", "per_prompt_error", "sparse_parameters", "teacher_forced_loss",
+    "outcome_loss", "per_prompt_error", "cot_effective_blocks", "no_cot_effective_matrix", "sparse_parameters", "teacher_forced_loss",
 ]

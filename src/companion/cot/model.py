@@ -33,6 +33,8 @@ __all__ = [
     "no_cot_predict",
     "looped_predict",
     "outcome_loss",
+    "no_cot_effective_matrix",
+    "cot_effective_blocks",
 ]
 
 
@@ -181,3 +183,15 @@ def outcome_loss(prompts: Prompts, W_KQ, W_PV, k: int, objective: str) -> torch.
     col = _final_column(prompts, W_KQ, W_PV, k, objective)
     tgt = cot_tokens(prompts.w_star[:, None, :])[:, 0]
     return 0.5 * ((col - tgt) ** 2).sum(dim=1).mean()
+
+
+def no_cot_effective_matrix(W_KQ, W_PV, d: int) -> np.ndarray:
+    """The matrix A of the odd part w_hat = A S w* of a no-CoT LSA (w_0 = 0): A = W24 V31 + V32 W14^T."""
+    bk, bp = blocks(W_KQ, d), blocks(W_PV, d)
+    return bk["24"][0, 0] * bp["31"] + bp["32"] @ bk["14"].T
+
+
+def cot_effective_blocks(W_KQ, W_PV, d: int) -> dict[str, np.ndarray]:
+    """Rescaling-invariant products of a trained CoT model: V31 W13 (-> -eta I) and V31 W24 (-> +eta I)."""
+    bk, bp = blocks(W_KQ, d), blocks(W_PV, d)
+    return {"V31W13": bp["31"] @ bk["13"], "V31W24": bp["31"] * bk["24"][0, 0]}

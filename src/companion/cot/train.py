@@ -25,6 +25,7 @@ class TrainResult:
     steps: np.ndarray  # steps at which the evaluation loss was recorded
     eval_loss: np.ndarray  # evaluation loss (7) on a fixed seeded set, at ``steps``
     train_loss: np.ndarray  # training loss of every step's minibatch
+    snapshots: list = field(default_factory=list)  # (W_KQ, W_PV) as numpy arrays at ``steps``
     config: dict = field(default_factory=dict)
 
 
@@ -86,12 +87,13 @@ def _train_full(objective, d, n, k, eta, steps, lr, batch, seed, init_scale, opt
     gamma = lr_final ** (1.0 / steps)
     sched = torch.optim.lr_scheduler.ExponentialLR(opt, gamma)
     train_loss = np.empty(steps)
-    ev_steps, ev_loss = [], []
+    ev_steps, ev_loss, snaps = [], [], []
     first = None
     for step in range(steps + 1):
         if step % eval_every == 0 or step == steps:
             ev_steps.append(step)
             ev_loss.append(float(evaluate(objective, eval_prompts, W_KQ, W_PV, k).mean()))
+            snaps.append((W_KQ.detach().numpy().copy(), W_PV.detach().numpy().copy()))
         if step == steps:
             break
         prompts = sample_prompts(batch, d, n, g)
@@ -114,7 +116,7 @@ def _train_full(objective, d, n, k, eta, steps, lr, batch, seed, init_scale, opt
             torch.nn.utils.clip_grad_norm_(params, clip)
         opt.step()
         sched.step()
-    return TrainResult(W_KQ.detach(), W_PV.detach(), np.array(ev_steps), np.array(ev_loss), train_loss,
+    return TrainResult(W_KQ.detach(), W_PV.detach(), np.array(ev_steps), np.array(ev_loss), train_loss, snaps,
                        dict(objective=objective, d=d, n=n, k=k, eta=eta, steps=steps, lr=lr, batch=batch, seed=seed))
 
 
