@@ -95,3 +95,13 @@ def test_list_shows_every_notebook_with_parameters():
     assert list(listing) == nbs.all_notebooks()
     for name, specs in listing.items():
         assert specs, f"{name} has no parameters"
+
+
+def test_a_real_notebook_rejects_a_misspelled_parameter(tmp_path):
+    name = nbs.all_notebooks()[0]
+    real = next(iter(nbs.parameters(name)))
+    typo = real[:-1] + ("x" if real[-1] != "x" else "y") if len(real) > 1 else real + "x"
+    proc = run_cli("run", name, "-p", typo, "1", "-o", str(tmp_path / "out"))
+    assert proc.returncode == 2
+    assert f"unknown parameter '{typo}' for {name}" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -67,3 +67,19 @@ def test_refuses_to_overwrite_a_finished_sweep(tmp_path):
     assert run_cli(*args).returncode == 0
     proc = run_cli(*args)
     assert proc.returncode == 2 and "--resume" in proc.stderr
+
+
+def test_sweep_on_an_external_dask_scheduler(tmp_path):
+    """The same sweep, pointed at a running scheduler (as on a cluster), needs no other change."""
+    import logging
+
+    from dask.distributed import LocalCluster
+
+    from companion.sweep import run_sweep
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None,
+                      silence_logs=logging.ERROR) as cluster:
+        points = expand_grid(TOY, parse_grid(["seed=1,2"]), fixed_text={"n": "50"})
+        summary = run_sweep(TOY, points, tmp_path / "ext", scheduler=cluster.scheduler_address, progress=False)
+    assert summary["ok"] == 2 and summary["total"] == 2
+    assert len(read_results(tmp_path / "ext")) == 2
