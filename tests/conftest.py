@@ -13,6 +13,7 @@ from _util import ROOT, run_cli, smoke_parameters
 
 os.environ.setdefault("COMPANION_ROOT", str(ROOT))
 os.environ.setdefault("MPLBACKEND", "Agg")
+os.environ.setdefault("COMPANION_CACHE_DIR", "off")  # every test computes from scratch
 
 
 @pytest.fixture(scope="session")
