@@ -54,3 +54,11 @@ def test_require_and_bool_text():
         P.boolean("mask", 1)
     with pytest.raises(P.ParameterError):
         P.text("results_dir", 3)
+
+
+def test_reject_unknown_reads_the_injected_cell():
+    params_cell = "d: int = 5  # dimension\nseed: int = 1  # seed\n"
+    P.reject_unknown(["", params_cell, "# Parameters\nd = 3\n", "x = 1"])  # fine
+    P.reject_unknown(["", params_cell, "x = 1"])  # nothing injected
+    with pytest.raises(P.ParameterError, match=r"parameter 'sed': is not a parameter of this notebook \(did you mean 'seed'\?\)"):
+        P.reject_unknown(["", params_cell, "# Parameters\nsed = 3\n"])

@@ -105,3 +105,19 @@ def test_a_real_notebook_rejects_a_misspelled_parameter(tmp_path):
     assert proc.returncode == 2
     assert f"unknown parameter '{typo}' for {name}" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_plain_papermill_with_a_misspelled_parameter_fails_clearly(tmp_path):
+    """Even bypassing `companion run`, the notebook itself rejects an injected unknown name
+    (papermill alone would only warn and silently use the default)."""
+    import nbformat
+    import papermill
+    from papermill.exceptions import PapermillExecutionError
+
+    src = tmp_path / "toy.ipynb"
+    nbformat.write(nbs.load(TOY), src)
+    with pytest.raises(PapermillExecutionError) as info:
+        papermill.execute_notebook(str(src), str(tmp_path / "out.ipynb"), parameters={"sacle": 2.0},
+                                   kernel_name="python3", progress_bar=False)
+    assert info.value.ename == "ParameterError"
+    assert "'sacle': is not a parameter of this notebook (did you mean 'scale'?)" in info.value.evalue

@@ -7,10 +7,17 @@ overrides after it) followed by a validation cell that calls the checks below. A
 
 Type checks are strict: ``bool`` is not accepted where an ``int`` is expected, ``float('nan')`` is
 never in range, and an ``int`` is accepted where a ``float`` is expected.
+
+Misspelled names are caught even when a notebook is run by papermill directly (papermill only warns
+and runs with the default): the first check called in a kernel looks for papermill's injected
+``# Parameters`` cell in the kernel's input history and raises :class:`ParameterError` for any injected
+name that the notebook's ``parameters`` cell does not declare (:func:`reject_unknown`).
 """
 
 from __future__ import annotations
 
+import ast
+import difflib
 import math
 from collections.abc import Iterable, Sequence
 from numbers import Integral, Real
@@ -26,6 +33,7 @@ __all__ = [
     "real_list",
     "integer_list",
     "require",
+    "reject_unknown",
 ]
 
 
@@ -35,6 +43,60 @@ class ParameterError(ValueError):
     def __init__(self, name: str, message: str):
         self.name = name
         super().__init__(f"parameter '{name}': {message}")
+
+
+def _assigned_names(source: str, annotated_only: bool) -> list[str]:
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    names = []
+    for node in tree.body:
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.append(node.target.id)
+        elif not annotated_only and isinstance(node, ast.Assign):
+            names += [t.id for t in node.targets if isinstance(t, ast.Name)]
+    return names
+
+
+def reject_unknown(history: Sequence[str] | None = None) -> None:
+    """Raise if papermill injected a parameter that the ``parameters`` cell does not declare.
+
+    ``history`` is the kernel's list of executed cell sources (IPython's ``In``); by default it is
+    read from the running kernel. Outside a kernel, or without an injected cell, this does nothing.
+    """
+    if history is None:
+        try:
+            from IPython import get_ipython
+        except ImportError:  # pragma: no cover
+            return
+        shell = get_ipython()
+        if shell is None:
+            return
+        history = list(shell.user_ns.get("In", []))
+    for i, src in enumerate(history):
+        if not src.lstrip().startswith("# Parameters") or i == 0:
+            continue
+        declared = set(_assigned_names(history[i - 1], annotated_only=True))
+        if not declared:
+            continue
+        for name in _assigned_names(src, annotated_only=False):
+            if name not in declared:
+                close = difflib.get_close_matches(name, sorted(declared), n=1)
+                hint = f" (did you mean '{close[0]}'?)" if close else ""
+                raise ParameterError(
+                    name, f"is not a parameter of this notebook{hint}; its parameters are: {', '.join(sorted(declared))}"
+                )
+
+
+_checked_injection = False
+
+
+def _once() -> None:
+    global _checked_injection
+    if not _checked_injection:
+        _checked_injection = True
+        reject_unknown()
 
 
 def _interval(lo: float | None, hi: float | None, lo_open: bool, hi_open: bool) -> str:
@@ -59,6 +121,7 @@ def _check_range(name: str, value: float, kind: str, lo, hi, lo_open, hi_open) -
 
 def integer(name: str, value: Any, *, min: int | None = None, max: int | None = None) -> int:
     """Check that ``value`` is an integer in ``[min, max]`` and return it as ``int``."""
+    _once()
     if isinstance(value, bool) or not isinstance(value, Integral):
         raise ParameterError(name, f"must be an integer; got {value!r} ({type(value).__name__})")
     value = int(value)
@@ -76,6 +139,7 @@ def real(
     max_open: bool = False,
 ) -> float:
     """Check that ``value`` is a finite real number in the given interval and return it as ``float``."""
+    _once()
     if isinstance(value, bool) or not isinstance(value, Real):
         raise ParameterError(name, f"must be a real number; got {value!r} ({type(value).__name__})")
     value = float(value)
@@ -85,13 +149,12 @@ def real(
 
 def choice(name: str, value: Any, allowed: Iterable[Any]) -> Any:
     """Check that ``value`` is one of ``allowed`` (with a did-you-mean hint for strings)."""
+    _once()
     allowed = list(allowed)
     if value in allowed:
         return value
     hint = ""
     if isinstance(value, str):
-        import difflib
-
         close = difflib.get_close_matches(value, [str(a) for a in allowed], n=1)
         if close:
             hint = f" (did you mean {close[0]!r}?)"
@@ -99,18 +162,21 @@ def choice(name: str, value: Any, allowed: Iterable[Any]) -> Any:
 
 
 def boolean(name: str, value: Any) -> bool:
+    _once()
     if not isinstance(value, bool):
         raise ParameterError(name, f"must be True or False; got {value!r} ({type(value).__name__})")
     return value
 
 
 def text(name: str, value: Any) -> str:
+    _once()
     if not isinstance(value, str):
         raise ParameterError(name, f"must be a string; got {value!r} ({type(value).__name__})")
     return value
 
 
 def _sequence(name: str, value: Any, min_len: int) -> Sequence:
+    _once()
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
         raise ParameterError(name, f"must be a list; got {value!r} ({type(value).__name__})")
     if len(value) < min_len:
@@ -145,5 +211,6 @@ def integer_list(
 
 def require(condition: bool, name: str, message: str) -> None:
     """Cross-parameter constraint, e.g. ``require(n >= d, "n", f"must be >= d = {d} ...")``."""
+    _once()
     if not condition:
         raise ParameterError(name, message)
