@@ -19,7 +19,7 @@ at scale 1) or by passing such a callable as ``law``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -98,6 +98,7 @@ class ARData:
     lam: torch.Tensor
     T: int
     theta: np.ndarray  # (m, d) phases, float64 (for exact powers)
+    _tables: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def m(self) -> int:
@@ -117,6 +118,16 @@ class ARData:
         k = np.arange(start, stop, dtype=float)
         ph = np.exp(1j * self.theta[:, None, :] * k[None, :, None])
         return torch.from_numpy(ph).to(self.dtype)
+
+    def tables(self, positions: np.ndarray):
+        """Data-only arrays at the prediction positions t (cached): x_t, lam^t and the targets x_{t+1}."""
+        key = tuple(int(t) for t in positions)
+        if key not in self._tables:
+            t = np.asarray(positions, dtype=float)
+            ph_t = torch.from_numpy(np.exp(1j * self.theta[:, None, :] * t[None, :, None])).to(self.dtype)
+            ph_prev = ph_t * self.lam.conj()[:, None, :]
+            self._tables[key] = (ph_prev * self.x1[:, None, :], ph_t, ph_t * self.x1[:, None, :])
+        return self._tables[key]
 
     def tokens(self) -> torch.Tensor:
         """x_1..x_T, shape (m, T, d)."""

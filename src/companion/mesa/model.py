@@ -34,7 +34,7 @@ import torch
 from companion import params as P
 from companion.mesa.data import ARData
 
-__all__ = ["predict", "predict_direct", "loss", "loss_and_grad", "red_blocks", "check_weights"]
+__all__ = ["predict", "predict_direct", "loss", "loss_and_grad", "loss_grad_fast", "red_blocks", "check_weights"]
 
 
 def check_weights(W_KQ: torch.Tensor, W_PV: torch.Tensor, d: int) -> None:
@@ -68,18 +68,12 @@ def predict(data: ARData, W_KQ: torch.Tensor, W_PV: torch.Tensor, positions=None
     N = A11 + A12 * lc[:, None, :]  # (m, d, d): q_up = N x_t
     M = N + lam[:, :, None] * (A21 + A22 * lc[:, None, :])  # p = B^H q = M x_t
     R = P1 + P2 * lc[:, None, :]
-    omega = lam[:, :, None] * lc[:, None, :] - 1
-    eye = torch.eye(d, dtype=torch.bool)
-    K = torch.where(eye, torch.zeros((), dtype=dt), 1 / torch.where(eye, torch.ones((), dtype=dt), omega))
+    K, Dg = _cauchy(data)
     zc = z.conj()
     Ma = zc[:, :, None] * M  # a_t = conj(z) * p_t = Ma x_t
     Mb = K @ Ma  # K a_t = Mb x_t
-    th = torch.from_numpy(data.theta)
+    x, ph_t, _ = data.tables(pos)  # x_t = lam^(t-1) z and lam^t (from the float64 phases)
     t = torch.from_numpy(pos.astype(float))
-    # x_t = lam^(t-1) z and lam^t, from the float64 phases
-    ph_prev = torch.polar(torch.ones((), dtype=torch.float64), th[:, None, :] * (t - 1)[None, :, None]).to(dt)
-    ph_t = ph_prev * lam[:, None, :]
-    x = ph_prev * z[:, None, :]
     a = x @ Ma.transpose(1, 2)
     Ka = x @ Mb.transpose(1, 2)
     Kb = (ph_t.conj() * a) @ K.transpose(1, 2)
@@ -87,16 +81,16 @@ def predict(data: ARData, W_KQ: torch.Tensor, W_PV: torch.Tensor, positions=None
     wp = (N.transpose(1, 2) @ zc.unsqueeze(-1)).squeeze(-1)  # s' = sum_j (N^T conj z)_j x_j
     sp = (x * wp[:, None, :]).sum(-1, keepdim=True)
     tt = t.to(dt)[None, :, None]
-    y = z[:, None, :] * (tt * a + ph_t * Kb - Ka)
+    aD = a if Dg is None else a @ Dg.transpose(1, 2)
+    y = z[:, None, :] * (tt * aD + ph_t * Kb - Ka)
+    inv_rho = (1 / (t - 1)).to(dt)[None, :, None]
     v = (P1 @ z.unsqueeze(-1)).squeeze(-1)  # W_PV1 z
     out = (y - z[:, None, :] * s) @ R.transpose(1, 2) + v[:, None, :] * sp
-    return out / (tt - 1)
+    return out * inv_rho
 
 
 def _targets(data: ARData, positions=None) -> torch.Tensor:
-    pos = _positions(data.T, positions)
-    ph = torch.polar(torch.ones((), dtype=torch.float64), torch.from_numpy(data.theta)[:, None, :] * torch.from_numpy(pos.astype(float))[None, :, None])
-    return ph.to(data.dtype) * data.x1[:, None, :]  # x_{t+1} = lam^t z
+    return data.tables(_positions(data.T, positions))[2]  # x_{t+1} = lam^t z
 
 
 def loss(data: ARData, W_KQ, W_PV, weights: torch.Tensor | None = None, positions=None) -> torch.Tensor:
@@ -135,3 +129,104 @@ def predict_direct(data: ARData, W_KQ: torch.Tensor, W_PV: torch.Tensor) -> torc
     q = e[:, t - 1] @ W_KQ.to(data.dtype).T  # e_t at 0-based index t-1
     u = (pref[:, t - 1] @ q[..., None]).squeeze(-1) / (t - 1).to(data.dtype)[None, :, None]
     return u @ W_PV.to(data.dtype).T
+
+
+def _seq_mats(data: ARData, W_KQ, W_PV):
+    d, dt = data.d, data.dtype
+    z, lam = data.x1, data.lam
+    lc = lam.conj()
+    A11, A12, A21, A22 = W_KQ[:d, :d], W_KQ[:d, d:], W_KQ[d:, :d], W_KQ[d:, d:]
+    P1, P2 = W_PV[:, :d], W_PV[:, d:]
+    N = A11 + A12 * lc[:, None, :]
+    M = N + lam[:, :, None] * (A21 + A22 * lc[:, None, :])
+    R = P1 + P2 * lc[:, None, :]
+    return z, lam, N, M, R
+
+
+def _cauchy(data: ARData):
+    """Per-sequence K_jk = 1/(lam_j conj(lam_k) - 1) (j != k, non-coinciding phases) and, if some pair of
+    phases coincides exactly (possible for grid data; probability 0 for uniform phases), the 0/1 matrix D of
+    coinciding pairs (diagonal included), for which sum_{r<t} (lam_j conj lam_k)^r = t. Computed from the
+    float64 phases and cached."""
+    if "K" not in data._tables:
+        d, dt = data.d, data.dtype
+        diff = data.theta[:, :, None] - data.theta[:, None, :]
+        deg = np.abs(np.sin(diff / 2)) < 1e-12
+        om1 = 2j * np.sin(diff / 2) * np.exp(0.5j * diff)  # exp(i diff) - 1 without cancellation
+        K = np.where(deg, 0.0, 1.0 / np.where(deg, 1.0, om1))
+        D = None
+        if (deg & ~np.eye(d, dtype=bool)).any():
+            D = torch.from_numpy(deg.astype(float)).to(dt)
+        data._tables["K"] = (torch.from_numpy(K).to(dt), D)
+    return data._tables["K"]
+
+
+def loss_grad_fast(data: ARData, W_KQ, W_PV, weights=None, positions=None):
+    """Loss and closed-form gradients (PyTorch convention) in one forward/backward sweep.
+
+    Same mathematics as :func:`predict` (see the module docstring), arranged so that the four
+    position-dependent linear maps are fused into batched products:
+    ``F = X [Ma^T | Mb^T | Ma^T 1 | N^T conj(z)]`` gives (a, K a, s, s') at once, and
+    ``yhat rho = [w | s'] [R'^T; v^T]`` with ``w = t a + lam^t K(conj(lam)^t a) - K a - s``,
+    ``R' = R diag(z)``, ``v = W_PV1 z``. The backward pass applies the adjoints of the same maps
+    (K is Hermitian). Returns (loss, grad W_KQ, grad W_PV); the tests compare with autograd.
+    """
+    d, dt = data.d, data.dtype
+    check_weights(W_KQ, W_PV, d)
+    pos = _positions(data.T, positions)
+    W_KQ = W_KQ.detach().to(dt)
+    W_PV = W_PV.detach().to(dt)
+    X, ph, tgt = data.tables(pos)
+    K, Dg = _cauchy(data)
+    z, lam, N, M, R = _seq_mats(data, W_KQ, W_PV)
+    zc = z.conj()
+    MaT = (zc[:, :, None] * M).transpose(1, 2)  # Ma^T, Ma = diag(conj z) M
+    MbT = MaT @ K.transpose(1, 2)  # (K Ma)^T
+    wp = (N.transpose(1, 2) @ zc.unsqueeze(-1))  # (m, d, 1)
+    C = torch.cat([MaT, MbT, MaT.sum(-1, keepdim=True), wp], dim=-1)  # (m, d, 2d+2)
+    F = X @ C
+    a, Ka, s, sp = F[..., :d], F[..., d : 2 * d], F[..., 2 * d : 2 * d + 1], F[..., 2 * d + 1 :]
+    t = torch.from_numpy(pos.astype(float))
+    tt = t.to(dt)[None, :, None]
+    inv_rho = (1 / (t - 1)).to(dt)[None, :, None]
+    phc = ph.conj()
+    Kb = (phc * a) @ K.transpose(1, 2)
+    w = tt * (a if Dg is None else a @ Dg.transpose(1, 2)) + ph * Kb - Ka - s
+    Wx = torch.cat([w, sp], dim=-1)  # (m, N, d+1)
+    v = (W_PV[:, :d] @ z.unsqueeze(-1)).transpose(1, 2)  # (m, 1, d)
+    Rv = torch.cat([(R * z[:, None, :]).transpose(1, 2), v], dim=1)  # (m, d+1, d)
+    r = (Wx @ Rv) * inv_rho - tgt
+    per_seq = 0.5 * (r.real**2 + r.imag**2).sum(dim=(1, 2))
+    if weights is None:
+        wn = torch.full((data.m,), 1.0 / data.m, dtype=per_seq.dtype)
+    else:
+        weights = torch.as_tensor(weights, dtype=per_seq.dtype)
+        wn = weights / weights.sum()
+    L = (per_seq * wn).sum()
+    # ---- backward
+    g_out = r * (inv_rho * wn.to(dt)[:, None, None])
+    g_Rv = Wx.conj().transpose(1, 2) @ g_out  # (m, d+1, d)
+    g_Wx = g_out @ Rv.conj().transpose(1, 2)  # (m, N, d+1)
+    g_w, g_sp = g_Wx[..., :d], g_Wx[..., d:]
+    g_Kb = phc * g_w
+    g_b = g_Kb @ K.conj()  # adjoint of (. @ K^T)
+    g_a = (tt * g_w if Dg is None else (tt * g_w) @ Dg) + ph * g_b
+    g_F = torch.cat([g_a, -g_w, -g_w.sum(-1, keepdim=True), g_sp], dim=-1)
+    g_C = X.conj().transpose(1, 2) @ g_F  # (m, d, 2d+2)
+    g_MaT = g_C[..., :d] + g_C[..., d : 2 * d] @ K.conj() + g_C[..., 2 * d : 2 * d + 1]
+    g_wp = g_C[..., 2 * d + 1]  # (m, d)
+    g_M = (g_MaT * z[:, None, :]).transpose(1, 2)  # Ma^T = M^T diag(conj z)
+    g_N = g_M + z[:, :, None] * g_wp[:, None, :]  # wp = N^T conj(z): dN_ij += z_i g_wp_j
+    gA = torch.zeros_like(W_KQ)
+    gA[:d, :d] = g_N.sum(0)
+    gA[:d, d:] = (g_N * lam[:, None, :]).sum(0)
+    lc = lam.conj()
+    gA[d:, :d] = (lc[:, :, None] * g_M).sum(0)
+    gA[d:, d:] = (lc[:, :, None] * g_M * lam[:, None, :]).sum(0)
+    g_Rz = g_Rv[:, :d, :].transpose(1, 2)  # grad of R diag(z)
+    g_R = g_Rz * zc[:, None, :]
+    g_v = g_Rv[:, d, :]  # (m, d)
+    gP = torch.zeros_like(W_PV)
+    gP[:, :d] = g_R.sum(0) + (g_v[:, :, None] * zc[:, None, :]).sum(0)
+    gP[:, d:] = (g_R * lam[:, None, :]).sum(0)
+    return L, gA, gP

@@ -22,7 +22,7 @@ import torch
 from companion import params as P
 from companion.mesa import theory
 from companion.mesa.data import ARData, check_law, generate
-from companion.mesa.model import loss, predict
+from companion.mesa.model import loss, loss_grad_fast, predict
 
 __all__ = [
     "TrainingDiverged",
@@ -63,7 +63,7 @@ class RunConfig:
     init: str = "diagonal"  # or "gaussian"
     sigma_w: float = 0.01  # std of every entry for init="gaussian"
     m_test: int = 10_000
-    test_every: int = 1  # test loss every k epochs (and at the last epoch)
+    test_every: int = 5  # test loss every k epochs (and at the last epoch)
     dtype: str = "complex64"
     chunk: int = 2500  # sequences per chunk (memory bound only)
 
@@ -216,23 +216,23 @@ def train(cfg: RunConfig) -> TrainResult:
             rec["ratio"].append(last_position_ratio(test_data, W_KQ, W_PV))
         if k % cfg.test_every == 0 or k == E:
             test_epochs.append(k)
-            test_losses.append(test_loss(test_data, W_KQ, W_PV, cfg.chunk))
+            with torch.no_grad():
+                test_losses.append(sum(float(loss(c, W_KQ, W_PV)) * c.m for c in test_chunks) / cfg.m_test)
 
+    chunks = [train_data.subset(slice(i, i + cfg.chunk)) for i in range(0, cfg.m, cfg.chunk)]
+    test_chunks = [test_data.subset(slice(i, i + cfg.chunk)) for i in range(0, cfg.m_test, cfg.chunk)]
     first = None
     for k in range(E + 1):
         log(k, W_KQ, W_PV)
-        A = W_KQ.clone().requires_grad_(True)
-        Pm = W_PV.clone().requires_grad_(True)
         tot = 0.0
         gA = torch.zeros_like(W_KQ)
         gP = torch.zeros_like(W_PV)
-        for i in range(0, cfg.m, cfg.chunk):
-            sub = train_data.subset(slice(i, i + cfg.chunk))
-            L = loss(sub, A, Pm) * (sub.m / cfg.m)
-            a_, p_ = torch.autograd.grad(L, (A, Pm))
-            gA += a_
-            gP += p_
-            tot += float(L.detach())
+        for sub in chunks:
+            L, a_, p_ = loss_grad_fast(sub, W_KQ, W_PV)
+            w = sub.m / cfg.m
+            gA += w * a_
+            gP += w * p_
+            tot += w * float(L)
         if first is None:
             first = tot
         if not np.isfinite(tot) or tot > 1e6 * max(first, 1e-30) or not (torch.isfinite(gA).all() and torch.isfinite(gP).all()):
