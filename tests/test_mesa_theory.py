@@ -17,36 +17,10 @@ import pytest
 import torch
 
 from companion.mesa import theory as th
-from companion.mesa.data import ARData
+from companion.mesa.empirical import diagonal_gd, diagonal_stats, exact_population
 from companion.mesa.model import loss_and_grad, loss_grad_fast
 from companion.mesa.train import init_diagonal
 from companion.params import ParameterError
-
-
-def exact_population(law: str, d: int, T: int, scale: float = 1.0):
-    G = 6 * (T - 2) + 1
-    grid = 2 * np.pi * np.arange(G) / G
-    thetas = np.array(list(itertools.product(grid, repeat=d)))
-    if law == "full_one":
-        atoms, w = np.ones((1, d)), np.ones(1)
-    elif law == "sparse":
-        atoms = np.concatenate([np.eye(d), -np.eye(d)])
-        w = np.ones(2 * d)
-    elif law == "rademacher":
-        atoms = np.array(list(itertools.product([-1.0, 1.0], repeat=d)))
-        w = np.ones(len(atoms))
-    elif law == "gaussian":
-        nodes, wts = np.polynomial.hermite_e.hermegauss(7)  # exact up to degree 13 for N(0, 1)
-        atoms = np.array(list(itertools.product(nodes, repeat=d)))
-        w = np.prod(np.array(list(itertools.product(wts, repeat=d))), axis=1)
-    else:
-        raise ValueError(law)
-    atoms = scale * atoms
-    th_all = np.repeat(thetas, len(atoms), axis=0)
-    x1 = np.tile(atoms, (len(thetas), 1))
-    weights = torch.from_numpy(np.tile(w, len(thetas)))
-    data = ARData(torch.from_numpy(x1.astype(complex)), torch.from_numpy(np.exp(1j * th_all)), T, th_all)
-    return data, weights
 
 
 def test_checkable_numbers():
@@ -161,3 +135,16 @@ def test_one_step_gd_predict_matches_model():
     y = predict(data, W_KQ, W_PV)
     y_gd = th.one_step_gd_predict(data.tokens(), 0.4, 1.7)
     assert float((y - y_gd).abs().max()) <= 1e-12 * float(y.abs().max())
+
+
+def test_diagonal_stats_population_limit():
+    """The restricted-GD statistics on the exact population reproduce alpha and beta."""
+    data, w = exact_population("sparse", 2, 5, scale=1.5)
+    d = 2
+    # weighted means: replicate by weights (all equal for sparse)
+    Q, P = diagonal_stats(data, 1)
+    al, be = th.alpha_beta("sparse", 1.5, d, 5)
+    assert np.allclose([Q[0, j, j, j] for j in range(d)], al, rtol=1e-10)
+    assert np.allclose([P[0, j, j] for j in range(d)], be, rtol=1e-10)
+    ab = diagonal_gd(0.1, 0.1, 1e-3, 50, Q[0], P[0])
+    assert np.allclose(ab, th.reduced_gd(0.1, 0.1, 1e-3, 50, al, be)[2], rtol=1e-10)

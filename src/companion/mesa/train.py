@@ -10,11 +10,9 @@ zero after every step (equivalently their gradients are masked), the other block
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -34,7 +32,6 @@ __all__ = [
     "train",
     "run",
     "cache_dir",
-    "code_hash",
     "last_position_ratio",
     "test_loss",
 ]
@@ -65,7 +62,7 @@ class RunConfig:
     m_test: int = 10_000
     test_every: int = 5  # test loss every k epochs (and at the last epoch)
     dtype: str = "complex64"
-    chunk: int = 2500  # sequences per chunk (memory bound only)
+    chunk: int = 500  # sequences per chunk (memory and cache locality only; results do not depend on it)
 
     def validated(self) -> RunConfig:
         law = check_law(self.law)
@@ -178,10 +175,28 @@ def test_loss(data: ARData, W_KQ, W_PV, chunk: int = 2500) -> float:
         return _chunked_loss(data, W_KQ, W_PV, chunk)
 
 
+def _threads() -> int:
+    """Intra-op threads for training: ``$COMPANION_THREADS`` (default 1). On this shared 2-core machine one
+    thread is much faster than two (OpenMP threads spin against the other users' processes)."""
+    try:
+        return max(1, int(os.environ.get("COMPANION_THREADS", "1")))
+    except ValueError:
+        return 1
+
+
 def train(cfg: RunConfig) -> TrainResult:
     """Full-batch GD (no cache). Raises ParameterError('lr') for an unstable step size and
     TrainingDiverged if the loss becomes non-finite or explodes."""
     cfg = cfg.validated()
+    old = torch.get_num_threads()
+    torch.set_num_threads(_threads())
+    try:
+        return _train(cfg)
+    finally:
+        torch.set_num_threads(old)
+
+
+def _train(cfg: RunConfig) -> TrainResult:
     t_start = time.perf_counter()
     dtype = getattr(torch, cfg.dtype)
     d = cfg.d
@@ -272,30 +287,12 @@ def train(cfg: RunConfig) -> TrainResult:
 
 
 # ---------------------------------------------------------------------------------------------- cache
-def code_hash() -> str:
-    """sha256 over every source file of the companion package (a cache never outlives a code change)."""
-    root = Path(__file__).resolve().parents[1]
-    h = hashlib.sha256()
-    for p in sorted(root.rglob("*.py")):
-        h.update(str(p.relative_to(root)).encode())
-        h.update(p.read_bytes())
-    return h.hexdigest()[:16]
+def cache_dir():
+    """Where runs are cached: :func:`companion.cache.cache_dir` (keyed by the package sources and the
+    numpy/scipy/torch versions; ``COMPANION_CACHE_DIR=off`` disables it)."""
+    from companion.cache import cache_dir as _cd
 
-
-def cache_dir() -> Path | None:
-    """``$COMPANION_CACHE_DIR/<code hash>`` if set (``off``/``0``/empty disables), else
-    ``<repo>/_build/.companion_cache/<code hash>``; ``None`` when caching is disabled."""
-    env = os.environ.get("COMPANION_CACHE_DIR")
-    if env is not None:
-        if env.strip().lower() in ("", "0", "off", "none", "false"):
-            return None
-        return Path(env) / code_hash()
-    try:
-        from companion.paths import repo_root
-
-        return repo_root() / "_build" / ".companion_cache" / code_hash()
-    except FileNotFoundError:
-        return None
+    return _cd()
 
 
 _MEMO = {}
@@ -304,7 +301,8 @@ _MEMO = {}
 def run(**kwargs) -> TrainResult:
     """Validated, cached training run: ``run(law="gaussian", scale=1.0, a0=0.1, b0=0.1, lr=1e-4, ...)``.
 
-    The cache key is the full configuration plus the hash of the package sources."""
+    The cache key is the full configuration plus the hash of the package sources (joblib.Memory in
+    :func:`cache_dir`), so a code change never serves a stale run."""
     bad = set(kwargs) - set(RunConfig.__dataclass_fields__)
     if bad:
         name = sorted(bad)[0]

@@ -1,0 +1,130 @@
+"""The finite-sample loss restricted to the diagonal red-block manifold, and the sampling error of GD.
+
+On W_KQ21 = diag(a), W_PV11 = diag(b) (everything else 0) the model is
+``yhat_{t,j} = b_j sum_k a_k F_{t,jk}`` with ``F_{t,jk} = (1/(t-1)) sum_{i<t} x_{i+1,j} conj(x_{i,k}) x_{t,k}``,
+so the empirical loss is exactly
+
+    L(a, b) = 1/2 sum_j [ b_j^2 a^T Q_j a - 2 b_j a^T P_j ] + const,
+    Q_{j,kl} = (1/m) sum_{n,t} Re F_{t,jk} conj(F_{t,jl}),   P_{j,k} = (1/m) sum_{n,t} Re conj(F_{t,jk}) x_{t+1,j}.
+
+GD on (a, b) with these statistics is the finite-sample counterpart of the population reduced GD
+(:func:`companion.mesa.theory.reduced_gd`). Splitting the training set into batches and running the
+restricted GD on each batch's statistics gives the sampling spread of a*b at any epoch, which is the
+noise scale used to compare a finite-sample run with the population prediction.
+Statistics are homogeneous in the data: Q scales like scale^6 and P like scale^4.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from companion import params as P_
+from companion.mesa.data import ARData
+
+__all__ = ["diagonal_stats", "diagonal_gd", "sampling_spread", "exact_population"]
+
+
+def _F(data: ARData) -> tuple[torch.Tensor, torch.Tensor]:
+    x = data.tokens().to(torch.complex128)  # (m, T, d)
+    outer = x[:, 1:, :, None] * x[:, :-1, None, :].conj()  # x_{i+1} x_i^H, i = 1..T-1
+    cs = torch.cumsum(outer, dim=1)[:, : data.T - 2]  # index t-2: sum_{i<t}, t = 2..T-1
+    t = torch.arange(2, data.T, dtype=torch.float64)
+    F = cs * (x[:, 1 : data.T - 1, None, :] / (t - 1)[None, :, None, None])  # (m, N, d, d)
+    return F, x[:, 2:]
+
+
+def diagonal_stats(data: ARData, n_batches: int = 1, chunk: int = 500):
+    """(Q, P) summed per batch: arrays (n_batches, d, d, d) and (n_batches, d, d) of batch means."""
+    n_batches = P_.integer("n_batches", n_batches, min=1, max=data.m)
+    d = data.d
+    bounds = np.linspace(0, data.m, n_batches + 1).astype(int)
+    Q = np.zeros((n_batches, d, d, d))
+    Pm = np.zeros((n_batches, d, d))
+    for b in range(n_batches):
+        for i in range(bounds[b], bounds[b + 1], chunk):
+            sub = data.subset(slice(i, min(i + chunk, bounds[b + 1])))
+            F, y = _F(sub)
+            Q[b] += torch.einsum("ntjk,ntjl->jkl", F, F.conj()).real.numpy()
+            Pm[b] += torch.einsum("ntjk,ntj->jk", F.conj(), y).real.numpy()
+        Q[b] /= bounds[b + 1] - bounds[b]
+        Pm[b] /= bounds[b + 1] - bounds[b]
+    return Q, Pm
+
+
+def diagonal_gd(a0, b0, lr: float, epochs: int, Q: np.ndarray, P: np.ndarray):
+    """GD on the empirical loss restricted to diagonal red blocks; returns mean_j a_j b_j per epoch.
+
+    Accepts a leading batch axis on (Q, P) and returns (batches, epochs+1) in that case."""
+    Q = np.asarray(Q, dtype=float)
+    P = np.asarray(P, dtype=float)
+    single = Q.ndim == 3
+    if single:
+        Q, P = Q[None], P[None]
+    B, d = Q.shape[0], Q.shape[1]
+    a = np.full((B, d), float(a0))
+    b = np.full((B, d), float(b0))
+    out = np.empty((B, epochs + 1))
+    out[:, 0] = (a * b).mean(1)
+    for k in range(epochs):
+        Qa = np.einsum("bjkl,bl->bjk", Q, a)  # (B, j, k)
+        aQa = np.einsum("bk,bjk->bj", a, Qa)
+        aP = np.einsum("bk,bjk->bj", a, P)
+        ga = np.einsum("bj,bjk->bk", b**2, Qa) - np.einsum("bj,bjk->bk", b, P)
+        gb = b * aQa - aP
+        a, b = a - lr * ga, b - lr * gb
+        out[:, k + 1] = (a * b).mean(1)
+    return out[0] if single else out
+
+
+def sampling_spread(data: ARData, a0: float, b0: float, lr: float, epochs: int, scale: float = 1.0,
+                    n_batches: int = 10, stats=None):
+    """Finite-sample restricted GD on the whole set and its sampling standard error at every epoch.
+
+    ``data`` may be the scale-1 draw and ``scale`` the factor (Q ~ scale^6, P ~ scale^4).
+    Returns (ab_full (epochs+1,), se (epochs+1,)): se = std over the batch trajectories / sqrt(n_batches)."""
+    if stats is None:
+        stats = diagonal_stats(data, n_batches)
+    Qb, Pb = stats
+    Qb = Qb * scale**6
+    Pb = Pb * scale**4
+    full = diagonal_gd(a0, b0, lr, epochs, Qb.mean(0), Pb.mean(0))
+    per = diagonal_gd(a0, b0, lr, epochs, Qb, Pb)
+    se = per.std(axis=0, ddof=1) / np.sqrt(len(per))
+    return full, se
+
+
+def exact_population(law: str, d: int, T: int, scale: float = 1.0):
+    """A weighted data set whose weighted mean is the exact population expectation.
+
+    Phases on the grid 2 pi l / G with G = 6(T-2)+1: every per-sequence loss and gradient is a
+    trigonometric polynomial with frequencies at most 6(T-2) per coordinate, so the grid average is exact.
+    x_1 is averaged over its atoms (sparse, Rademacher, full-one) or a 7-point Gauss-Hermite rule per
+    coordinate (Gaussian; exact for the degree <= 12 polynomials in x_1 that occur).
+    Returns (ARData in complex128, weights). Size G^d x atoms: keep d and T small."""
+    import itertools
+
+    d = P_.integer("d", d, min=1, max=4)
+    T = P_.integer("T", T, min=3, max=12)
+    G = 6 * (T - 2) + 1
+    grid = 2 * np.pi * np.arange(G) / G
+    thetas = np.array(list(itertools.product(grid, repeat=d)))
+    if law == "full_one":
+        atoms, w = np.ones((1, d)), np.ones(1)
+    elif law == "sparse":
+        atoms, w = np.concatenate([np.eye(d), -np.eye(d)]), np.ones(2 * d)
+    elif law == "rademacher":
+        atoms = np.array(list(itertools.product([-1.0, 1.0], repeat=d)))
+        w = np.ones(len(atoms))
+    elif law == "gaussian":
+        nodes, wts = np.polynomial.hermite_e.hermegauss(7)
+        atoms = np.array(list(itertools.product(nodes, repeat=d)))
+        w = np.prod(np.array(list(itertools.product(wts, repeat=d))), axis=1)
+    else:
+        raise P_.ParameterError("law", f"exact population needs one of gaussian, sparse, full_one, rademacher; got {law!r}")
+    atoms = scale * atoms
+    th_all = np.repeat(thetas, len(atoms), axis=0)
+    x1 = np.tile(atoms, (len(thetas), 1))
+    weights = torch.from_numpy(np.tile(w, len(thetas)))
+    data = ARData(torch.from_numpy(x1.astype(complex)), torch.from_numpy(np.exp(1j * th_all)), T, th_all)
+    return data, weights
