@@ -11,6 +11,7 @@ Laws of x_1 (real-valued, stored in a complex dtype):
 * ``"sparse"``     -- Example 4.1: s * scale * e_k, k ~ U{1..d}, s ~ U{-1,+1} (``--isotropic 2``)
 * ``"full_one"``   -- the all-ones vector times scale        (``--isotropic 0``, scale 1)
 * ``"rademacher"`` -- i.i.d. coordinates +-scale               (a further law used in this book)
+* ``"sparse_gaussian"`` -- g * e_k, k ~ U{1..d}, g ~ N(0, scale^2) (a further law used in this book)
 
 Another law is plugged in with :func:`register_law` (a sampler ``(rng, m, d) -> (m, d)`` real array
 at scale 1) or by passing such a callable as ``law``.
@@ -43,6 +44,13 @@ def _sparse(rng: np.random.Generator, m: int, d: int) -> np.ndarray:
     return x
 
 
+def _sparse_gaussian(rng: np.random.Generator, m: int, d: int) -> np.ndarray:
+    k = rng.integers(0, d, size=m)
+    x = np.zeros((m, d))
+    x[np.arange(m), k] = rng.standard_normal(m)
+    return x
+
+
 def _full_one(rng: np.random.Generator, m: int, d: int) -> np.ndarray:
     return np.ones((m, d))
 
@@ -56,6 +64,7 @@ LAWS: dict[str, Sampler] = {
     "sparse": _sparse,
     "full_one": _full_one,
     "rademacher": _rademacher,
+    "sparse_gaussian": _sparse_gaussian,
 }
 
 

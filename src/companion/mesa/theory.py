@@ -43,6 +43,9 @@ __all__ = [
 ]
 
 
+EXACT_LAWS = ("gaussian", "sparse", "full_one", "rademacher", "sparse_gaussian")
+
+
 def harmonic(n: int, order: int = 1) -> float:
     """H^{(order)}_n = sum_{s=1}^n s^-order (0 for n = 0)."""
     n = P.integer("n", n, min=0)
@@ -66,7 +69,7 @@ class Moments:
 
 def moments(law: str, scale: float = 1.0, d: int = 5) -> Moments:
     """Exact moments of the built-in laws (spec §3.3)."""
-    law = P.choice("law", law, [k for k in ("gaussian", "sparse", "full_one", "rademacher")])
+    law = P.choice("law", law, list(EXACT_LAWS))
     s = P.real("scale", scale, min=0, min_open=True)
     d = P.integer("d", d, min=1)
     if law == "gaussian":
@@ -75,6 +78,8 @@ def moments(law: str, scale: float = 1.0, d: int = 5) -> Moments:
         return Moments(s**2 / d, s**4 / d, s**6 / d, 0.0)
     if law == "rademacher":
         return Moments(s**2, s**4, s**6, s**6)
+    if law == "sparse_gaussian":
+        return Moments(s**2 / d, 3 * s**4 / d, 15 * s**6 / d, 0.0)
     # full_one: every moment, odd ones included, is a power of the scale
     return Moments(s**2, s**4, s**6, s**6, c33=s**6, c15=s**6, c132=s**6, c13=s**4)
 
@@ -104,7 +109,7 @@ def _mom(law_or_moments, scale, d) -> Moments:
     if isinstance(law_or_moments, Moments):
         return law_or_moments
     law = check_law(law_or_moments)
-    if callable(law) or law not in ("gaussian", "sparse", "full_one", "rademacher"):
+    if callable(law) or law not in EXACT_LAWS:
         return moments_mc(law, scale, d)
     return moments(law, scale, d)
 
