@@ -60,6 +60,14 @@ def test_six_point_sweep_isolates_failures_and_resumes_after_kill(tmp_path):
     again = run_cli(*args, "--resume")
     assert "6 skipped" in again.stdout
 
+    table = run_cli("results", str(out), "--csv", str(tmp_path / "r.csv"))
+    assert table.returncode == 0
+    import csv
+
+    rows = list(csv.DictReader(open(tmp_path / "r.csv")))
+    assert len(rows) == 6 and {r["seed"] for r in rows} == {"1", "2", "3"}
+    assert sorted(r["passed"] for r in rows) == ["False"] * 3 + ["True"] * 3
+
 
 def test_refuses_to_overwrite_a_finished_sweep(tmp_path):
     out = tmp_path / "s"

@@ -1,4 +1,4 @@
-"""Command-line interface: ``companion list | run | sweep | book``.
+"""Command-line interface: ``companion list | run | sweep | results | book``.
 
 Exit statuses: 0 success; 1 a notebook raised or a claim failed; 2 bad usage or bad parameters.
 """
@@ -119,6 +119,37 @@ def cmd_sweep(args) -> int:
     return 0 if summary["failed"] == 0 and summary["error"] == 0 else 1
 
 
+def cmd_results(args) -> int:
+    import csv
+
+    from .sweep import flat_rows
+
+    path = Path(args.directory)
+    if not (path / "results.jsonl").is_file():
+        _err(f"{path} holds no results.jsonl (is it a sweep directory?)")
+        return 2
+    rows = flat_rows(path)
+    columns: list[str] = []
+    for row in rows:
+        columns += [k for k in row if k not in columns and k != "point"]
+    if args.csv:
+        with open(args.csv, "w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=["point", *columns])
+            writer.writeheader()
+            writer.writerows(rows)
+        print(f"{len(rows)} rows -> {args.csv}")
+        return 0
+
+    def fmt(v):
+        return f"{v:.6g}" if isinstance(v, float) else ("" if v is None else str(v))
+
+    table = [columns] + [[fmt(r.get(c)) for c in columns] for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(columns))]
+    for row in table:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    return 0
+
+
 def cmd_book(args) -> int:
     from .book import build
 
@@ -160,6 +191,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scheduler", metavar="ADDRESS", help="use a running Dask scheduler instead of a local cluster")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser("results", help="tabulate the results of a sweep (one row per point and claim)")
+    p.add_argument("directory", help="the sweep's --out directory")
+    p.add_argument("--csv", metavar="FILE", help="write CSV instead of printing a table")
+    p.set_defaults(func=cmd_results)
 
     p = sub.add_parser("book", help="strict build of the whole book (what `make book` runs)")
     p.add_argument("--force", action="store_true", help="re-execute every notebook")

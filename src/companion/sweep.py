@@ -36,7 +36,7 @@ import yaml
 from . import notebooks as nbs
 from .runner import coerce_parameters
 
-__all__ = ["SweepError", "parse_grid", "expand_grid", "point_id", "run_sweep", "read_results"]
+__all__ = ["SweepError", "parse_grid", "expand_grid", "point_id", "run_sweep", "read_results", "flat_rows"]
 
 
 class SweepError(ValueError):
@@ -135,6 +135,23 @@ def read_results(out: str | Path) -> dict[str, dict]:
                 continue
             last[rec["point"]] = rec
     return last
+
+
+def flat_rows(out: str | Path) -> list[dict]:
+    """One row per (point, claim) of a sweep: the point's parameters, then the claim's numbers.
+    A point that produced no record (it crashed) gives one row with its status and error."""
+    rows = []
+    for pid, rec in read_results(out).items():
+        params = {k: v for k, v in rec.get("parameters", {}).items() if k != "results_dir"}
+        claims = rec.get("records") or [None]
+        for r in claims:
+            row = {"point": pid, **params, "status": rec.get("status")}
+            if r is None:
+                row["error"] = rec.get("error")
+            else:
+                row.update({k: r.get(k) for k in ("claim", "predicted", "measured", "tolerance", "comparison", "passed")})
+            rows.append(row)
+    return rows
 
 
 class _Appender:
