@@ -15,7 +15,7 @@ from companion.params import ParameterError, choice, integer, real, require
 from .data import gd_trajectory, make_generator, sample_prompts
 from .model import eval_loss, outcome_loss, per_prompt_error, cot_inference, teacher_forced_loss, no_cot_predict, looped_predict
 
-__all__ = ["TrainResult", "train_full", "cached_train_full", "evaluate", "assumption41_init", "restricted_loss_grad", "restricted_flow"]
+__all__ = ["TrainResult", "train_full", "cached_train_full", "symmetrised_S_sample", "evaluate", "assumption41_init", "restricted_loss_grad", "restricted_flow"]
 
 
 @dataclass
@@ -151,22 +151,21 @@ def restricted_loss_grad(V: np.ndarray, W: np.ndarray, S: np.ndarray, A: np.ndar
     """Loss (6) on the sparse manifold (W24 = -1) estimated on the S sample, and its gradients:
     L = 1/2 sum_i mean_S ||(V S W + eta S) A_i - (V + eta I) S||_F^2."""
     d = V.shape[0]
-    I = np.eye(d)
     VS = V @ S  # (N, d, d)
     B = VS @ W + eta * S  # (N, d, d)
     M = B @ A - (VS + eta * S)  # (k, N, d, d)
     N = S.shape[0]
     loss = 0.5 * np.sum(M**2) / N
-    # dL/dV = mean sum_i M_i (S W A_i - S)^T ; dL/dW = mean sum_i (V S)^T M_i A_i^T
-    SWA = S @ W @ A  # (k, N, d, d)
-    gV = np.einsum("kbij,kblj->il", M, SWA - S, optimize=True) / N
-    gW = np.einsum("bji,kbjl,kbml->im", VS, M, A, optimize=True) / N
-    del I
+    # dL/dV = mean sum_i M_i (S W A_i - S)^T ;  dL/dW = mean sum_i (V S)^T M_i A_i^T
+    C = S @ W @ A - S  # (k, N, d, d)
+    gV = M.transpose(2, 0, 1, 3).reshape(d, -1) @ C.transpose(2, 0, 1, 3).reshape(d, -1).T / N
+    MA = np.sum(M @ A.transpose(0, 1, 3, 2), axis=0)  # (N, d, d)
+    gW = VS.reshape(-1, d).T @ MA.reshape(-1, d) / N
     return loss, gV, gW
 
 
 def restricted_flow(V0: np.ndarray, W0: np.ndarray, S: np.ndarray, eta: float, k: int, T: float,
-                    num_t: int = 201, rtol: float = 1e-8, atol: float = 1e-10):
+                    num_t: int = 201, rtol: float = 1e-8, atol: float = 1e-10, method: str = "LSODA"):
     """Gradient flow d(V, W)/dt = -grad L on the fixed S sample from (V0, W0); returns t, V(t), W(t), L(t)."""
     eta = real("eta", eta, min=0, min_open=True)
     k = integer("k", k, min=2)
@@ -181,7 +180,7 @@ def restricted_flow(V0: np.ndarray, W0: np.ndarray, S: np.ndarray, eta: float, k
         return -np.concatenate([gV.ravel(), gW.ravel()])
 
     t = np.linspace(0.0, T, num_t)
-    sol = integrate.solve_ivp(rhs, (0.0, T), np.concatenate([V0.ravel(), W0.ravel()]), method="RK45",
+    sol = integrate.solve_ivp(rhs, (0.0, T), np.concatenate([V0.ravel(), W0.ravel()]), method=method,
                               t_eval=t, rtol=rtol, atol=atol)
     if not sol.success or not np.all(np.isfinite(sol.y)):
         raise ParameterError("eta", f"the restricted flow failed ({sol.message})")
@@ -238,3 +237,21 @@ def cached_train_full(*args, **kwargs) -> TrainResult:
     if mem is None:
         return train_full(*args, **kwargs)
     return mem.cache(train_full)(*args, **kwargs)
+
+
+def symmetrised_S_sample(S: np.ndarray, U: np.ndarray) -> np.ndarray:
+    """Augment an S sample by the sign flips S -> (U J U^T) S (U J U^T), J = diag(h) for the rows h of a
+    Hadamard matrix (size the next power of two >= d, first d columns). The law of S is invariant under these
+    maps, and averaging over them makes every off-diagonal entry (in the basis U) of a product of S's with
+    U-diagonal matrices vanish exactly, so the restricted flow keeps V, W diagonal in U exactly, not only
+    in expectation."""
+    from scipy.linalg import hadamard
+
+    d = U.shape[0]
+    m = 1
+    while m < d:
+        m *= 2
+    H = hadamard(m)[:, :d].astype(float)
+    Sp = np.einsum("ji,bjk,kl->bil", U, S, U)
+    Ss = np.concatenate([h[:, None] * Sp * h[None, :] for h in H])
+    return np.einsum("ij,bjk,lk->bil", U, Ss, U)
