@@ -1,0 +1,56 @@
+"""Evaluation helpers for the notebooks: per-entry ratios, per-sequence losses (for standard errors),
+trained weights as tensors. Kept out of the modules a training run depends on, so editing them never
+invalidates the run cache."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from companion.mesa.data import ARData, generate
+from companion.mesa.model import predict
+
+__all__ = ["weights", "ratio_entries", "per_sequence_loss", "test_data", "train_data", "mean_se"]
+
+
+def weights(result, dtype=torch.complex128):
+    """The final (W_KQ, W_PV) of a :class:`TrainResult` as tensors."""
+    return torch.from_numpy(result.W_KQ).to(dtype), torch.from_numpy(result.W_PV).to(dtype)
+
+
+def test_data(result, m: int | None = None, dtype=torch.complex128) -> ARData:
+    """The test set of a run (same seed stream as in training), optionally only its first m sequences."""
+    c = result.config
+    data = generate(c["law"], c["m_test"], c["d"], c["T"], c["scale"], np.random.default_rng([c["seed"], 1]), dtype)
+    return data if m is None else data.subset(slice(0, m))
+
+
+def train_data(result, dtype=torch.complex128) -> ARData:
+    c = result.config
+    return generate(c["law"], c["m"], c["d"], c["T"], c["scale"], np.random.default_rng([c["seed"], 0]), dtype)
+
+
+def ratio_entries(data: ARData, W_KQ, W_PV, position: int | None = None) -> np.ndarray:
+    """Re yhat_{t,j} / (x_{t+1,j} + 1e-5) at position t (default T-1) for every sequence and coordinate."""
+    t = data.T - 1 if position is None else position
+    with torch.no_grad():
+        y = predict(data, W_KQ, W_PV, positions=[t])[:, 0]
+    x_next = data.tables(np.array([t]))[2][:, 0]
+    return (y / (x_next + 1e-5)).real.numpy().ravel()
+
+
+def per_sequence_loss(data: ARData, W_KQ, W_PV, positions=None, chunk: int = 1000) -> np.ndarray:
+    """sum_t 1/2 |yhat_t - x_{t+1}|^2 for every sequence (t over ``positions``, default 2..T-1)."""
+    out = []
+    pos = np.arange(2, data.T) if positions is None else np.atleast_1d(positions)
+    with torch.no_grad():
+        for i in range(0, data.m, chunk):
+            sub = data.subset(slice(i, i + chunk))
+            r = predict(sub, W_KQ, W_PV, positions=pos) - sub.tables(pos)[2]
+            out.append((0.5 * (r.real**2 + r.imag**2).sum(dim=(1, 2))).numpy())
+    return np.concatenate(out)
+
+
+def mean_se(v) -> tuple[float, float]:
+    v = np.asarray(v, dtype=float)
+    return float(v.mean()), float(v.std(ddof=1) / np.sqrt(len(v)))
