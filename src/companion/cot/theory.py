@@ -28,6 +28,8 @@ __all__ = [
     "sample_S_eigs",
     "gd_error_mc",
     "gd_error_mp",
+    "gd_error_samples",
+    "median_se",
     "mp_edges",
     "mp_density",
     "one_step_ood_error",
@@ -156,6 +158,25 @@ def gd_error_mc(k: int, eta: float, eigs: np.ndarray) -> MCEstimate:
         per = np.sum((1.0 - eta * np.asarray(eigs)) ** (2 * k), axis=-1)
     num = per.shape[0]
     return MCEstimate(float(per.mean()), float(per.std(ddof=1) / np.sqrt(num)), float(np.median(per)), num)
+
+
+def gd_error_samples(k: int, eta: float, eigs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Per-prompt k-step GD errors ||(I - eta S)^k w*||^2 with a fresh w* ~ N(0, I) per prompt: by rotation
+    invariance this is sum_j (1 - eta lambda_j)^{2k} z_j^2 with z ~ N(0, I) (the law of the per-prompt error,
+    e.g. for medians)."""
+    k = integer("k", k, min=0)
+    eta = real("eta", eta, min=0)
+    eigs = np.asarray(eigs)
+    z = rng.standard_normal(eigs.shape)
+    with np.errstate(over="ignore"):
+        return np.sum((1.0 - eta * eigs) ** (2 * k) * z**2, axis=-1)
+
+
+def median_se(x: np.ndarray, rng: np.random.Generator, num_boot: int = 200) -> float:
+    """Bootstrap standard error of the median of ``x``."""
+    x = np.asarray(x)
+    idx = rng.integers(0, len(x), size=(num_boot, len(x)))
+    return float(np.std(np.median(x[idx], axis=1), ddof=1))
 
 
 # ----------------------------------------------------------------------------- Marchenko--Pastur
