@@ -52,18 +52,19 @@ def diagonal_stats(data: ARData, n_batches: int = 1, chunk: int = 500):
     return Q, Pm
 
 
-def diagonal_gd(a0, b0, lr: float, epochs: int, Q: np.ndarray, P: np.ndarray):
+def diagonal_gd(a0, b0, lr: float, epochs: int, Q: np.ndarray, P: np.ndarray, return_ab: bool = False):
     """GD on the empirical loss restricted to diagonal red blocks; returns mean_j a_j b_j per epoch.
 
-    Accepts a leading batch axis on (Q, P) and returns (batches, epochs+1) in that case."""
+    ``a0``, ``b0``: scalars or per-coordinate vectors. Accepts a leading batch axis on (Q, P) and returns
+    (batches, epochs+1) in that case. With ``return_ab`` also the final per-coordinate (a, b)."""
     Q = np.asarray(Q, dtype=float)
     P = np.asarray(P, dtype=float)
     single = Q.ndim == 3
     if single:
         Q, P = Q[None], P[None]
     B, d = Q.shape[0], Q.shape[1]
-    a = np.full((B, d), float(a0))
-    b = np.full((B, d), float(b0))
+    a = np.broadcast_to(np.asarray(a0, dtype=float), (B, d)).copy()
+    b = np.broadcast_to(np.asarray(b0, dtype=float), (B, d)).copy()
     out = np.empty((B, epochs + 1))
     out[:, 0] = (a * b).mean(1)
     for k in range(epochs):
@@ -74,6 +75,8 @@ def diagonal_gd(a0, b0, lr: float, epochs: int, Q: np.ndarray, P: np.ndarray):
         gb = b * aQa - aP
         a, b = a - lr * ga, b - lr * gb
         out[:, k + 1] = (a * b).mean(1)
+    if return_ab:
+        return (out[0], a[0], b[0]) if single else (out, a, b)
     return out[0] if single else out
 
 

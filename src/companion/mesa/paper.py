@@ -14,6 +14,7 @@ TABLE1 = {
 }
 PROBES = [("rademacher", 1.0, 1e-3), ("sparse_gaussian", 1.0, 1e-3)]  # with init (0.5, 1.5)
 FIG5 = dict(law="gaussian", scale=1.0, lr=1e-4, epochs=300, sigma_ws=[0.01, 0.1])
+APPENDIX_INITS = [(1.5, 0.5), (1.0, 0.2)]  # further diagonal inits (Gaussian sigma = 1, lr 1e-4)
 SMALL_T = dict(Ts=[3, 4, 6, 10, 20, 50], kappa=0.25, init=(0.5, 1.5), law="gaussian", scale=1.0)
 
 
@@ -38,6 +39,10 @@ def paper_runs() -> list[dict]:
     for sw in FIG5["sigma_ws"]:
         c = dict(COMMON, epochs=FIG5["epochs"])
         out.append(dict(law="gaussian", scale=1.0, init="gaussian", sigma_w=sw, lr=FIG5["lr"], **c))
+    c = dict(COMMON, epochs=FIG5["epochs"])
+    out.append(dict(law="gaussian", scale=1.0, a0=0.5, b0=1.5, lr=FIG5["lr"], **c))  # Fig. 5 diagonal reference
+    for a0, b0 in APPENDIX_INITS:
+        out.append(dict(law="gaussian", scale=1.0, a0=a0, b0=b0, lr=1e-4, **COMMON))
     a0, b0 = SMALL_T["init"]
     for T in SMALL_T["Ts"]:
         c = dict(COMMON, T=T)
