@@ -1,0 +1,152 @@
+"""Benchmark of companion.mesa (not a timed test).
+
+1. One full-batch epoch (loss + all gradients) at d=5, T=100, m=10^4 with the fast closed-form
+   implementation, against two references that evaluate the model prefix by prefix:
+   * the deliberately naive reference of tests/test_mesa_reference.py (one sequence and one prefix at a
+     time, autograd), timed on a few sequences and scaled linearly to m (its cost is linear in m);
+   * a straightforward prefix loop vectorised over sequences (like the reference code's forward_train:
+     loop over t, E_t E_t^H batched over sequences, autograd), timed on a subset and scaled linearly.
+   Both references are compared with the fast implementation on the same sequences (complex128).
+2. With --paper: the wall time of every paper-scale run of the mesa notebooks (companion.mesa.paper),
+   computed from scratch (run cache disabled), and with --notebooks also the wall time of executing the
+   seven mesa notebooks at their default (paper) parameters with an empty run cache.
+
+Timings are noisy on the shared 2-core machine (three engineers); medians of a few repeats are printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from companion.mesa.data import generate, embed  # noqa: E402
+from companion.mesa.model import loss_grad_fast  # noqa: E402
+from test_mesa_reference import naive_loss_and_grad  # noqa: E402
+
+
+def prefix_loop_loss_and_grad(data, W_KQ, W_PV):
+    """Straightforward reference: loop over prefixes t, batched over sequences, autograd."""
+    A = W_KQ.clone().requires_grad_(True)
+    P = W_PV.clone().requires_grad_(True)
+    x = data.tokens()
+    e = embed(x)
+    total = 0.0
+    for t in range(2, data.T):
+        E = e[:, :t]  # (m, t, 2d)
+        S = E.transpose(1, 2) @ E.conj() / (t - 1)  # sum_i e_i e_i^H / (t-1)
+        y = (S @ (e[:, t - 1] @ A.T).unsqueeze(-1)).squeeze(-1) @ P.T
+        total = total + 0.5 * ((y - x[:, t]).abs() ** 2).sum() / data.m
+    gA, gP = torch.autograd.grad(total, (A, P))
+    return total.detach(), gA, gP
+
+
+def timed(f, repeats):
+    ts = []
+    out = None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        out = f()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts), out
+
+
+def epoch_benchmark(m: int, T: int, d: int, n_naive: int, n_loop: int, repeats: int) -> None:
+    torch.set_num_threads(int(os.environ.get("COMPANION_THREADS", "1")))
+    print(f"torch threads: {torch.get_num_threads()}")
+    g = torch.Generator().manual_seed(0)
+    for dtype in (torch.complex64, torch.complex128):
+        data = generate("gaussian", m, d, T, 1.0, rng=1, dtype=dtype)
+        chunks = [data.subset(slice(i, i + 500)) for i in range(0, m, 500)]
+        A = (0.1 * torch.randn(2 * d, 2 * d, dtype=torch.complex128, generator=g)).to(dtype)
+        P = (0.1 * torch.randn(d, 2 * d, dtype=torch.complex128, generator=g)).to(dtype)
+
+        def epoch():
+            return [loss_grad_fast(c, A, P) for c in chunks]
+
+        epoch()  # warm-up: builds the cached position tables
+        t_fast, _ = timed(epoch, repeats)
+        print(f"fast closed form, {str(dtype):16s}: {t_fast * 1e3:8.1f} ms per full-batch epoch (m={m}, T={T}, d={d})")
+        if dtype == torch.complex128:
+            t_fast128 = t_fast
+        else:
+            t_fast64 = t_fast
+
+    data = generate("gaussian", m, d, T, 1.0, rng=1, dtype=torch.complex128)
+    A = 0.1 * torch.randn(2 * d, 2 * d, dtype=torch.complex128, generator=g)
+    P = 0.1 * torch.randn(d, 2 * d, dtype=torch.complex128, generator=g)
+
+    small = data.subset(slice(0, n_naive))
+    t_naive, (L0, gA0, gP0, _) = timed(lambda: naive_loss_and_grad(small, A, P), 1)
+    L1, gA1, gP1 = loss_grad_fast(small, A, P)
+    rel = lambda u, v: float((u - v).abs().max() / v.abs().max())  # noqa: E731
+    t_naive_full = t_naive * m / n_naive
+    print(f"naive per-prefix reference (complex128): {t_naive:.2f} s for {n_naive} sequences -> {t_naive_full:.0f} s per epoch at m={m} (linear scaling)")
+    print(f"  same numbers: loss rel. diff {abs(float(L1) - float(L0)) / float(L0):.1e}, grad W_KQ {rel(gA1, gA0):.1e}, grad W_PV {rel(gP1, gP0):.1e}")
+
+    sub = data.subset(slice(0, n_loop))
+    t_loop, (L2, gA2, gP2) = timed(lambda: prefix_loop_loss_and_grad(sub, A, P), 1)
+    L3, gA3, gP3 = loss_grad_fast(sub, A, P)
+    t_loop_full = t_loop * m / n_loop
+    print(f"prefix loop vectorised over sequences (complex128): {t_loop:.2f} s for {n_loop} sequences -> {t_loop_full:.1f} s per epoch at m={m}")
+    print(f"  same numbers: loss rel. diff {abs(float(L3) - float(L2)) / float(L2):.1e}, grad W_KQ {rel(gA3, gA2):.1e}, grad W_PV {rel(gP3, gP2):.1e}")
+    print(f"speed-up of the fast complex128 epoch: {t_naive_full / t_fast128:.0f}x vs naive, {t_loop_full / t_fast128:.0f}x vs prefix loop")
+    print(f"speed-up of the fast complex64 epoch (used for training): {t_naive_full / t_fast64:.0f}x vs naive, {t_loop_full / t_fast64:.0f}x vs prefix loop")
+
+
+def paper_benchmark() -> None:
+    os.environ["COMPANION_CACHE_DIR"] = "off"
+    from companion.mesa.paper import paper_runs
+    from companion.mesa.train import run
+
+    t0 = time.perf_counter()
+    for kw in paper_runs():
+        t1 = time.perf_counter()
+        r = run(**kw)
+        print(f"{time.perf_counter() - t1:7.1f} s  {kw['law']:10s} scale={kw['scale']:<4g} T={kw['T']:<4d} epochs={kw['epochs']} "
+              f"init={kw.get('init', 'diagonal')} ({kw.get('a0', '')}, {kw.get('b0', '')}) lr={kw['lr']:.3g} mask={kw.get('mask', False)}: ab={r.ab[-1]:.5f}",
+              flush=True)
+    print(f"all {len(paper_runs())} paper-scale runs: {time.perf_counter() - t0:.0f} s")
+
+
+def notebooks_benchmark() -> None:
+    names = ["setup", "thm4_1_emergence", "thm4_2_capability", "prop4_1_gaussian", "prop4_2_beyond", "thm4_3_masking",
+             "appendix_experiments"]
+    with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as out:
+        env = dict(os.environ, COMPANION_CACHE_DIR=cache)
+        total = time.perf_counter()
+        for n in names:
+            t0 = time.perf_counter()
+            proc = subprocess.run([str(ROOT / ".venv/bin/companion"), "run", f"mesa/{n}", "-o", f"{out}/{n}", "--quiet"],
+                                  env=env, capture_output=True, text=True)
+            print(f"{time.perf_counter() - t0:7.1f} s  mesa/{n} (exit {proc.returncode})", flush=True)
+        print(f"all mesa notebooks at paper settings, empty run cache at start: {time.perf_counter() - total:.0f} s")
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--m", type=int, default=10_000)
+    ap.add_argument("--T", type=int, default=100)
+    ap.add_argument("--d", type=int, default=5)
+    ap.add_argument("--n-naive", type=int, default=20, help="sequences for the naive reference (scaled to m)")
+    ap.add_argument("--n-loop", type=int, default=1000, help="sequences for the prefix loop (scaled to m)")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--paper", action="store_true", help="also time every paper-scale run from scratch")
+    ap.add_argument("--notebooks", action="store_true", help="also execute the 7 mesa notebooks at paper settings")
+    a = ap.parse_args()
+    epoch_benchmark(a.m, a.T, a.d, a.n_naive, a.n_loop, a.repeats)
+    if a.paper:
+        paper_benchmark()
+    if a.notebooks:
+        notebooks_benchmark()
