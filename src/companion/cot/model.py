@@ -121,18 +121,24 @@ def cot_inference(prompts: Prompts, W_KQ: torch.Tensor, W_PV: torch.Tensor, k: i
     B, d, n = X.shape
     _check_params(W_KQ, W_PV, d)
     ws = slice(d + 1, 2 * d + 1)
-    Z0 = embed(prompts)
-    G = Z0 @ Z0.transpose(1, 2) / n  # (B, D, D), includes the first token (0, 0, 0, 1)
-    t = Z0[:, :, -1]
-    out = [t[:, ws]]
-    for _ in range(k):
-        u = t @ W_KQ.T
-        t_new = t + torch.einsum("bij,bj->bi", G, u) @ W_PV.T
+    D = 2 * d + 2
+    E = torch.cat([X, y.unsqueeze(1)], dim=1)  # non-zero rows of the data columns
+    G_xy = E @ E.transpose(1, 2) / n  # (B, d+1, d+1): the data part of Z Z^T / n
+    tok = X.new_zeros(B, k + 1, D)  # tokens t_0, ..., t_k (the columns after the data)
+    tok[:, 0, 2 * d + 1] = 1.0
+    out = [tok[:, 0, ws]]
+    for i in range(k):
+        t = tok[:, i]
+        u = t @ W_KQ.T  # W_KQ t
+        # Z_i Z_i^T u / n = G_data u + sum_{j <= i} t_j (t_j^T u) / n  (no D x D update per step)
+        prev = tok[:, : i + 1]
+        h = (prev.transpose(1, 2) @ (prev @ u.unsqueeze(-1))).squeeze(-1) / n
+        h[:, : d + 1] += (G_xy @ u[:, : d + 1].unsqueeze(-1)).squeeze(-1)
+        t_new = t + h @ W_PV.T
         if append == "clean":
             t_new = cot_tokens(t_new[:, None, ws])[:, 0]
-        G = G + torch.einsum("bi,bj->bij", t_new, t_new) / n
-        t = t_new
-        out.append(t[:, ws])
+        tok[:, i + 1] = t_new
+        out.append(t_new[:, ws])
     return torch.stack(out, dim=1)
 
 

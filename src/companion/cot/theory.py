@@ -172,11 +172,16 @@ def gd_error_samples(k: int, eta: float, eigs: np.ndarray, rng: np.random.Genera
         return np.sum((1.0 - eta * eigs) ** (2 * k) * z**2, axis=-1)
 
 
-def median_se(x: np.ndarray, rng: np.random.Generator, num_boot: int = 200) -> float:
-    """Bootstrap standard error of the median of ``x``."""
-    x = np.asarray(x)
-    idx = rng.integers(0, len(x), size=(num_boot, len(x)))
-    return float(np.std(np.median(x[idx], axis=1), ddof=1))
+def median_se(x: np.ndarray) -> float:
+    """Standard error of the sample median from order statistics (distribution-free): the median's rank has
+    binomial standard deviation sqrt(N)/2, so SE ~ (q(1/2 + 1/(2 sqrt N)) - q(1/2 - 1/(2 sqrt N))) / 2.
+    Infinite entries (divergent prompts) are allowed."""
+    x = np.asarray(x, dtype=float)
+    x = x[~np.isnan(x)]
+    N = len(x)
+    h = 0.5 / np.sqrt(N)
+    lo, hi = np.quantile(x, [0.5 - h, 0.5 + h], method="inverted_cdf")
+    return float((hi - lo) / 2)
 
 
 # ----------------------------------------------------------------------------- Marchenko--Pastur
