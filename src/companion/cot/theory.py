@@ -40,6 +40,9 @@ __all__ = [
     "looped_loss",
     "looped_optimum",
     "looped_optimum_exact_k2",
+    "looped_optimum_se",
+    "looped_two_param_loss",
+    "looped_two_param_optimum",
 ]
 
 
@@ -287,19 +290,31 @@ def solve_reduced_flow(eta: float, k: int, sigma: float, T: float, lam=1.0, num_
 
 
 # ----------------------------------------------------------------------------- looped transformer
+def _ipow(x: np.ndarray, p: int) -> np.ndarray:
+    """x**p for an integer p >= 0 by repeated squaring (much faster than np.power on float arrays)."""
+    result = np.ones_like(x)
+    base = np.array(x, dtype=float, copy=True)
+    while p:
+        if p & 1:
+            result = result * base
+        p >>= 1
+        if p:
+            base = base * base
+    return result
+
+
 def looped_loss(c, k: int, eigs: np.ndarray) -> np.ndarray:
     """Monte-Carlo E tr (I - c S)^{2k} over the eigenvalue sample, for a scalar or an array of c."""
     c = np.asarray(c, dtype=float)
     e = np.asarray(eigs, dtype=float)
-    return np.mean(np.sum((1.0 - c[..., None, None] * e) ** (2 * k), axis=-1), axis=-1)
+    return np.mean(np.sum(_ipow(1.0 - c[..., None, None] * e, 2 * k), axis=-1), axis=-1)
 
 
-def looped_optimum(k: int, eigs: np.ndarray, bracket=(1e-3, 2.0)) -> tuple[float, float]:
+def looped_optimum(k: int, eigs: np.ndarray, bracket=(1e-3, 1.5)) -> tuple[float, float]:
     """c_k = argmin_c E tr (I - c S)^{2k} on an eigenvalue sample (bounded scalar minimisation)."""
     k = integer("k", k, min=1)
-    res = optimize.minimize_scalar(lambda c: float(looped_loss(c, k, eigs)), bounds=bracket, method="bounded",
-                                   options={"xatol": 1e-10})
-    return float(res.x), float(res.fun)
+    c = _grid_then_refine(lambda c: float(looped_loss(c, k, eigs)), bracket, fv=lambda g: looped_loss(g, k, eigs))
+    return c, float(looped_loss(c, k, eigs))
 
 
 def looped_optimum_exact_k2(d: int, n: int) -> tuple[float, float]:
@@ -312,3 +327,50 @@ def looped_optimum_exact_k2(d: int, n: int) -> tuple[float, float]:
     vals = [sum(coef[p] * r**p for p in range(5)) for r in roots]
     j = int(np.argmin(vals))
     return float(roots[j]), float(vals[j])
+
+
+def looped_optimum_se(c: float, k: int, eigs: np.ndarray) -> float:
+    """Delta-method standard error of the Monte-Carlo argmin c_k of F(c) = E tr (I - c S)^{2k}:
+    SE(c_hat) ~ SE(F'_hat(c)) / F''(c), with per-prompt derivatives."""
+    e = np.asarray(eigs, dtype=float)
+    base = 1.0 - c * e
+    d1 = np.sum(-2 * k * e * base ** (2 * k - 1), axis=-1)
+    d2 = np.sum(2 * k * (2 * k - 1) * e**2 * base ** (2 * k - 2), axis=-1)
+    return float(d1.std(ddof=1) / np.sqrt(len(d1)) / d2.mean())
+
+
+def looped_two_param_loss(c, k: int, eigs: np.ndarray):
+    """Looped model with V31 = v I, W13 = w I, W24 = -1: w_hat_k = b (I - (I - c S)^k) w* with c = -v w, b = 1/w.
+    For a given c the best b is b* = E sum h / E sum h^2 (h = 1 - (1 - c lambda)^k), with loss
+    d - (E sum h)^2 / E sum h^2. Returns (loss, b*) (arrays if ``c`` is an array)."""
+    e = np.asarray(eigs, dtype=float)
+    c = np.asarray(c, dtype=float)
+    h = 1.0 - _ipow(1.0 - c[..., None, None] * e, k)
+    m1 = np.mean(np.sum(h, axis=-1), axis=-1)
+    m2 = np.mean(np.sum(h**2, axis=-1), axis=-1)
+    loss, b = e.shape[-1] - m1**2 / m2, m1 / m2
+    if loss.ndim == 0:
+        return float(loss), float(b)
+    return loss, b
+
+
+def looped_two_param_optimum(k: int, eigs: np.ndarray, bracket=(1e-3, 1.5)) -> tuple[float, float, float]:
+    """Jointly optimal (c, b) of the isotropic looped model with a trainable W13 scale; returns (c, b, loss)."""
+    k = integer("k", k, min=1)
+    c = _grid_then_refine(lambda c: looped_two_param_loss(c, k, eigs)[0], bracket,
+                          fv=lambda g: looped_two_param_loss(g, k, eigs)[0])
+    loss, b = looped_two_param_loss(c, k, eigs)
+    return c, b, loss
+
+
+def _grid_then_refine(f, bracket, num: int = 60, fv=None) -> float:
+    """Global search on a grid (vectorised through ``fv`` if given), then a bounded scalar refinement between
+    the neighbouring grid points (the objectives are polynomials of high degree with far-away spurious regions)."""
+    grid = np.linspace(bracket[0], bracket[1], num)
+    with np.errstate(over="ignore", invalid="ignore"):
+        vals = np.asarray(fv(grid), dtype=float) if fv is not None else np.array([f(c) for c in grid])
+    vals[~np.isfinite(vals)] = np.inf
+    j = int(np.argmin(vals))
+    lo, hi = grid[max(j - 1, 0)], grid[min(j + 1, num - 1)]
+    res = optimize.minimize_scalar(f, bounds=(lo, hi), method="bounded", options={"xatol": 1e-12})
+    return float(res.x)
