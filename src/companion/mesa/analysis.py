@@ -54,3 +54,22 @@ def per_sequence_loss(data: ARData, W_KQ, W_PV, positions=None, chunk: int = 100
 def mean_se(v) -> tuple[float, float]:
     v = np.asarray(v, dtype=float)
     return float(v.mean()), float(v.std(ddof=1) / np.sqrt(len(v)))
+
+
+def check_ab(v, name: str, what: str, gd: float, restricted: float, pop: float, se: float, d: int, m: int) -> None:
+    """Two verdict claims for a finite-sample value of a*b (or of a, b) against the population GD.
+
+    * ``<name>_sampling``: the finite-sample GD *restricted to the diagonal manifold* (same data, exact
+      empirical statistics) against the population GD: the difference is pure sampling error, tested at
+      4 jackknife standard errors (+ 2e-5 relative float32 round-off of the runs).
+    * ``<name>_leak``: the full-parameter GD against that restricted GD: the difference is the feedback of
+      the 6 d^2 off-manifold parameters, zero in population and a finite-sample effect of relative order
+      p/m (p = 6 d^2 free real parameters fitted to m sequences); tested at p/m relative.
+    """
+    v.check(f"{name}_sampling", quantity=f"{what}: diagonal-restricted finite-sample GD vs population GD",
+            predicted=pop, measured=restricted, tolerance=4 * se + 2e-5 * abs(pop), comparison="abs",
+            reason="4 sampling standard errors (delete-one-batch jackknife of the restricted GD) + float32 round-off")
+    p = 6 * d * d
+    v.check(f"{name}_leak", quantity=f"{what}: full-parameter GD vs diagonal-restricted GD on the same data",
+            predicted=restricted, measured=gd, tolerance=p / m * abs(restricted) + 2e-5 * abs(restricted), comparison="abs",
+            reason=f"off-manifold feedback: zero in population, relative order p/m with p = 6d^2 = {p} parameters and m = {m}")
