@@ -122,3 +122,39 @@ def test_training_reaches_the_no_cot_floor_quickly_and_divergence_names_lr():
 def test_cache_is_disabled_in_tests_and_hash_is_stable():
     assert os.environ["COMPANION_CACHE_DIR"] == "off" and tr._memory() is None
     assert tr._source_hash() == tr._source_hash()
+
+
+def test_per_prompt_error_law_median_se_and_two_param_looped():
+    d, n = 6, 12
+    rng = np.random.default_rng(7)
+    eigs = th.sample_S_eigs(d, n, 40_000, rng)
+    per = th.gd_error_samples(3, 0.4, eigs, rng)
+    est = th.gd_error_mc(3, 0.4, eigs)
+    assert abs(per.mean() - est.mean) <= 4 * per.std(ddof=1) / np.sqrt(len(per))
+    # order-statistic SE of the median vs the normal-theory value 1.2533 sigma / sqrt(N)
+    x = rng.standard_normal(40_000)
+    assert th.median_se(x) == pytest.approx(1.2533 / np.sqrt(40_000), rel=0.15)
+    # two-parameter looped optimum: k = 1 gives back the one-step floor, and k >= 2 improves on W13 = I
+    assert th.looped_two_param_optimum(1, eigs)[2] == pytest.approx(th.looped_optimum(1, eigs)[1], rel=1e-8)
+    c, b, L = th.looped_two_param_optimum(3, eigs)
+    assert L < th.looped_optimum(3, eigs)[1] and b > 1
+
+
+def test_symmetrised_sample_keeps_the_flow_in_the_eigenbasis():
+    d, n, k, eta = 3, 6, 3, 0.4
+    rng = np.random.default_rng(8)
+    V0, W0 = tr.assumption41_init(d, 0.05, rng)
+    _, U = np.linalg.eigh(V0)
+    S = tr.symmetrised_S_sample(th.sample_S(d, n, 5, rng), U)
+    assert S.shape == (20, d, d)
+    _, gV, gW = tr.restricted_loss_grad(V0, W0, S, tr._A(S, eta, k), eta)
+    for G in (gV, gW):
+        Gu = U.T @ G @ U
+        assert np.abs(Gu - np.diag(np.diag(Gu))).max() < 1e-13 * np.abs(Gu).max()
+
+
+def test_ood_prompts_have_the_requested_covariance():
+    Sigma = np.diag([0.5, 2.0])
+    p = sample_prompts(40_000, 2, 3, make_generator(9), Sigma=Sigma)
+    emp = torch.einsum("bdn,ben->de", p.X, p.X).numpy() / (40_000 * 3)
+    np.testing.assert_allclose(emp, Sigma, atol=0.03)
