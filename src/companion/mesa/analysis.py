@@ -71,5 +71,6 @@ def check_ab(v, name: str, what: str, gd: float, restricted: float, pop: float, 
             reason="4 sampling standard errors (delete-one-batch jackknife of the restricted GD) + float32 round-off")
     p = 6 * d * d
     v.check(f"{name}_leak", quantity=f"{what}: full-parameter GD vs diagonal-restricted GD on the same data",
-            predicted=restricted, measured=gd, tolerance=p / m * abs(restricted) + 2e-5 * abs(restricted), comparison="abs",
-            reason=f"off-manifold feedback: zero in population, relative order p/m with p = 6d^2 = {p} parameters and m = {m}")
+            predicted=restricted, measured=gd, tolerance=2 * p / m * abs(restricted) + 2e-5 * abs(restricted), comparison="abs",
+            reason=f"off-manifold feedback: zero in population, relative order p/m (p = 6d^2 = {p} parameters, m = {m}); "
+                   "2 p/m allows an O(1) constant up to 2")
