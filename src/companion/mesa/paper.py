@@ -48,3 +48,17 @@ def paper_runs() -> list[dict]:
         c = dict(COMMON, T=T)
         out.append(dict(law="gaussian", scale=1.0, a0=a0, b0=b0, lr=small_T_lr(T, SMALL_T["kappa"], a0, b0), **c))
     return out
+
+
+if __name__ == "__main__":  # pragma: no cover - warm the run cache before a paper-scale book build
+    import time
+
+    from companion.mesa.train import cache_dir, run
+
+    print(f"run cache: {cache_dir()}", flush=True)
+    t0 = time.perf_counter()
+    for kw in paper_runs():
+        t1 = time.perf_counter()
+        run(**kw)
+        print(f"{time.perf_counter() - t1:7.1f} s  {kw}", flush=True)
+    print(f"{len(paper_runs())} runs in {time.perf_counter() - t0:.0f} s", flush=True)
