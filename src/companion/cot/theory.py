@@ -33,6 +33,7 @@ __all__ = [
     "mp_edges",
     "mp_density",
     "one_step_ood_error",
+    "one_step_optimal_V",
     "stage1_v",
     "reduced_loss",
     "reduced_grad",
@@ -374,3 +375,14 @@ def _grid_then_refine(f, bracket, num: int = 60, fv=None) -> float:
     lo, hi = grid[max(j - 1, 0)], grid[min(j + 1, num - 1)]
     res = optimize.minimize_scalar(f, bounds=(lo, hi), method="bounded", options={"xatol": 1e-12})
     return float(res.x)
+
+
+def one_step_optimal_V(Sigma, n: int) -> np.ndarray:
+    """The Sigma-aware optimal one-step predictor w_hat = -V S w*: V = -Gamma^{-1} with
+    Gamma = ((n+1)/n) Sigma + (tr Sigma / n) I (minimiser of :func:`one_step_ood_error`)."""
+    Sigma = np.asarray(Sigma, dtype=float)
+    d = Sigma.shape[0]
+    Sigma = _check_sigma(Sigma, d)
+    n = integer("n", n, min=1)
+    Gamma = (n + 1) / n * Sigma + np.trace(Sigma) / n * np.eye(d)
+    return -np.linalg.inv(Gamma)
