@@ -22,8 +22,10 @@ and, because x_i = D^{i-1} z is geometric in i, ``(G_t)_{jk} = z_j conj(z_k) sum
     y_t = G_t M x_t,  M = B^H W_KQ B,  R = W_PV1 + W_PV2 conj(D),  s'_t = z^H (W_KQ11 + W_KQ12 conj(D)) x_t,
 
 so every quantity is an (m, positions, d) array and a few batched d x d products: no loop over t or
-over sequences. Gradients come from torch autograd through this formula; the tests compare
-predictions, loss and gradients with a naive per-prefix implementation.
+over sequences. :func:`loss_grad_fast` (used for training) adds the closed-form backward pass of the same
+maps; :func:`loss_and_grad` differentiates :func:`predict` with torch autograd. The tests compare
+predictions, loss and both gradients with a deliberately naive per-prefix implementation and with exact
+population averages.
 """
 
 from __future__ import annotations
