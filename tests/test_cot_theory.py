@@ -158,3 +158,15 @@ def test_ood_prompts_have_the_requested_covariance():
     p = sample_prompts(40_000, 2, 3, make_generator(9), Sigma=Sigma)
     emp = torch.einsum("bdn,ben->de", p.X, p.X).numpy() / (40_000 * 3)
     np.testing.assert_allclose(emp, Sigma, atol=0.03)
+
+
+def test_sigma_optimal_one_step_predictor_minimises_the_ood_formula():
+    Sigma, n = np.diag([0.5, 1.0, 2.0]), 7
+    V = th.one_step_optimal_V(Sigma, n)
+    base = th.one_step_ood_error(V, Sigma, n)
+    rng = np.random.default_rng(10)
+    for _ in range(20):
+        E = 1e-3 * rng.standard_normal((3, 3))
+        assert th.one_step_ood_error(V + E, Sigma, n) >= base
+    # isotropic case: Gamma^{-1} = eta* I and the optimum is the floor
+    assert np.allclose(th.one_step_optimal_V(np.eye(10), 20), -th.eta_star(10, 20) * np.eye(10))
