@@ -74,3 +74,31 @@ def check_ab(v, name: str, what: str, gd: float, restricted: float, pop: float, 
             predicted=restricted, measured=gd, tolerance=2 * p / m * abs(restricted) + 2e-5 * abs(restricted), comparison="abs",
             reason=f"off-manifold feedback: zero in population, relative order p/m (p = 6d^2 = {p} parameters, m = {m}); "
                    "2 p/m allows an O(1) constant up to 2")
+
+
+def diag_projection(result, dtype=torch.complex128):
+    """The trained weights projected on the diagonal red-block manifold: (W_KQ, W_PV) with only the real
+    diagonals of the two red blocks kept. Returns (W_KQ, W_PV, a, b)."""
+    d = result.W_PV.shape[0]
+    a = np.diag(result.W_KQ[d:, :d].real).copy()
+    b = np.diag(result.W_PV[:, :d].real).copy()
+    W_KQ = torch.zeros(2 * d, 2 * d, dtype=dtype)
+    W_PV = torch.zeros(d, 2 * d, dtype=dtype)
+    W_KQ[d:, :d] = torch.diag(torch.from_numpy(a).to(dtype))
+    W_PV[:, :d] = torch.diag(torch.from_numpy(b).to(dtype))
+    return W_KQ, W_PV, a, b
+
+
+def diag_population_loss(law: str, scale: float, T: int, a, b) -> float:
+    """Population AR loss at a diagonal red-block point with per-coordinate (a_j, b_j) (spec §4.1):
+    1/2 sum_j [ N b_j^2 a_j^2 m6 + H b_j^2 sum_{k != j} a_k^2 m24 - 2 N a_j b_j m4 + N m2 ]."""
+    from companion.mesa import theory as th
+
+    a = np.asarray(a, dtype=float)
+    b = np.asarray(b, dtype=float)
+    d = len(a)
+    mo = th.moments(law, scale, d)
+    N = T - 2
+    H = th.harmonic(N)
+    cross = (a**2).sum() - a**2
+    return float(0.5 * np.sum(N * b**2 * a**2 * mo.m6 + H * b**2 * cross * mo.m24 - 2 * N * a * b * mo.m4 + N * mo.m2))
