@@ -50,15 +50,30 @@ def paper_runs() -> list[dict]:
     return out
 
 
-if __name__ == "__main__":  # pragma: no cover - warm the run cache before a paper-scale book build
+def _one(kw: dict) -> float:
     import time
 
-    from companion.mesa.train import cache_dir, run
+    from companion.mesa.train import run
 
+    t = time.perf_counter()
+    run(**kw)
+    return time.perf_counter() - t
+
+
+if __name__ == "__main__":  # pragma: no cover - warm the run cache before a paper-scale book build
+    import argparse
+    import time
+    from concurrent.futures import ProcessPoolExecutor
+
+    from companion.mesa.train import cache_dir
+
+    ap = argparse.ArgumentParser(description="Compute every paper-scale mesa run into the run cache.")
+    ap.add_argument("--jobs", type=int, default=1, help="parallel processes (one torch thread each)")
+    jobs = ap.parse_args().jobs
     print(f"run cache: {cache_dir()}", flush=True)
     t0 = time.perf_counter()
-    for kw in paper_runs():
-        t1 = time.perf_counter()
-        run(**kw)
-        print(f"{time.perf_counter() - t1:7.1f} s  {kw}", flush=True)
-    print(f"{len(paper_runs())} runs in {time.perf_counter() - t0:.0f} s", flush=True)
+    runs = paper_runs()
+    with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
+        for kw, sec in zip(runs, pool.map(_one, runs)):
+            print(f"{sec:7.1f} s  {kw}", flush=True)
+    print(f"{len(runs)} runs in {time.perf_counter() - t0:.0f} s with {jobs} process(es)", flush=True)
