@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from scipy import integrate
 
+from companion.cache import cached
 from companion.params import ParameterError, choice, integer, real, require
 
 from .data import gd_trajectory, make_generator, sample_prompts
@@ -191,52 +192,8 @@ def restricted_flow(V0: np.ndarray, W0: np.ndarray, S: np.ndarray, eta: float, k
 
 
 # ----------------------------------------------------------------------------- run cache
-def _source_hash() -> str:
-    import hashlib
-    from pathlib import Path
-
-    import companion
-
-    h = hashlib.sha256()
-    root = Path(companion.__file__).resolve().parent
-    for f in sorted(root.rglob("*.py")):
-        h.update(str(f.relative_to(root)).encode())
-        h.update(f.read_bytes())
-    h.update(torch.__version__.encode())
-    h.update(np.__version__.encode())
-    return h.hexdigest()[:16]
-
-
-def _memory():
-    """joblib.Memory under ``$COMPANION_CACHE_DIR`` (``off`` disables it) or ``<repo>/_build/.companion_cache``,
-    in a sub-directory named by the hash of every ``src/companion`` source file, so that a change of the code
-    can never serve a stale result."""
-    import os
-    from pathlib import Path
-
-    env = os.environ.get("COMPANION_CACHE_DIR")
-    if env is not None and env.strip().lower() in ("", "off", "0", "none", "false"):
-        return None
-    if env:
-        base = Path(env)
-    else:
-        from companion.paths import repo_root
-
-        try:
-            base = repo_root() / "_build" / ".companion_cache"
-        except FileNotFoundError:
-            return None
-    import joblib
-
-    return joblib.Memory(base / _source_hash(), verbose=0)
-
-
-def cached_train_full(*args, **kwargs) -> TrainResult:
-    """:func:`train_full` through the content-addressed run cache (see :func:`_memory`)."""
-    mem = _memory()
-    if mem is None:
-        return train_full(*args, **kwargs)
-    return mem.cache(train_full)(*args, **kwargs)
+#: :func:`train_full` through the book's content-addressed run cache (:mod:`companion.cache`).
+cached_train_full = cached(train_full)
 
 
 def symmetrised_S_sample(S: np.ndarray, U: np.ndarray) -> np.ndarray:
