@@ -35,16 +35,15 @@ def copy_book_frame(dest: Path, toc_notebooks: list[str], execute: str) -> None:
     (dest / "notebooks").mkdir(exist_ok=True)
 
 
-def test_cache_guard_wipes_the_cache_when_the_package_changes(tmp_path):
-    (tmp_path / "src" / "companion").mkdir(parents=True)
-    mod = tmp_path / "src" / "companion" / "m.py"
-    mod.write_text("x = 1\n")
+def test_cache_guard_wipes_the_cache_when_the_package_changes(tmp_path, monkeypatch):
+    from companion import cache
+
     (tmp_path / "constraints.txt").write_text("numpy==2\n")
     assert book.guard_cache(tmp_path) is False
     marker = tmp_path / book.CACHE_DIR / "executed-notebook"
     marker.write_text("cached")
     assert book.guard_cache(tmp_path) is False and marker.exists()
-    mod.write_text("x = 2\n")
+    monkeypatch.setattr(cache, "source_hash", lambda: "a changed package")  # as if src/companion changed
     assert book.guard_cache(tmp_path) is True and not marker.exists()
     (tmp_path / book.CACHE_DIR / "executed-notebook").write_text("cached")
     (tmp_path / "constraints.txt").write_text("numpy==3\n")

@@ -37,14 +37,15 @@ HASH_FILE = ".companion-code-hash"
 
 
 def code_hash(root: Path | None = None) -> str:
-    """Hash of everything besides the notebooks' own code cells that their outputs depend on."""
+    """Hash of everything besides the notebooks' own code cells that their outputs depend on: the
+    package sources and numerical stack (:func:`companion.cache.source_hash`) and the pinned stack."""
+    from .cache import source_hash
+
     root = root or repo_root()
-    h = hashlib.sha256()
-    files = sorted((root / "src" / "companion").rglob("*.py"))
-    files += [root / "constraints.txt", root / "pyproject.toml"]
-    for f in files:
+    h = hashlib.sha256(source_hash().encode())
+    for f in (root / "constraints.txt", root / "pyproject.toml"):
         if f.is_file():
-            h.update(str(f.relative_to(root)).encode())
+            h.update(f.name.encode())
             h.update(f.read_bytes())
     return h.hexdigest()
 
