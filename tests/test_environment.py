@@ -73,3 +73,22 @@ def test_ci_runs_exactly_the_readme_test_command():
     assert "make test" in readme and "make book" in readme
     commands = [l.strip() for l in ci.splitlines() if l.strip() and not l.startswith("#")]
     assert commands[-1] == "make test"
+
+
+def test_the_notation_page_names_code_that_exists():
+    """Every `module.name` in the code column of the notation page resolves in companion."""
+    import importlib
+
+    text = (ROOT / "book" / "notation.md").read_text()
+    names = set(re.findall(r"`((?:mesa|cot)\.[a-z_]+\.[A-Za-z_]+)`", text))
+    classes = set(re.findall(r"`(ARData|Prompts)\.([A-Za-z_]+)(?:\(\))?`", text))
+    assert len(names) >= 10 and classes
+    for dotted in names:
+        mod, attr = dotted.rsplit(".", 1)
+        assert hasattr(importlib.import_module(f"companion.{mod}"), attr), dotted
+    from companion.cot.data import Prompts
+    from companion.mesa.data import ARData
+
+    for cls, attr in classes:
+        owner = {"ARData": ARData, "Prompts": Prompts}[cls]
+        assert hasattr(owner, attr) or attr in owner.__dataclass_fields__, f"{cls}.{attr}"

@@ -156,7 +156,7 @@ def cmd_book(args) -> int:
     return build(force=args.force)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="companion",
         description="Run, sweep and build the verified notebooks of the linear-transformer companion book.",
@@ -201,7 +201,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--force", action="store_true", help="re-execute every notebook")
     p.set_defaults(func=cmd_book)
 
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     return args.func(args)
 
 
