@@ -24,16 +24,20 @@ F = TypeVar("F", bound=Callable)
 _OFF = {"", "off", "0", "none", "false", "no"}
 
 
-@functools.lru_cache(maxsize=1)
-def source_hash() -> str:
-    """sha256 (16 hex digits) of the package sources and of the numpy/scipy/torch versions."""
+@functools.lru_cache(maxsize=None)
+def source_hash(sources: tuple[str, ...] | None = None) -> str:
+    """sha256 (16 hex digits) of package sources and of the numpy/scipy/torch versions.
+
+    ``sources``: paths relative to the package (e.g. ``("params.py", "mesa/model.py")``) when a cache
+    depends on exactly those files, so that edits elsewhere keep it; ``None``: every source file."""
     import numpy
     import scipy
     import torch
 
     h = hashlib.sha256()
     root = Path(__file__).resolve().parent
-    for f in sorted(root.rglob("*.py")):
+    files = sorted(root.rglob("*.py")) if sources is None else [root / rel for rel in sources]
+    for f in files:
         h.update(str(f.relative_to(root)).encode())
         h.update(f.read_bytes())
     for mod in (numpy, scipy, torch):
@@ -41,8 +45,9 @@ def source_hash() -> str:
     return h.hexdigest()[:16]
 
 
-def cache_dir() -> Path | None:
-    """The cache directory for the current sources, or ``None`` when caching is disabled."""
+def cache_dir(namespace: str = "", sources: tuple[str, ...] | None = None) -> Path | None:
+    """The cache directory ``<base>/<namespace>-<source hash>`` for the current sources, or ``None`` when
+    caching is disabled."""
     env = os.environ.get("COMPANION_CACHE_DIR")
     if env is not None:
         if env.strip().lower() in _OFF:
@@ -55,7 +60,8 @@ def cache_dir() -> Path | None:
             base = repo_root() / "_build" / ".companion_cache"
         except FileNotFoundError:
             return None
-    return base / source_hash()
+    digest = source_hash(tuple(sources) if sources is not None else None)
+    return base / (f"{namespace}-{digest}" if namespace else digest)
 
 
 def cached(func: F) -> F:

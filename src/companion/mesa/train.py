@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -291,40 +290,17 @@ def _train(cfg: RunConfig) -> TrainResult:
 
 
 # ---------------------------------------------------------------------------------------------- cache
-def _run_sources_hash() -> str:
-    """sha256 of exactly the sources a training run depends on (companion.params and the mesa data, model,
-    theory and train modules) and of the numpy/torch versions: edits elsewhere in the package (e.g. the
-    other paper's code) do not invalidate the mesa runs, and no edit that could change a run is missed."""
-    import hashlib
-
-    import numpy
-
-    root = Path(__file__).resolve().parents[1]
-    h = hashlib.sha256()
-    for rel in ("params.py", "mesa/data.py", "mesa/model.py", "mesa/theory.py", "mesa/train.py"):
-        h.update(rel.encode())
-        h.update((root / rel).read_bytes())
-    for mod in (numpy, torch):
-        h.update(f"{mod.__name__}=={mod.__version__}".encode())
-    return h.hexdigest()[:16]
+#: exactly the sources a training run depends on: edits elsewhere in the package (e.g. the other paper's
+#: code) keep the mesa runs, and no edit that could change a run is missed.
+RUN_SOURCES = ("params.py", "mesa/data.py", "mesa/model.py", "mesa/theory.py", "mesa/train.py")
 
 
 def cache_dir():
-    """Where runs are cached: ``$COMPANION_CACHE_DIR`` (``off``/``0``/``none``/empty disables) or
-    ``<book root>/_build/.companion_cache``, in the sub-directory ``mesa-<hash of the run's sources>``."""
-    env = os.environ.get("COMPANION_CACHE_DIR")
-    if env is not None:
-        if env.strip().lower() in ("", "off", "0", "none", "false", "no"):
-            return None
-        base = Path(env)
-    else:
-        from companion.paths import repo_root
+    """Where runs are cached (see :mod:`companion.cache`): ``<base>/mesa-<hash of RUN_SOURCES>``, or
+    ``None`` when ``$COMPANION_CACHE_DIR`` disables caching."""
+    from companion.cache import cache_dir as _cache_dir
 
-        try:
-            base = repo_root() / "_build" / ".companion_cache"
-        except FileNotFoundError:
-            return None
-    return base / f"mesa-{_run_sources_hash()}"
+    return _cache_dir("mesa", RUN_SOURCES)
 
 
 _MEMO = {}
