@@ -189,6 +189,11 @@ def check_math(html_dir: Path, pages: list[str] | None = None, browser: str | No
 def build(root: Path | None = None, *, strict: bool = True, force: bool = False, extra_args=()) -> int:
     """Guard the cache, build the book strictly, collect the results. Returns an exit status."""
     root = root or repo_root()
+    import os
+
+    # the build has the machine to itself: let the training kernels use the cores (they default to one
+    # thread, which is faster when several processes share a small machine)
+    os.environ.setdefault("COMPANION_THREADS", str(min(4, os.cpu_count() or 1)))
     if force and (root / CACHE_DIR).exists():
         shutil.rmtree(root / CACHE_DIR)
     wiped = guard_cache(root)
