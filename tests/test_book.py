@@ -94,6 +94,10 @@ def test_the_whole_book_builds_strictly(tmp_path, smoke_runs):
     warnings = [line for line in log.splitlines() if "WARNING" in line or "ERROR" in line or "Exception" in line]
     assert proc.returncode == 0 and not warnings, "\n".join(warnings) or log[-4000:]
     assert (root / "_build" / "html" / "index.html").is_file()
+    for name in names:
+        page = (root / "_build" / "html" / "notebooks" / f"{name}.html").read_text()
+        assert "&lt;Figure size" not in page, f"{name}: a figure rendered as text, not as an image"
+        assert "| claim | quantity |" not in page, f"{name}: the verdict table did not render as a table"
     summary = book.collect_results(root / "_build", names)
     assert not summary["missing"], summary
     assert not summary["failed"], summary

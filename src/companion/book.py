@@ -107,13 +107,9 @@ def collect_results(build_dir: Path, names: list[str] | None = None) -> dict:
 VERDICT_PAGE = "verdicts.md"  # included by book/verdicts.md from ../_build/verdicts.md
 
 
-def _cell(text) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
 def verdict_table(names: list[str], records: list[dict], missing: list[str]) -> str:
     """MyST for the "Every claim" page: one table per notebook, numbers exactly as the build measured."""
-    from .verdict import _fmt
+    from .verdict import _cell, _fmt
 
     sym = {"abs": "±", "rel": "± rel.", "upper": "≤ +", "lower": "≥ −"}
     total, passed = len(records), sum(1 for r in records if r.get("passed"))

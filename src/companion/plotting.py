@@ -11,8 +11,21 @@ __all__ = ["use_book_style", "new_figure", "COLORS"]
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf", "#7f7f7f"]
 
 
+def _register_png_formatter() -> None:
+    """Make IPython render a Figure (also a glued one) as PNG whatever the matplotlib backend is (e.g.
+    with MPLBACKEND=Agg in the environment, where the inline backend would not register it)."""
+    try:
+        from IPython import get_ipython
+        from matplotlib_inline.backend_inline import set_matplotlib_formats
+    except ImportError:  # pragma: no cover - IPython and matplotlib-inline come with ipykernel
+        return
+    if get_ipython() is not None:
+        set_matplotlib_formats("png")
+
+
 def use_book_style() -> None:
     """Apply the book's rc settings (call once per notebook, in the set-up cell)."""
+    _register_png_formatter()
     plt.rcParams.update(
         {
             "figure.facecolor": "white",

@@ -156,7 +156,7 @@ class Verdict:
         ]
         for r in self.records:
             rows.append(
-                f"| `{r.claim}` | {r.quantity} | {_fmt(r.predicted)} | {_fmt(r.measured)} | "
+                f"| `{r.claim}` | {_cell(r.quantity)} | {_fmt(r.predicted)} | {_fmt(r.measured)} | "
                 f"{sym[r.comparison]} {r.tolerance:.3g} | {'passed' if r.passed else '**FAILED**'} |"
             )
         return "\n".join(rows)
@@ -212,6 +212,11 @@ class Verdict:
             Markdown(self.table_markdown()),
             metadata={METADATA_KEY: [asdict(r) for r in self.records]},
         )
+
+
+def _cell(text: str) -> str:
+    """Text safe inside a Markdown table cell (a quantity may contain |x| or line breaks)."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
 
 
 def _fmt(x: float | None) -> str:
