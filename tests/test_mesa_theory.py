@@ -148,3 +148,14 @@ def test_diagonal_stats_population_limit():
     assert np.allclose([P[0, j, j] for j in range(d)], be, rtol=1e-10)
     ab = diagonal_gd(0.1, 0.1, 1e-3, 50, Q[0], P[0])
     assert np.allclose(ab, th.reduced_gd(0.1, 0.1, 1e-3, 50, al, be)[2], rtol=1e-10)
+
+
+def test_gradient_blocks_at_a_diagonal_point_match_the_prop_4_2_formula():
+    from companion.mesa.analysis import gradient_blocks
+    from companion.mesa.empirical import exact_population
+
+    data, w = exact_population("full_one", 2, 6)
+    g = gradient_blocks(data, 0.7, 0.9, weights=w)
+    f_pv, f_kq = th.offdiag_gradient("full_one", 1.0, 2, 6, 0.7, 0.9)
+    assert np.allclose(g["pv_off"].real, f_pv, rtol=1e-10) and np.allclose(g["kq_off"].real, f_kq, rtol=1e-10)
+    assert np.abs(g["other"]).max() < 1e-12 * np.abs(g["kq_diag"]).max()  # the block structure is kept

@@ -8,9 +8,9 @@ import numpy as np
 import torch
 
 from companion.mesa.data import ARData, generate
-from companion.mesa.model import predict
+from companion.mesa.model import loss_grad_fast, predict
 
-__all__ = ["weights", "ratio_entries", "per_sequence_loss", "test_data", "train_data", "mean_se"]
+__all__ = ["weights", "ratio_entries", "per_sequence_loss", "test_data", "train_data", "mean_se", "gradient_blocks"]
 
 
 def weights(result, dtype=torch.complex128):
@@ -102,3 +102,23 @@ def diag_population_loss(law: str, scale: float, T: int, a, b) -> float:
     H = th.harmonic(N)
     cross = (a**2).sum() - a**2
     return float(0.5 * np.sum(N * b**2 * a**2 * mo.m6 + H * b**2 * cross * mo.m24 - 2 * N * a * b * mo.m4 + N * mo.m2))
+
+
+def gradient_blocks(data: ARData, a: float, b: float, weights=None) -> dict[str, np.ndarray]:
+    """The loss gradient at the diagonal point W_KQ_21 = aI, W_PV_11 = bI (complex128), split by block:
+    ``pv_off`` and ``kq_off`` are the off-diagonal entries of the two red blocks (complex, row-major),
+    ``kq_diag`` the diagonal of the red W_KQ block and ``other`` every entry outside the red blocks.
+    ``weights`` are per-sequence weights (e.g. of an exact phase grid, see ``mesa.empirical``)."""
+    from companion.mesa.train import init_diagonal
+
+    d = data.d
+    W_KQ, W_PV = init_diagonal(d, a, b, torch.complex128)
+    _, gA, gP = loss_grad_fast(data.to(torch.complex128), W_KQ, W_PV, weights=weights)
+    off = ~torch.eye(d, dtype=torch.bool)
+    other = torch.cat([gA[:d].reshape(-1), gA[d:, d:].reshape(-1), gP[:, d:].reshape(-1)])
+    return dict(
+        pv_off=gP[:, :d][off].numpy(),
+        kq_off=gA[d:, :d][off].numpy(),
+        kq_diag=torch.diagonal(gA[d:, :d]).numpy(),
+        other=other.numpy(),
+    )
