@@ -11,7 +11,7 @@ import torch
 
 from companion.cot import (construction, cot_inference, cot_tokens, embed, eval_loss, gd_trajectory,
                            looped_predict, make_generator, no_cot_predict, outcome_loss, sample_prompts,
-                           sparse_parameters, teacher_forced_loss)
+                           sparse_parameters, teacher_forced_loss, teacher_forced_loss_direct)
 from companion.params import ParameterError
 
 
@@ -163,3 +163,13 @@ def test_api_validates_inputs():
         cot_inference(p, torch.zeros(5, 5, dtype=torch.float64), torch.zeros(8, 8, dtype=torch.float64), 2)
     with pytest.raises(ParameterError, match="'k'"):
         teacher_forced_loss(p, gd_trajectory(p, 0.3, 2), *construction(3, 0.3), k=5)
+
+
+def test_direct_definition_matches_the_fast_loss():
+    gen = make_generator(3)
+    pr = sample_prompts(3, 3, 5, gen)
+    W = gd_trajectory(pr, 0.3, 4)
+    A, B = _random_params(3, gen)
+    fast = float(teacher_forced_loss(pr, W, A, B, 4).detach())
+    direct = float(teacher_forced_loss_direct(pr, W, A, B, 4).detach())
+    assert abs(fast - direct) <= 1e-12 * abs(direct)

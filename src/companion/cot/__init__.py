@@ -25,6 +25,7 @@ from .model import (
     per_prompt_error,
     sparse_parameters,
     teacher_forced_loss,
+    teacher_forced_loss_direct,
 )
 
 __all__ = [
@@ -32,4 +33,5 @@ __all__ = [
     "Prompts", "cot_tokens", "embed", "gd_trajectory", "make_generator", "sample_prompts",
     "blocks", "construction", "cot_inference", "eval_loss", "looped_predict", "lsa", "no_cot_predict",
     "outcome_loss", "per_prompt_error", "cot_effective_blocks", "no_cot_effective_matrix", "sparse_parameters", "teacher_forced_loss",
+    "teacher_forced_loss_direct",
 ]

@@ -27,6 +27,7 @@ __all__ = [
     "blocks",
     "lsa",
     "teacher_forced_loss",
+    "teacher_forced_loss_direct",
     "cot_inference",
     "eval_loss",
     "per_prompt_error",
@@ -105,6 +106,21 @@ def teacher_forced_loss(prompts: Prompts, W_traj: torch.Tensor, W_KQ: torch.Tens
     H = GU + P @ tok / n
     out = tok + H @ W_PV.T
     return 0.5 * ((out - tgt) ** 2).sum(dim=(1, 2)).mean()
+
+
+def teacher_forced_loss_direct(prompts: Prompts, W_traj: torch.Tensor, W_KQ: torch.Tensor, W_PV: torch.Tensor,
+                               k: int) -> torch.Tensor:
+    """The same loss (6) straight from its definition, for checks on a few prompts: build every Z_i with its
+    true tokens, apply :func:`lsa`, compare the last column with the next token (a loop per prompt and
+    position; use :func:`teacher_forced_loss` for anything larger)."""
+    Z0, tok = embed(prompts), cot_tokens(W_traj)
+    k = integer("k", k, min=1, max=W_traj.shape[1] - 1)
+    total = 0.0
+    for b in range(Z0.shape[0]):
+        for i in range(k):
+            Zi = torch.cat([Z0[b], tok[b, 1 : i + 1].T], dim=1)
+            total = total + 0.5 * ((lsa(Zi, W_KQ, W_PV, prompts.n)[:, -1] - tok[b, i + 1]) ** 2).sum()
+    return total / Z0.shape[0]
 
 
 def cot_inference(prompts: Prompts, W_KQ: torch.Tensor, W_PV: torch.Tensor, k: int,
