@@ -1,7 +1,8 @@
 """Benchmark of companion.mesa (not a timed test).
 
 1. One full-batch epoch (loss + all gradients) at d=5, T=100, m=10^4 with the fast closed-form
-   implementation, against two references that evaluate the model prefix by prefix:
+   implementation (its two backends: the fused numba kernel used for training, and the same formulas as
+   batched torch products), against two references that evaluate the model prefix by prefix:
    * the deliberately naive reference of tests/test_mesa_reference.py (one sequence and one prefix at a
      time, autograd), timed on a few sequences and scaled linearly to m (its cost is linear in m);
    * a straightforward prefix loop vectorised over sequences (like the reference code's forward_train:
@@ -63,25 +64,32 @@ def timed(f, repeats):
 
 
 def epoch_benchmark(m: int, T: int, d: int, n_naive: int, n_loop: int, repeats: int) -> None:
-    torch.set_num_threads(int(os.environ.get("COMPANION_THREADS", "1")))
-    print(f"torch threads: {torch.get_num_threads()}")
+    import numba
+
+    threads = int(os.environ.get("COMPANION_THREADS", "1"))
+    torch.set_num_threads(threads)
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    print(f"threads (torch / numba): {torch.get_num_threads()} / {numba.get_num_threads()}")
     g = torch.Generator().manual_seed(0)
+    t_fast = {}
     for dtype in (torch.complex64, torch.complex128):
         data = generate("gaussian", m, d, T, 1.0, rng=1, dtype=dtype)
-        chunks = [data.subset(slice(i, i + 500)) for i in range(0, m, 500)]
+        chunks = [data.subset(slice(i, i + 1000)) for i in range(0, m, 1000)]
         A = (0.1 * torch.randn(2 * d, 2 * d, dtype=torch.complex128, generator=g)).to(dtype)
         P = (0.1 * torch.randn(d, 2 * d, dtype=torch.complex128, generator=g)).to(dtype)
+        for backend, parts in (("fused", [data]), ("torch", chunks)):
 
-        def epoch():
-            return [loss_grad_fast(c, A, P) for c in chunks]
+            def epoch():
+                return [loss_grad_fast(c, A, P, backend=backend) for c in parts]
 
-        epoch()  # warm-up: builds the cached position tables
-        t_fast, _ = timed(epoch, repeats)
-        print(f"fast closed form, {str(dtype):16s}: {t_fast * 1e3:8.1f} ms per full-batch epoch (m={m}, T={T}, d={d})")
-        if dtype == torch.complex128:
-            t_fast128 = t_fast
-        else:
-            t_fast64 = t_fast
+            epoch()  # warm-up: compiles / loads the kernel, builds the cached position tables
+            t, _ = timed(epoch, repeats)
+            t_fast[backend, dtype] = t
+            print(f"closed form, {backend:5s} backend, {str(dtype):16s}: {t * 1e3:8.1f} ms per full-batch epoch (m={m}, T={T}, d={d})")
+    for dtype in (torch.complex64, torch.complex128):
+        print(f"fused kernel vs batched torch products ({dtype}): {t_fast['torch', dtype] / t_fast['fused', dtype]:.1f}x")
+    t_fast128 = t_fast["fused", torch.complex128]
+    t_fast64 = t_fast["fused", torch.complex64]
 
     data = generate("gaussian", m, d, T, 1.0, rng=1, dtype=torch.complex128)
     A = 0.1 * torch.randn(2 * d, 2 * d, dtype=torch.complex128, generator=g)

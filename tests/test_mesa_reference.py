@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from companion.mesa.data import ARData, embed, generate
-from companion.mesa.model import loss, loss_and_grad, loss_grad_fast, predict, predict_direct
+from companion.mesa.model import loss, loss_and_grad, loss_fast, loss_grad_fast, predict, predict_direct, predict_fast
 
 
 # ----------------------------------------------------------------------------- naive reference
@@ -80,14 +80,17 @@ def test_fast_equals_naive(law, d, T, scale):
     w = torch.rand(6, dtype=torch.float64, generator=torch.Generator().manual_seed(1)) + 0.5
     for weights in (None, w):
         L0, gA0, gP0, y0 = naive_loss_and_grad(data, A, P, weights)
-        L1, gA1, gP1 = loss_grad_fast(data, A, P, weights=weights)
+        L1, gA1, gP1 = loss_grad_fast(data, A, P, weights=weights)  # fused numba kernel
+        L3, gA3, gP3 = loss_grad_fast(data, A, P, weights=weights, backend="torch")  # batched torch products
         L2, gA2, gP2 = loss_and_grad(data, A, P, weights=weights)
-        assert abs(float(L1) - float(L0)) <= 1e-12 * float(L0)
-        assert abs(float(L2) - float(L0)) <= 1e-12 * float(L0)
-        for g_fast, g_ref in ((gA1, gA0), (gP1, gP0), (gA2, gA0), (gP2, gP0)):
+        for L in (L1, L2, L3):
+            assert abs(float(L) - float(L0)) <= 1e-12 * float(L0)
+        for g_fast, g_ref in ((gA1, gA0), (gP1, gP0), (gA2, gA0), (gP2, gP0), (gA3, gA0), (gP3, gP0)):
             assert _rel(g_fast, g_ref) <= 1e-11
+        assert abs(loss_fast(data, A, P, weights=weights) - float(L0)) <= 1e-12 * float(L0)
     y1 = predict(data, A, P)
     assert _rel(y1, y0) <= 1e-11
+    assert _rel(predict_fast(data, A, P), y0) <= 1e-11
     assert _rel(predict_direct(data, A, P), y0) <= 1e-11
 
 

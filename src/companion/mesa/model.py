@@ -36,7 +36,7 @@ import torch
 from companion import params as P
 from companion.mesa.data import ARData
 
-__all__ = ["predict", "predict_direct", "loss", "loss_and_grad", "loss_grad_fast", "red_blocks", "check_weights"]
+__all__ = ["predict", "predict_direct", "loss", "loss_and_grad", "loss_grad_fast", "loss_fast", "predict_fast", "red_blocks", "check_weights"]
 
 
 def check_weights(W_KQ: torch.Tensor, W_PV: torch.Tensor, d: int) -> None:
@@ -163,29 +163,27 @@ def _cauchy(data: ARData):
     return data._tables["K"]
 
 
-def loss_grad_fast(data: ARData, W_KQ, W_PV, weights=None, positions=None):
-    """Loss and closed-form gradients (PyTorch convention) in one forward/backward sweep.
-
-    Same mathematics as :func:`predict` (see the module docstring), arranged so that the four
-    position-dependent linear maps are fused into batched products:
-    ``F = X [Ma^T | Mb^T | Ma^T 1 | N^T conj(z)]`` gives (a, K a, s, s') at once, and
-    ``yhat rho = [w | s'] [R'^T; v^T]`` with ``w = t a + lam^t K(conj(lam)^t a) - K a - s``,
-    ``R' = R diag(z)``, ``v = W_PV1 z``. The backward pass applies the adjoints of the same maps
-    (K is Hermitian). Returns (loss, grad W_KQ, grad W_PV); the tests compare with autograd.
-    """
-    d, dt = data.d, data.dtype
-    check_weights(W_KQ, W_PV, d)
-    pos = _positions(data.T, positions)
-    W_KQ = W_KQ.detach().to(dt)
-    W_PV = W_PV.detach().to(dt)
-    X, ph, tgt = data.tables(pos)
+def _maps(data: ARData, W_KQ, W_PV):
+    """The per-sequence maps of the fused form: ``C = [Ma^T | Mb^T | Ma^T 1 | N^T conj(z)]`` (m, d, 2d+2) and
+    ``Rv = [(R diag z)^T; (W_PV1 z)^T]`` (m, d+1, d), with K, the coinciding-phase matrix and z, lam."""
+    d = data.d
     K, Dg = _cauchy(data)
     z, lam, N, M, R = _seq_mats(data, W_KQ, W_PV)
     zc = z.conj()
     MaT = (zc[:, :, None] * M).transpose(1, 2)  # Ma^T, Ma = diag(conj z) M
     MbT = MaT @ K.transpose(1, 2)  # (K Ma)^T
-    wp = (N.transpose(1, 2) @ zc.unsqueeze(-1))  # (m, d, 1)
-    C = torch.cat([MaT, MbT, MaT.sum(-1, keepdim=True), wp], dim=-1)  # (m, d, 2d+2)
+    wp = N.transpose(1, 2) @ zc.unsqueeze(-1)  # (m, d, 1)
+    C = torch.cat([MaT, MbT, MaT.sum(-1, keepdim=True), wp], dim=-1)
+    v = (W_PV[:, :d] @ z.unsqueeze(-1)).transpose(1, 2)  # (m, 1, d)
+    Rv = torch.cat([(R * z[:, None, :]).transpose(1, 2), v], dim=1)
+    return z, lam, K, Dg, C, Rv
+
+
+def _sweep_torch(data: ARData, pos, K, Dg, C, Rv, wn, backward: bool):
+    """The forward/backward sweep with batched torch products (the reference for the fused kernel, and the
+    path for data with coinciding phases). Returns (per-sequence loss, dL/dC, dL/dRv, predictions)."""
+    d, dt = data.d, data.dtype
+    X, ph, tgt = data.tables(pos)
     F = X @ C
     a, Ka, s, sp = F[..., :d], F[..., d : 2 * d], F[..., 2 * d : 2 * d + 1], F[..., 2 * d + 1 :]
     t = torch.from_numpy(pos.astype(float))
@@ -195,26 +193,127 @@ def loss_grad_fast(data: ARData, W_KQ, W_PV, weights=None, positions=None):
     Kb = (phc * a) @ K.transpose(1, 2)
     w = tt * (a if Dg is None else a @ Dg.transpose(1, 2)) + ph * Kb - Ka - s
     Wx = torch.cat([w, sp], dim=-1)  # (m, N, d+1)
-    v = (W_PV[:, :d] @ z.unsqueeze(-1)).transpose(1, 2)  # (m, 1, d)
-    Rv = torch.cat([(R * z[:, None, :]).transpose(1, 2), v], dim=1)  # (m, d+1, d)
-    r = (Wx @ Rv) * inv_rho - tgt
+    yhat = (Wx @ Rv) * inv_rho
+    r = yhat - tgt
     per_seq = 0.5 * (r.real**2 + r.imag**2).sum(dim=(1, 2))
-    if weights is None:
-        wn = torch.full((data.m,), 1.0 / data.m, dtype=per_seq.dtype)
-    else:
-        weights = torch.as_tensor(weights, dtype=per_seq.dtype)
-        wn = weights / weights.sum()
-    L = (per_seq * wn).sum()
-    # ---- backward
+    if not backward:
+        return per_seq, None, None, yhat
     g_out = r * (inv_rho * wn.to(dt)[:, None, None])
     g_Rv = Wx.conj().transpose(1, 2) @ g_out  # (m, d+1, d)
     g_Wx = g_out @ Rv.conj().transpose(1, 2)  # (m, N, d+1)
     g_w, g_sp = g_Wx[..., :d], g_Wx[..., d:]
-    g_Kb = phc * g_w
-    g_b = g_Kb @ K.conj()  # adjoint of (. @ K^T)
+    g_b = (phc * g_w) @ K.conj()  # adjoint of (. @ K^T)
     g_a = (tt * g_w if Dg is None else (tt * g_w) @ Dg) + ph * g_b
     g_F = torch.cat([g_a, -g_w, -g_w.sum(-1, keepdim=True), g_sp], dim=-1)
     g_C = X.conj().transpose(1, 2) @ g_F  # (m, d, 2d+2)
+    return per_seq, g_C, g_Rv, yhat
+
+
+#: blocks of sequences of the fused kernel: fixed (not the thread count), so that the per-block gradient
+#: sums and therefore every trained weight are identical whatever the number of threads.
+FUSED_BLOCKS = 64
+
+
+def _use_fused(data: ARData, backend: str) -> bool:
+    backend = P.choice("backend", backend, ["auto", "fused", "torch"])
+    if backend == "torch":
+        return False
+    return _cauchy(data)[1] is None  # coinciding phases (grid data) take the torch path
+
+
+def _sweep_fused(data: ARData, W_KQ, W_PV, pos, wn, mode: int):
+    """The sweep with the fused numba kernel (:mod:`companion.mesa.kernels`): per-sequence maps, positions
+    and the lift back to the weights in one pass. Returns (per-sequence loss, grad W_KQ, grad W_PV, yhat)."""
+    from companion.mesa import kernels
+
+    rdt = np.float32 if data.dtype == torch.complex64 else np.float64
+    key = ("split", tuple(int(t) for t in pos))
+    if key not in data._tables:
+        data._tables[key] = kernels.split_tables(data.theta, data.x1.numpy(), pos, rdt)
+    if "np" not in data._tables:
+        data._tables["np"] = (np.ascontiguousarray(data.x1.numpy()), np.ascontiguousarray(data.lam.numpy()),
+                              np.ascontiguousarray(_cauchy(data)[0].numpy()))
+    z, lam, K = data._tables["np"]
+    m, d, N = data.m, data.d, len(pos)
+    nb = min(m, FUSED_BLOCKS) if mode == 1 else 1
+    per_seq = np.empty(m)
+    gA = np.zeros((nb, 2 * d, 2 * d), np.complex128)
+    gP = np.zeros((nb, d, 2 * d), np.complex128)
+    pred = np.empty((2, m, d, N) if mode == 2 else (1, 1, 1, 1), rdt)
+    if mode != 1:  # the blocks only matter for the gradient sums; more blocks balance the threads better
+        gA = np.zeros((min(m, FUSED_BLOCKS), 1, 1), np.complex128)
+        gP = gA
+    kernels.sweep(*data._tables[key], pos.astype(rdt), (1.0 / (pos - 1)).astype(rdt),
+                  np.ascontiguousarray(W_KQ.resolve_conj().numpy()), np.ascontiguousarray(W_PV.resolve_conj().numpy()), z, lam, K,
+                  wn.numpy().astype(rdt), mode, per_seq, gA, gP, pred, (0,) * d)
+    yhat = None
+    if mode == 2:
+        yhat = torch.complex(torch.from_numpy(pred[0]), torch.from_numpy(pred[1])).transpose(1, 2)
+    cdt = z.dtype
+    return (torch.from_numpy(per_seq), torch.from_numpy(gA.sum(0).astype(cdt)),
+            torch.from_numpy(gP.sum(0).astype(cdt)), yhat)
+
+
+def _weights_normalised(data: ARData, weights):
+    if weights is None:
+        return torch.full((data.m,), 1.0 / data.m, dtype=torch.float64)
+    w = torch.as_tensor(weights, dtype=torch.float64)
+    return w / w.sum()
+
+
+def _forward(data: ARData, W_KQ, W_PV, weights, positions, backend: str, mode: int):
+    """Forward-only sweep (mode 0: loss, 2: also predictions): (per-sequence loss, normalised weights, yhat)."""
+    check_weights(W_KQ, W_PV, data.d)
+    pos = _positions(data.T, positions)
+    dt = data.dtype
+    W_KQ, W_PV = W_KQ.detach().to(dt), W_PV.detach().to(dt)
+    wn = _weights_normalised(data, weights)
+    if _use_fused(data, backend):
+        per_seq, _, _, yhat = _sweep_fused(data, W_KQ, W_PV, pos, wn, mode)
+    else:
+        _, _, K, Dg, C, Rv = _maps(data, W_KQ, W_PV)
+        per_seq, _, _, yhat = _sweep_torch(data, pos, K, Dg, C, Rv, wn, False)
+    return per_seq, wn, yhat
+
+
+def loss_fast(data: ARData, W_KQ, W_PV, weights=None, positions=None, backend: str = "auto") -> float:
+    """The loss of :func:`loss` (forward only, no autograd) with the fused kernel."""
+    per_seq, wn, _ = _forward(data, W_KQ, W_PV, weights, positions, backend, 0)
+    return float((per_seq.double() * wn).sum())
+
+
+def predict_fast(data: ARData, W_KQ, W_PV, positions=None, backend: str = "auto") -> torch.Tensor:
+    """The predictions of :func:`predict` (no autograd) with the fused kernel: (m, len(positions), d)."""
+    return _forward(data, W_KQ, W_PV, None, positions, backend, 2)[2]
+
+
+def loss_grad_fast(data: ARData, W_KQ, W_PV, weights=None, positions=None, backend: str = "auto"):
+    """Loss and closed-form gradients (PyTorch convention) in one forward/backward sweep.
+
+    Same mathematics as :func:`predict` (see the module docstring), arranged so that the four
+    position-dependent linear maps are fused into batched products:
+    ``F = X [Ma^T | Mb^T | Ma^T 1 | N^T conj(z)]`` gives (a, K a, s, s') at once, and
+    ``yhat rho = [w | s'] [R'^T; v^T]`` with ``w = t a + lam^t K(conj(lam)^t a) - K a - s``,
+    ``R' = R diag(z)``, ``v = W_PV1 z``. The backward pass applies the adjoints of the same maps
+    (K is Hermitian). ``backend="auto"`` runs the sweep over positions in the fused numba kernel
+    (:mod:`companion.mesa.kernels`), ``"torch"`` with batched torch products (same formulas); data with
+    coinciding phases always take the torch path. Returns (loss, grad W_KQ, grad W_PV); the tests compare
+    both backends with autograd and with a naive per-prefix implementation.
+    """
+    d, dt = data.d, data.dtype
+    check_weights(W_KQ, W_PV, d)
+    pos = _positions(data.T, positions)
+    W_KQ = W_KQ.detach().to(dt)
+    W_PV = W_PV.detach().to(dt)
+    wn = _weights_normalised(data, weights)
+    if _use_fused(data, backend):
+        per_seq, gA, gP, _ = _sweep_fused(data, W_KQ, W_PV, pos, wn, 1)
+        return (per_seq.double() * wn).sum(), gA, gP
+    z, lam, K, Dg, C, Rv = _maps(data, W_KQ, W_PV)
+    per_seq, g_C, g_Rv, _ = _sweep_torch(data, pos, K, Dg, C, Rv, wn, True)
+    L = (per_seq.double() * wn).sum()
+    # ---- from dL/dC, dL/dRv back to the weights
+    zc = z.conj()
     g_MaT = g_C[..., :d] + g_C[..., d : 2 * d] @ K.conj() + g_C[..., 2 * d : 2 * d + 1]
     g_wp = g_C[..., 2 * d + 1]  # (m, d)
     g_M = (g_MaT * z[:, None, :]).transpose(1, 2)  # Ma^T = M^T diag(conj z)

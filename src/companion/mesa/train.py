@@ -20,7 +20,7 @@ import torch
 from companion import params as P
 from companion.mesa import theory
 from companion.mesa.data import ARData, check_law, generate
-from companion.mesa.model import loss, loss_grad_fast, predict
+from companion.mesa.model import loss_fast, loss_grad_fast, predict_fast
 
 __all__ = [
     "TrainingDiverged",
@@ -63,7 +63,7 @@ class RunConfig:
     test_every: int = 5  # test loss every k epochs (and at the last epoch)
     dtype: str = "complex64"
     check_lr: bool = True  # refuse step sizes beyond the stability bound before training (diagonal init)
-    chunk: int = 500  # sequences per chunk (memory and cache locality only; results do not depend on it)
+    chunk: int = 10_000  # sequences per kernel call (memory only; results do not depend on it)
 
     def validated(self) -> RunConfig:
         law = check_law(self.law)
@@ -158,7 +158,7 @@ def _red_other(W_KQ: torch.Tensor, W_PV: torch.Tensor, d: int):
 def last_position_ratio(data: ARData, W_KQ, W_PV) -> float:
     """The official "ratio of pred/true at T_te": Re mean_{n,j} yhat_{T-1,j} / (x_{T,j} + 1e-5)."""
     with torch.no_grad():
-        y = predict(data, W_KQ, W_PV, positions=[data.T - 1])[:, 0]
+        y = predict_fast(data, W_KQ, W_PV, positions=[data.T - 1])[:, 0]
         xT = data.x1 * torch.polar(torch.ones((), dtype=torch.float64), torch.from_numpy(data.theta) * (data.T - 1)).to(data.dtype)
         return float((y / (xT + 1e-5)).mean().real)
 
@@ -167,7 +167,7 @@ def _chunked_loss(data: ARData, W_KQ, W_PV, chunk: int) -> float:
     tot = 0.0
     for i in range(0, data.m, chunk):
         sub = data.subset(slice(i, i + chunk))
-        tot += float(loss(sub, W_KQ, W_PV)) * sub.m
+        tot += loss_fast(sub, W_KQ, W_PV) * sub.m
     return tot / data.m
 
 
@@ -190,12 +190,17 @@ def train(cfg: RunConfig) -> TrainResult:
     """Full-batch GD (no cache). Raises ParameterError('lr') for an unstable step size and
     TrainingDiverged if the loss becomes non-finite or explodes."""
     cfg = cfg.validated()
-    old = torch.get_num_threads()
-    torch.set_num_threads(_threads())
+    import numba
+
+    old, old_nb = torch.get_num_threads(), numba.get_num_threads()
+    n = min(_threads(), numba.config.NUMBA_NUM_THREADS)
+    torch.set_num_threads(n)
+    numba.set_num_threads(n)
     try:
         return _train(cfg)
     finally:
         torch.set_num_threads(old)
+        numba.set_num_threads(old_nb)
 
 
 def _train(cfg: RunConfig) -> TrainResult:
@@ -235,7 +240,7 @@ def _train(cfg: RunConfig) -> TrainResult:
         if k % cfg.test_every == 0 or k == E:
             test_epochs.append(k)
             with torch.no_grad():
-                test_losses.append(sum(float(loss(c, W_KQ, W_PV)) * c.m for c in test_chunks) / cfg.m_test)
+                test_losses.append(sum(loss_fast(c, W_KQ, W_PV) * c.m for c in test_chunks) / cfg.m_test)
 
     chunks = [train_data.subset(slice(i, i + cfg.chunk)) for i in range(0, cfg.m, cfg.chunk)]
     test_chunks = [test_data.subset(slice(i, i + cfg.chunk)) for i in range(0, cfg.m_test, cfg.chunk)]
@@ -292,7 +297,7 @@ def _train(cfg: RunConfig) -> TrainResult:
 # ---------------------------------------------------------------------------------------------- cache
 #: exactly the sources a training run depends on: edits elsewhere in the package (e.g. the other paper's
 #: code) keep the mesa runs, and no edit that could change a run is missed.
-RUN_SOURCES = ("params.py", "mesa/data.py", "mesa/model.py", "mesa/theory.py", "mesa/train.py")
+RUN_SOURCES = ("params.py", "mesa/data.py", "mesa/model.py", "mesa/kernels.py", "mesa/theory.py", "mesa/train.py")
 
 
 def cache_dir():

@@ -1,0 +1,319 @@
+"""Fused per-sequence kernel of the closed-form forward/backward pass (numba).
+
+:func:`companion.mesa.model.loss_grad_fast` reduces the model to a handful of per-sequence d x d maps and
+per-position vectors (see the module docstring of :mod:`companion.mesa.model`). Written with batched torch
+products, that costs ~20 tiny complex matrix products per epoch whose operands do not fit in cache: the
+arithmetic (about 250 complex multiply-adds per position and sequence) is a small part of the time. This
+kernel does the same arithmetic sequence by sequence with every intermediate in L1 cache, real and imaginary
+parts split so the position loop vectorises, and sequences spread over threads (``numba.prange``).
+
+Notation as in :mod:`companion.mesa.model`, per sequence, positions t along the last axis:
+
+* tables (data only): ``X[k, t] = x_{t,k}``, ``P[k, t] = lam_k^t``, ``Y[k, t] = x_{t+1,k}`` (targets);
+* per-sequence maps (weights and data): ``C = [Ma^T | Mb^T | Ma^T 1 | N^T conj(z)]`` (d x (2d+2)),
+  the Cauchy-like ``K`` (d x d), ``Rv = [(R diag z)^T ; (W_PV1 z)^T]`` ((d+1) x d);
+* forward: ``F = C^T X`` gives ``a, K a, s, s'``; ``w_j = t a_j + lam_j^t (K (conj(lam^t) a))_j - (K a)_j - s``;
+  ``yhat = Rv^T [w; s'] / (t-1)``; residual ``r = yhat - Y``; loss ``1/2 sum |r|^2``;
+* backward (``mode = 1``): the adjoints of the same maps, giving ``dL/dC`` and ``dL/dRv`` per sequence
+  (PyTorch's complex convention), which :mod:`companion.mesa.model` maps back to ``W_KQ`` and ``W_PV``.
+
+Results do not depend on the number of threads (each sequence is done by one thread, in a fixed order).
+The tests compare this kernel with the batched torch version of the same formulas, with autograd and
+with a deliberately naive per-prefix implementation.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+# IEEE-safe fast math: reassociation lets the position loops vectorise; NaN/Inf semantics are kept, so a
+# diverging run still shows up as a non-finite loss.
+_FLAGS = {"contract", "reassoc", "nsz", "arcp"}
+
+
+@njit(fastmath=_FLAGS, cache=True)
+def _maps(dims, W_KQ, W_PV, zn, ln, Kn, C, Rv):
+    """Per-sequence maps C (d, 2d+2) and Rv (d+1, d) from the weights (see :func:`companion.mesa.model._maps`)."""
+    d = len(dims)
+    zero = C[0, 0] - C[0, 0]  # a zero of the complex dtype (no promotion to complex128)
+    for i in range(d):
+        for k in range(d):
+            lck = np.conj(ln[k])
+            Nik = W_KQ[i, k] + W_KQ[i, d + k] * lck
+            Mik = Nik + ln[i] * (W_KQ[d + i, k] + W_KQ[d + i, d + k] * lck)
+            C[k, i] = np.conj(zn[i]) * Mik  # Ma^T[k, i], Ma = diag(conj z) M
+            Rv[k, i] = (W_PV[i, k] + W_PV[i, d + k] * lck) * zn[k]  # (R diag z)^T
+    for k in range(d):
+        s = zero
+        wp = zero
+        for j in range(d):
+            s += C[k, j]
+            acc = zero
+            for l in range(d):
+                acc += C[k, l] * Kn[j, l]
+            C[k, d + j] = acc  # (K Ma)^T[k, j]
+            wp += (W_KQ[j, k] + W_KQ[j, d + k] * np.conj(ln[k])) * np.conj(zn[j])  # (N^T conj z)_k
+        C[k, 2 * d] = s
+        C[k, 2 * d + 1] = wp
+    for a in range(d):
+        v = zero
+        for j in range(d):
+            v += W_PV[a, j] * zn[j]
+        Rv[d, a] = v
+
+
+@njit(fastmath=_FLAGS, cache=True)
+def _lift(dims, zn, ln, Kn, gC, gRv, gA, gP):
+    """Add this sequence's dL/dW_KQ, dL/dW_PV (from dL/dC, dL/dRv) to the accumulators gA, gP."""
+    d = len(dims)
+    for k in range(d):
+        for j in range(d):
+            acc = gC[k, j] + gC[k, 2 * d]
+            for l in range(d):
+                acc += gC[k, d + l] * np.conj(Kn[l, j])
+            gM = acc * zn[j]  # dL/dM[j, k]
+            gN = gM + zn[j] * gC[k, 2 * d + 1]  # dL/dN[j, k]
+            lk = ln[k]
+            lcj = np.conj(ln[j])
+            gA[j, k] += gN
+            gA[j, d + k] += gN * lk
+            gA[d + j, k] += lcj * gM
+            gA[d + j, d + k] += lcj * gM * lk
+    for a in range(d):
+        for j in range(d):
+            gR = gRv[j, a] * np.conj(zn[j])
+            gP[a, j] += gR + gRv[d, a] * np.conj(zn[j])
+            gP[a, d + j] += gR * ln[j]
+
+
+@njit(fastmath=_FLAGS, cache=True)
+def _sequence(dims, mode, xr, xi, pr_, pi_, yr, yi, tpos, inv_rho, Cr, Ci, Kr, Ki, Vr, Vi, wgt,
+              Fr, Fi, ur, ui, wr, wi, gr, gi, qr, qi, gC, gRv):  # noqa: C901
+    """Forward (and for mode 1 backward) pass of one sequence; returns its loss 1/2 sum_t |r_t|^2.
+
+    Every array argument is a distinct buffer (``noalias``: this is what lets LLVM vectorise the position
+    loops without run-time overlap checks). Reads: the tables xr..yi (d, N), tpos, inv_rho (N,), the maps
+    Cr, Ci (2d+2, d), Kr, Ki (d, d), Vr, Vi (d, d+1); scratch: Fr..gi; writes qr, qi (predictions, mode 2)
+    and gC (d, 2d+2), gRv (d+1, d) (mode 1)."""
+    d = len(dims)
+    nc = 2 * d + 2
+    N = xr.shape[1]
+    zero = xr[0, 0] - xr[0, 0]  # a zero of the table dtype (keeps float32 arithmetic in float32)
+    # ---- F[c, t] = sum_k C[k, c] X[k, t]   (columns a, K a, s, s')
+    for c in range(nc):
+        for t in range(N):
+            sr = zero
+            si = zero
+            for k in range(d):
+                sr += xr[k, t] * Cr[c, k] - xi[k, t] * Ci[c, k]
+                si += xr[k, t] * Ci[c, k] + xi[k, t] * Cr[c, k]
+            Fr[c, t] = sr
+            Fi[c, t] = si
+    # ---- u = conj(lam^t) * a
+    for k in range(d):
+        for t in range(N):
+            ur[k, t] = pr_[k, t] * Fr[k, t] + pi_[k, t] * Fi[k, t]
+            ui[k, t] = pr_[k, t] * Fi[k, t] - pi_[k, t] * Fr[k, t]
+    # ---- w_j = t a_j + lam_j^t (K u)_j - (K a)_j - s ;  w_d = s'
+    for j in range(d):
+        for t in range(N):
+            hr = zero
+            hi = zero
+            for k in range(d):
+                hr += Kr[j, k] * ur[k, t] - Ki[j, k] * ui[k, t]
+                hi += Kr[j, k] * ui[k, t] + Ki[j, k] * ur[k, t]
+            wr[j, t] = tpos[t] * Fr[j, t] + pr_[j, t] * hr - pi_[j, t] * hi - Fr[d + j, t] - Fr[2 * d, t]
+            wi[j, t] = tpos[t] * Fi[j, t] + pr_[j, t] * hi + pi_[j, t] * hr - Fi[d + j, t] - Fi[2 * d, t]
+    for t in range(N):
+        wr[d, t] = Fr[2 * d + 1, t]
+        wi[d, t] = Fi[2 * d + 1, t]
+    # ---- yhat_a = sum_i Rv[i, a] w_i / (t-1); residual r = yhat - x_{t+1} (in gr, gi)
+    L = 0.0
+    for a in range(d):
+        acc = zero
+        for t in range(N):
+            hr = zero
+            hi = zero
+            for i in range(d + 1):
+                hr += wr[i, t] * Vr[a, i] - wi[i, t] * Vi[a, i]
+                hi += wr[i, t] * Vi[a, i] + wi[i, t] * Vr[a, i]
+            rr = hr * inv_rho[t] - yr[a, t]
+            ri = hi * inv_rho[t] - yi[a, t]
+            acc += rr * rr + ri * ri
+            gr[a, t] = rr
+            gi[a, t] = ri
+        L += acc
+    if mode == 2:  # predictions yhat = r + x_{t+1}
+        for a in range(d):
+            for t in range(N):
+                qr[a, t] = gr[a, t] + yr[a, t]
+                qi[a, t] = gi[a, t] + yi[a, t]
+    if mode != 1:
+        return 0.5 * L
+    for a in range(d):  # g = r wn / (t-1)
+        for t in range(N):
+            gr[a, t] *= inv_rho[t] * wgt
+            gi[a, t] *= inv_rho[t] * wgt
+    # ---- dL/dRv[i, a] = sum_t conj(w_i) g_a
+    for i in range(d + 1):
+        for a in range(d):
+            sr = zero
+            si = zero
+            for t in range(N):
+                sr += wr[i, t] * gr[a, t] + wi[i, t] * gi[a, t]
+                si += wr[i, t] * gi[a, t] - wi[i, t] * gr[a, t]
+            gRv[i, a] = complex(sr, si)
+    # ---- g_w[i] = sum_a g_a conj(Rv[i, a])  (into wr, wi: w is no longer needed)
+    for i in range(d + 1):
+        for t in range(N):
+            hr = zero
+            hi = zero
+            for a in range(d):
+                hr += gr[a, t] * Vr[a, i] + gi[a, t] * Vi[a, i]
+                hi += gi[a, t] * Vr[a, i] - gr[a, t] * Vi[a, i]
+            wr[i, t] = hr
+            wi[i, t] = hi
+    # ---- u = conj(lam^t) g_w;  g_b_k = sum_j conj(K[j, k]) u_j;
+    #      dL/dF = [t g_w + lam^t g_b, -g_w, -sum_j g_w_j, g_s']  (only the first block and the sum
+    #      are stored; the rest are read from g_w)
+    for j in range(d):
+        for t in range(N):
+            ur[j, t] = pr_[j, t] * wr[j, t] + pi_[j, t] * wi[j, t]
+            ui[j, t] = pr_[j, t] * wi[j, t] - pi_[j, t] * wr[j, t]
+    for k in range(d):
+        for t in range(N):
+            hr = zero
+            hi = zero
+            for j in range(d):
+                hr += Kr[j, k] * ur[j, t] + Ki[j, k] * ui[j, t]
+                hi += Kr[j, k] * ui[j, t] - Ki[j, k] * ur[j, t]
+            Fr[k, t] = tpos[t] * wr[k, t] + pr_[k, t] * hr - pi_[k, t] * hi
+            Fi[k, t] = tpos[t] * wi[k, t] + pr_[k, t] * hi + pi_[k, t] * hr
+    for t in range(N):
+        sr = zero
+        si = zero
+        for j in range(d):
+            sr -= wr[j, t]
+            si -= wi[j, t]
+        Fr[2 * d, t] = sr
+        Fi[2 * d, t] = si
+    # ---- dL/dC[k, c] = sum_t conj(X[k, t]) dL/dF[c, t]
+    for k in range(d):
+        for c in range(nc):
+            sr = zero
+            si = zero
+            if c < d or c == 2 * d:
+                for t in range(N):
+                    sr += xr[k, t] * Fr[c, t] + xi[k, t] * Fi[c, t]
+                    si += xr[k, t] * Fi[c, t] - xi[k, t] * Fr[c, t]
+            elif c < 2 * d:  # -g_w
+                for t in range(N):
+                    sr -= xr[k, t] * wr[c - d, t] + xi[k, t] * wi[c - d, t]
+                    si -= xr[k, t] * wi[c - d, t] - xi[k, t] * wr[c - d, t]
+            else:  # g_s'
+                for t in range(N):
+                    sr += xr[k, t] * wr[d, t] + xi[k, t] * wi[d, t]
+                    si += xr[k, t] * wi[d, t] - xi[k, t] * wr[d, t]
+            gC[k, c] = complex(sr, si)
+    return 0.5 * L
+
+
+@njit(parallel=True, fastmath=_FLAGS, cache=True)
+def sweep(Xr, Xi, Pr, Pi, Yr, Yi, tpos, inv_rho, W_KQ, W_PV, z, lam, K, wn, mode, loss, gA, gP, pred, dims):
+    """One pass over all sequences.
+
+    Xr..Yi: (m, d, N) real tables; tpos, inv_rho: (N,) positions t and 1/(t-1); W_KQ (2d, 2d), W_PV (d, 2d),
+    z = x_1 (m, d), lam (m, d), K (m, d, d) complex; wn: (m,) weights of the sequences (for the gradient).
+    mode 0: per-sequence loss only; 1: also the gradients, accumulated per block of sequences into
+    gA (nblocks, 2d, 2d) and gP (nblocks, d, 2d) (complex128; the caller sums over blocks, so the result does
+    not depend on the number of threads); 2: also the predictions into pred (2, m, d, N).
+    loss (m,) receives 1/2 sum_t |r_t|^2 (unweighted).
+    ``dims`` is any tuple of length d: its length is a compile-time constant, so the small loops over
+    coordinates inside each position loop are unrolled and the position loops vectorise (one compiled
+    version per d).
+    """
+    m, _, N = Xr.shape
+    d = len(dims)
+    nc = 2 * d + 2
+    nblocks = gA.shape[0]
+    for blk in prange(nblocks):
+        dt = Xr.dtype
+        cdt = z.dtype
+        C = np.empty((d, nc), cdt)
+        Rv = np.empty((d + 1, d), cdt)
+        gC = np.empty((d, nc), cdt)
+        gRv = np.empty((d + 1, d), cdt)
+        Cr = np.empty((nc, d), dt)
+        Ci = np.empty((nc, d), dt)
+        Kr = np.empty((d, d), dt)
+        Ki = np.empty((d, d), dt)
+        Vr = np.empty((d, d + 1), dt)
+        Vi = np.empty((d, d + 1), dt)
+        Fr = np.empty((nc, N), dt)
+        Fi = np.empty((nc, N), dt)
+        ur = np.empty((d, N), dt)
+        ui = np.empty((d, N), dt)
+        wr = np.empty((d + 1, N), dt)
+        wi = np.empty((d + 1, N), dt)
+        gr = np.empty((d, N), dt)
+        gi = np.empty((d, N), dt)
+        qr = np.empty((d, N if mode == 2 else 1), dt)
+        qi = np.empty((d, N if mode == 2 else 1), dt)
+        for n in range(blk * m // nblocks, (blk + 1) * m // nblocks):
+            Kn = K[n]
+            _maps(dims, W_KQ, W_PV, z[n], lam[n], Kn, C, Rv)
+            for k in range(d):
+                for c in range(nc):
+                    Cr[c, k] = C[k, c].real
+                    Ci[c, k] = C[k, c].imag
+                for j in range(d):
+                    Kr[k, j] = Kn[k, j].real
+                    Ki[k, j] = Kn[k, j].imag
+            for a in range(d):
+                for i in range(d + 1):
+                    Vr[a, i] = Rv[i, a].real
+                    Vi[a, i] = Rv[i, a].imag
+            loss[n] = _sequence(dims, mode, Xr[n], Xi[n], Pr[n], Pi[n], Yr[n], Yi[n], tpos, inv_rho, Cr, Ci, Kr, Ki,
+                                Vr, Vi, wn[n], Fr, Fi, ur, ui, wr, wi, gr, gi, qr, qi, gC, gRv)
+            if mode == 1:
+                _lift(dims, z[n], lam[n], Kn, gC, gRv, gA[blk], gP[blk])
+            elif mode == 2:
+                pred[0, n] = qr
+                pred[1, n] = qi
+
+
+@njit(parallel=True, cache=True)
+def _tables(theta, x1r, x1i, pos, Xr, Xi, Pr, Pi, Yr, Yi):
+    m, d = theta.shape
+    N = pos.shape[0]
+    for n in prange(m):
+        for k in range(d):
+            th = theta[n, k]
+            c1, s1 = np.cos(th), np.sin(th)
+            c, s = 1.0, 0.0
+            for p in range(N):
+                if p == 0 or pos[p] != pos[p - 1] + 1:  # lam^t directly, then by rotation along a run of t
+                    c, s = np.cos(th * pos[p]), np.sin(th * pos[p])
+                else:
+                    c, s = c * c1 - s * s1, s * c1 + c * s1
+                cq, sq = c * c1 + s * s1, s * c1 - c * s1  # lam^(t-1)
+                a, b = x1r[n, k], x1i[n, k]
+                Pr[n, k, p], Pi[n, k, p] = c, s
+                Xr[n, k, p], Xi[n, k, p] = a * cq - b * sq, a * sq + b * cq
+                Yr[n, k, p], Yi[n, k, p] = a * c - b * s, a * s + b * c
+
+
+def split_tables(theta: np.ndarray, x1: np.ndarray, positions: np.ndarray, real_dtype) -> tuple:
+    """(Xr, Xi, Pr, Pi, Yr, Yi), each (m, d, N): x_t, lam^t and x_{t+1} at the positions t, computed in
+    float64 from the phases (lam^t by rotation along runs of consecutive positions; relative error
+    ~ N * 1e-16) and then cast."""
+    m, d = theta.shape
+    N = len(positions)
+    out = tuple(np.empty((m, d, N)) for _ in range(6))
+    x1 = np.asarray(x1)
+    _tables(np.ascontiguousarray(theta, dtype=float), np.ascontiguousarray(x1.real, dtype=float),
+            np.ascontiguousarray(x1.imag, dtype=float), np.asarray(positions, dtype=np.int64), *out)
+    if real_dtype == np.float64:
+        return out
+    return tuple(a.astype(real_dtype) for a in out)

@@ -1,0 +1,85 @@
+"""The fused numba kernel (companion.mesa.kernels) against the batched torch version of the same formulas:
+both dtypes, weights, position subsets, forward-only and prediction modes, thread-count invariance, and
+the phase tables. (Both are checked against the naive per-prefix reference in test_mesa_reference.py.)"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import pytest
+import torch
+
+from companion import params as P
+from companion.mesa import kernels
+from companion.mesa.data import generate
+from companion.mesa.model import loss_fast, loss_grad_fast, predict, predict_fast
+from companion.mesa.train import init_gaussian
+
+
+def _rel(a, b):
+    return float((a - b).abs().max() / b.abs().max())
+
+
+@pytest.mark.parametrize("law,d,T", [("gaussian", 5, 40), ("full_one", 3, 17), ("sparse", 2, 6)])
+def test_fused_equals_torch_complex128(law, d, T):
+    data = generate(law, 300, d, T, 1.3, rng=4)
+    A, Pm = init_gaussian(d, 0.4, np.random.default_rng(1), torch.complex128)
+    A = A + 0.3j * torch.randn(A.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    w = torch.rand(300, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    for weights in (None, w):
+        for pos in (None, [2, 3, T - 1], [T - 1]):
+            L1, gA1, gP1 = loss_grad_fast(data, A, Pm, weights=weights, positions=pos)
+            L0, gA0, gP0 = loss_grad_fast(data, A, Pm, weights=weights, positions=pos, backend="torch")
+            assert abs(float(L1) - float(L0)) <= 1e-12 * float(L0)
+            assert _rel(gA1, gA0) <= 1e-11 and _rel(gP1, gP0) <= 1e-11
+            assert abs(loss_fast(data, A, Pm, weights, pos) - float(L0)) <= 1e-12 * float(L0)
+            assert _rel(predict_fast(data, A, Pm, pos), predict(data, A, Pm, pos)) <= 1e-12
+
+
+def test_fused_complex64_close_to_complex128():
+    d = 5
+    data = generate("gaussian", 2000, d, 100, 1.0, rng=6)
+    A, Pm = init_gaussian(d, 0.3, np.random.default_rng(0), torch.complex128)
+    L0, gA0, gP0 = loss_grad_fast(data, A, Pm, backend="torch")
+    d64 = data.to(torch.complex64)
+    L1, gA1, gP1 = loss_grad_fast(d64, A.to(torch.complex64), Pm.to(torch.complex64))
+    # float32 round-off over ~100 positions: relative 1e-5 is ~100 ulps
+    assert abs(float(L1) - float(L0)) <= 1e-5 * float(L0)
+    assert _rel(gA1.to(torch.complex128), gA0) <= 1e-5 and _rel(gP1.to(torch.complex128), gP0) <= 1e-5
+    assert gA1.dtype == torch.complex64
+
+
+def test_result_independent_of_thread_count():
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("one thread only")
+    data = generate("gaussian", 500, 4, 30, 1.0, rng=1)
+    A, Pm = init_gaussian(4, 0.3, np.random.default_rng(2), torch.complex64)
+    old = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        one = loss_grad_fast(data, A, Pm)
+        numba.set_num_threads(2)
+        two = loss_grad_fast(data, A, Pm)
+    finally:
+        numba.set_num_threads(old)
+    assert float(one[0]) == float(two[0])
+    assert torch.equal(one[1], two[1]) and torch.equal(one[2], two[2])
+
+
+def test_split_tables_match_exact_powers():
+    rng = np.random.default_rng(0)
+    theta = rng.uniform(0, 2 * np.pi, (7, 3))
+    x1 = rng.standard_normal((7, 3)) + 0.5j * rng.standard_normal((7, 3))
+    pos = np.array([2, 3, 4, 9, 10, 57, 99])  # runs and jumps
+    Xr, Xi, Pr, Pi, Yr, Yi = kernels.split_tables(theta, x1, pos, np.float64)
+    lam_t = np.exp(1j * theta[:, :, None] * pos[None, None, :])
+    assert np.abs(Pr + 1j * Pi - lam_t).max() < 1e-13
+    assert np.abs(Xr + 1j * Xi - x1[:, :, None] * lam_t * np.exp(-1j * theta)[:, :, None]).max() < 1e-13
+    assert np.abs(Yr + 1j * Yi - x1[:, :, None] * lam_t).max() < 1e-13
+
+
+def test_backend_name_checked():
+    data = generate("gaussian", 3, 2, 5, 1.0, rng=0)
+    A, Pm = init_gaussian(2, 0.3, np.random.default_rng(0), torch.complex128)
+    with pytest.raises(P.ParameterError, match="backend"):
+        loss_grad_fast(data, A, Pm, backend="numba")
