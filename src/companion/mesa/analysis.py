@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from companion.mesa.data import ARData, generate
-from companion.mesa.model import loss_grad_fast, predict
+from companion.mesa.model import _forward, loss_grad_fast, predict
 
 __all__ = ["weights", "ratio_entries", "per_sequence_loss", "test_data", "train_data", "mean_se", "gradient_blocks"]
 
@@ -39,16 +39,12 @@ def ratio_entries(data: ARData, W_KQ, W_PV, position: int | None = None) -> np.n
     return (y / (x_next + 1e-5)).real.numpy().ravel()
 
 
-def per_sequence_loss(data: ARData, W_KQ, W_PV, positions=None, chunk: int = 1000) -> np.ndarray:
-    """sum_t 1/2 |yhat_t - x_{t+1}|^2 for every sequence (t over ``positions``, default 2..T-1)."""
-    out = []
-    pos = np.arange(2, data.T) if positions is None else np.atleast_1d(positions)
+def per_sequence_loss(data: ARData, W_KQ, W_PV, positions=None) -> np.ndarray:
+    """sum_t 1/2 |yhat_t - x_{t+1}|^2 for every sequence (t over ``positions``, default 2..T-1), with the
+    fused kernel (forward only)."""
     with torch.no_grad():
-        for i in range(0, data.m, chunk):
-            sub = data.subset(slice(i, i + chunk))
-            r = predict(sub, W_KQ, W_PV, positions=pos) - sub.tables(pos)[2]
-            out.append((0.5 * (r.real**2 + r.imag**2).sum(dim=(1, 2))).numpy())
-    return np.concatenate(out)
+        per_seq, _, _ = _forward(data, W_KQ, W_PV, None, positions, "auto", 0)
+    return per_seq.numpy().astype(float)
 
 
 def mean_se(v) -> tuple[float, float]:

@@ -36,7 +36,7 @@ _FLAGS = {"contract", "reassoc", "nsz", "arcp"}
 def _maps(dims, W_KQ, W_PV, zn, ln, Kn, C, Rv):
     """Per-sequence maps C (d, 2d+2) and Rv (d+1, d) from the weights (see :func:`companion.mesa.model._maps`)."""
     d = len(dims)
-    zero = C[0, 0] - C[0, 0]  # a zero of the complex dtype (no promotion to complex128)
+    zero = zn[0] - zn[0]  # a zero of the complex dtype (no promotion; x_1 is finite, C may be uninitialised)
     for i in range(d):
         for k in range(d):
             lck = np.conj(ln[k])

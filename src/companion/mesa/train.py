@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -60,7 +61,7 @@ class RunConfig:
     init: str = "diagonal"  # or "gaussian"
     sigma_w: float = 0.01  # std of every entry for init="gaussian"
     m_test: int = 10_000
-    test_every: int = 5  # test loss every k epochs (and at the last epoch)
+    test_every: int = 5  # test loss and ratio every k epochs (and at the last epoch)
     dtype: str = "complex64"
     check_lr: bool = True  # refuse step sizes beyond the stability bound before training (diagonal init)
     chunk: int = 10_000  # sequences per kernel call (memory only; results do not depend on it)
@@ -97,8 +98,8 @@ class TrainResult:
     a_mean: np.ndarray  # mean_j Re(W_KQ21)_jj
     b_mean: np.ndarray  # mean_j Re(W_PV11)_jj
     train_loss: np.ndarray  # (epochs+1,) training loss at the parameters of each epoch
-    ratio: np.ndarray | None  # (epochs+1,) Re mean(yhat_{T-1}/(x_T + 1e-5)) on the test set (not for "sparse")
-    test_epochs: np.ndarray
+    ratio: np.ndarray | None  # at test_epochs: Re mean(yhat_{T-1}/(x_T + 1e-5)) on the test set (not for "sparse")
+    test_epochs: np.ndarray  # every test_every epochs and the last
     test_loss: np.ndarray  # whole-sequence test AR loss at test_epochs
     offdiag_kq: np.ndarray  # (epochs+1,) max |Re| of the off-diagonal entries of the red KQ block
     offdiag_pv: np.ndarray
@@ -186,6 +187,23 @@ def _threads() -> int:
         return 1
 
 
+_DATASETS: OrderedDict = OrderedDict()
+
+
+def _dataset(law: str, m: int, d: int, T: int, scale: float, seed: tuple, dtype) -> ARData:
+    """The seeded data set of a run, kept for the next runs on the same data (a few, least recently used
+    dropped): runs that differ only in init, step size or mask share the data and its position tables."""
+    key = (law, m, d, T, float(scale), seed, str(dtype))
+    if key in _DATASETS:
+        _DATASETS.move_to_end(key)
+        return _DATASETS[key]
+    data = generate(law, m, d, T, scale, np.random.default_rng(list(seed)), dtype)
+    _DATASETS[key] = data
+    while len(_DATASETS) > 4:
+        _DATASETS.popitem(last=False)
+    return data
+
+
 def train(cfg: RunConfig) -> TrainResult:
     """Full-batch GD (no cache). Raises ParameterError('lr') for an unstable step size and
     TrainingDiverged if the loss becomes non-finite or explodes."""
@@ -214,8 +232,8 @@ def _train(cfg: RunConfig) -> TrainResult:
         W_KQ, W_PV = init_diagonal(d, cfg.a0, cfg.b0, dtype)
     else:
         W_KQ, W_PV = init_gaussian(d, cfg.sigma_w, np.random.default_rng([cfg.seed, 2]), dtype)
-    train_data = generate(cfg.law, cfg.m, d, cfg.T, cfg.scale, np.random.default_rng([cfg.seed, 0]), dtype)
-    test_data = generate(cfg.law, cfg.m_test, d, cfg.T, cfg.scale, np.random.default_rng([cfg.seed, 1]), dtype)
+    train_data = _dataset(cfg.law, cfg.m, d, cfg.T, cfg.scale, (cfg.seed, 0), dtype)
+    test_data = _dataset(cfg.law, cfg.m_test, d, cfg.T, cfg.scale, (cfg.seed, 1), dtype)
     mk, mp = offdiag_mask(d)
     if cfg.mask:
         W_KQ[mk] = 0
@@ -235,15 +253,19 @@ def _train(cfg: RunConfig) -> TrainResult:
         rec["opv"].append(opv)
         rec["other"].append(oth)
         rec["imag"].append(im)
-        if want_ratio:
-            rec["ratio"].append(last_position_ratio(test_data, W_KQ, W_PV))
         if k % cfg.test_every == 0 or k == E:
             test_epochs.append(k)
+            if want_ratio:
+                rec["ratio"].append(last_position_ratio(test_data, W_KQ, W_PV))
             with torch.no_grad():
                 test_losses.append(sum(loss_fast(c, W_KQ, W_PV) * c.m for c in test_chunks) / cfg.m_test)
 
-    chunks = [train_data.subset(slice(i, i + cfg.chunk)) for i in range(0, cfg.m, cfg.chunk)]
-    test_chunks = [test_data.subset(slice(i, i + cfg.chunk)) for i in range(0, cfg.m_test, cfg.chunk)]
+    def split(data: ARData) -> list[ARData]:
+        if cfg.chunk >= data.m:
+            return [data]  # keeps the data set's cached tables
+        return [data.subset(slice(i, i + cfg.chunk)) for i in range(0, data.m, cfg.chunk)]
+
+    chunks, test_chunks = split(train_data), split(test_data)
     first = None
     for k in range(E + 1):
         log(k, W_KQ, W_PV)
