@@ -51,7 +51,7 @@ def test_mask_and_restricted_gd():
 def test_gaussian_init_and_ratio():
     r = run(law="gaussian", scale=1.0, init="gaussian", sigma_w=0.1, lr=1e-3, epochs=3, **SMALL)
     assert np.abs(r.W_KQ0).max() > 0 and np.abs(r.W_PV0[:, 3:]).max() > 0
-    assert r.ratio is not None and len(r.ratio) == len(r.test_epochs) == 2  # epochs 0 and 3 (test_every 5)
+    assert r.ratio is not None and len(r.ratio) == len(r.test_epochs) == 2  # epochs 0 and 3 (test_every 10)
     assert run(law="sparse", scale=1.0, a0=0.1, b0=0.1, lr=1e-3, epochs=2, **SMALL).ratio is None
 
 

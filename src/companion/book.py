@@ -195,6 +195,10 @@ def build(root: Path | None = None, *, strict: bool = True, force: bool = False,
     wiped = guard_cache(root)
     if wiped:
         print("companion book: src/companion or the pinned stack changed; re-executing every notebook")
+    from companion.mesa import kernels
+
+    # compile the fused mesa kernels once, before the notebooks (numba caches them on disk; a no-op after)
+    print(f"companion book: mesa kernels ready in {kernels.warm_up():.1f} s", flush=True)
     jb = Path(sys.executable).with_name("jupyter-book")
     cmd = [str(jb) if jb.exists() else "jupyter-book", "build", str(root)]
     if strict:

@@ -61,7 +61,7 @@ class RunConfig:
     init: str = "diagonal"  # or "gaussian"
     sigma_w: float = 0.01  # std of every entry for init="gaussian"
     m_test: int = 10_000
-    test_every: int = 5  # test loss and ratio every k epochs (and at the last epoch)
+    test_every: int = 10  # test loss and ratio every k epochs (and at the last epoch)
     dtype: str = "complex64"
     check_lr: bool = True  # refuse step sizes beyond the stability bound before training (diagonal init)
     chunk: int = 10_000  # sequences per kernel call (memory only; results do not depend on it)
