@@ -88,3 +88,22 @@ def test_backend_name_checked():
     A, Pm = init_gaussian(2, 0.3, np.random.default_rng(0), torch.complex128)
     with pytest.raises(P.ParameterError, match="backend"):
         loss_grad_fast(data, A, Pm, backend="numba")
+
+
+def test_bad_weights_are_named_before_the_kernel():
+    data = generate("gaussian", 4, 2, 5, 1.0, rng=0)
+    A, Pm = init_gaussian(2, 0.3, np.random.default_rng(0), torch.complex128)
+    for bad, match in (([1.0, 2.0], r"shape \(4,\)"), ([1.0, -1.0, 1.0, 1.0], ">= 0"), ([0.0] * 4, "positive sum"),
+                       ([1.0, float("nan"), 1.0, 1.0], "finite"), ("abc", "real numbers")):
+        with pytest.raises(P.ParameterError, match="'weights'.*" + match):
+            loss_grad_fast(data, A, Pm, weights=bad)
+        with pytest.raises(P.ParameterError, match="'weights'"):
+            loss_fast(data, A, Pm, weights=bad)
+
+
+def test_thread_setting_checked(monkeypatch):
+    from companion.mesa.train import run
+
+    monkeypatch.setenv("COMPANION_THREADS", "two")
+    with pytest.raises(P.ParameterError, match="'COMPANION_THREADS'.*>= 1.*'two'"):
+        run(law="gaussian", a0=0.5, b0=0.5, lr=1e-3, epochs=1, d=2, T=5, m=4, m_test=4)

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from companion.mesa.data import ARData, generate
-from companion.mesa.model import _forward, loss_grad_fast, predict
+from companion.mesa.model import loss_grad_fast, per_sequence_loss, predict, ratio_entries  # noqa: F401 (re-exported)
 
 __all__ = ["weights", "ratio_entries", "per_sequence_loss", "test_data", "train_data", "mean_se", "gradient_blocks"]
 
@@ -28,23 +28,6 @@ def test_data(result, m: int | None = None, dtype=torch.complex128) -> ARData:
 def train_data(result, dtype=torch.complex128) -> ARData:
     c = result.config
     return generate(c["law"], c["m"], c["d"], c["T"], c["scale"], np.random.default_rng([c["seed"], 0]), dtype)
-
-
-def ratio_entries(data: ARData, W_KQ, W_PV, position: int | None = None) -> np.ndarray:
-    """Re yhat_{t,j} / (x_{t+1,j} + 1e-5) at position t (default T-1) for every sequence and coordinate."""
-    t = data.T - 1 if position is None else position
-    with torch.no_grad():
-        y = predict(data, W_KQ, W_PV, positions=[t])[:, 0]
-    x_next = data.tables(np.array([t]))[2][:, 0]
-    return (y / (x_next + 1e-5)).real.numpy().ravel()
-
-
-def per_sequence_loss(data: ARData, W_KQ, W_PV, positions=None) -> np.ndarray:
-    """sum_t 1/2 |yhat_t - x_{t+1}|^2 for every sequence (t over ``positions``, default 2..T-1), with the
-    fused kernel (forward only)."""
-    with torch.no_grad():
-        per_seq, _, _ = _forward(data, W_KQ, W_PV, None, positions, "auto", 0)
-    return per_seq.numpy().astype(float)
 
 
 def mean_se(v) -> tuple[float, float]:

@@ -36,7 +36,7 @@ import torch
 from companion import params as P
 from companion.mesa.data import ARData
 
-__all__ = ["predict", "predict_direct", "loss", "loss_and_grad", "loss_grad_fast", "loss_fast", "predict_fast", "red_blocks", "check_weights"]
+__all__ = ["predict", "predict_direct", "loss", "loss_and_grad", "loss_grad_fast", "loss_fast", "predict_fast", "per_sequence_loss", "ratio_entries", "red_blocks", "check_weights"]
 
 
 def check_weights(W_KQ: torch.Tensor, W_PV: torch.Tensor, d: int) -> None:
@@ -235,14 +235,11 @@ def _sweep_fused(data: ARData, W_KQ, W_PV, pos, wn, mode: int):
                               np.ascontiguousarray(_cauchy(data)[0].numpy()))
     z, lam, K = data._tables["np"]
     m, d, N = data.m, data.d, len(pos)
-    nb = min(m, FUSED_BLOCKS) if mode == 1 else 1
+    nb = min(m, FUSED_BLOCKS)  # the kernel reads the number of blocks from gA
     per_seq = np.empty(m)
-    gA = np.zeros((nb, 2 * d, 2 * d), np.complex128)
-    gP = np.zeros((nb, d, 2 * d), np.complex128)
+    gA = np.zeros((nb, 2 * d, 2 * d) if mode == 1 else (nb, 1, 1), np.complex128)
+    gP = np.zeros((nb, d, 2 * d) if mode == 1 else (nb, 1, 1), np.complex128)
     pred = np.empty((2, m, d, N) if mode == 2 else (1, 1, 1, 1), rdt)
-    if mode != 1:  # the blocks only matter for the gradient sums; more blocks balance the threads better
-        gA = np.zeros((min(m, FUSED_BLOCKS), 1, 1), np.complex128)
-        gP = gA
     kernels.sweep(*data._tables[key], pos.astype(rdt), (1.0 / (pos - 1)).astype(rdt),
                   np.ascontiguousarray(W_KQ.resolve_conj().numpy()), np.ascontiguousarray(W_PV.resolve_conj().numpy()), z, lam, K,
                   wn.numpy().astype(rdt), mode, per_seq, gA, gP, pred, (0,) * d)
@@ -254,26 +251,52 @@ def _sweep_fused(data: ARData, W_KQ, W_PV, pos, wn, mode: int):
             torch.from_numpy(gP.sum(0).astype(cdt)), yhat)
 
 
-def _weights_normalised(data: ARData, weights):
+def _weights_normalised(data: ARData, weights) -> torch.Tensor:
+    """Weights of the sequences in the loss, normalised to sum 1 (uniform when None)."""
     if weights is None:
         return torch.full((data.m,), 1.0 / data.m, dtype=torch.float64)
-    w = torch.as_tensor(weights, dtype=torch.float64)
+    try:
+        w = torch.as_tensor(np.asarray(weights, dtype=float), dtype=torch.float64)
+    except (TypeError, ValueError):
+        raise P.ParameterError("weights", f"must be {data.m} real numbers; got {type(weights).__name__}") from None
+    if tuple(w.shape) != (data.m,):
+        raise P.ParameterError("weights", f"must have shape ({data.m},), one per sequence; got {tuple(w.shape)}")
+    if not bool(torch.isfinite(w).all()) or bool((w < 0).any()) or not float(w.sum()) > 0:
+        raise P.ParameterError("weights", "must be finite and >= 0 with a positive sum")
     return w / w.sum()
+
+
+def _prepare(data: ARData, W_KQ, W_PV, weights, positions):
+    """Checked inputs of the fast paths: (positions, W_KQ, W_PV in the data dtype, normalised weights)."""
+    check_weights(W_KQ, W_PV, data.d)
+    pos = _positions(data.T, positions)
+    dt = data.dtype
+    return pos, W_KQ.detach().to(dt), W_PV.detach().to(dt), _weights_normalised(data, weights)
 
 
 def _forward(data: ARData, W_KQ, W_PV, weights, positions, backend: str, mode: int):
     """Forward-only sweep (mode 0: loss, 2: also predictions): (per-sequence loss, normalised weights, yhat)."""
-    check_weights(W_KQ, W_PV, data.d)
-    pos = _positions(data.T, positions)
-    dt = data.dtype
-    W_KQ, W_PV = W_KQ.detach().to(dt), W_PV.detach().to(dt)
-    wn = _weights_normalised(data, weights)
+    pos, W_KQ, W_PV, wn = _prepare(data, W_KQ, W_PV, weights, positions)
     if _use_fused(data, backend):
         per_seq, _, _, yhat = _sweep_fused(data, W_KQ, W_PV, pos, wn, mode)
     else:
         _, _, K, Dg, C, Rv = _maps(data, W_KQ, W_PV)
         per_seq, _, _, yhat = _sweep_torch(data, pos, K, Dg, C, Rv, wn, False)
     return per_seq, wn, yhat
+
+
+def per_sequence_loss(data: ARData, W_KQ, W_PV, positions=None, backend: str = "auto") -> np.ndarray:
+    """sum_t 1/2 |yhat_t - x_{t+1}|^2 for every sequence (t over ``positions``, default 2..T-1), forward only."""
+    return _forward(data, W_KQ, W_PV, None, positions, backend, 0)[0].numpy().astype(float)
+
+
+def ratio_entries(data: ARData, W_KQ, W_PV, position: int | None = None) -> np.ndarray:
+    """Re yhat_{t,j} / (x_{t+1,j} + 1e-5) at position t (default T-1) for every sequence and coordinate (the
+    official "ratio of pred/true at T_te" is their mean)."""
+    t = data.T - 1 if position is None else position
+    y = predict_fast(data, W_KQ, W_PV, positions=[t])[:, 0]
+    x_next = data.tables(_positions(data.T, [t]))[2][:, 0]
+    return (y / (x_next + 1e-5)).real.numpy().ravel()
 
 
 def loss_fast(data: ARData, W_KQ, W_PV, weights=None, positions=None, backend: str = "auto") -> float:
@@ -300,12 +323,8 @@ def loss_grad_fast(data: ARData, W_KQ, W_PV, weights=None, positions=None, backe
     coinciding phases always take the torch path. Returns (loss, grad W_KQ, grad W_PV); the tests compare
     both backends with autograd and with a naive per-prefix implementation.
     """
-    d, dt = data.d, data.dtype
-    check_weights(W_KQ, W_PV, d)
-    pos = _positions(data.T, positions)
-    W_KQ = W_KQ.detach().to(dt)
-    W_PV = W_PV.detach().to(dt)
-    wn = _weights_normalised(data, weights)
+    d = data.d
+    pos, W_KQ, W_PV, wn = _prepare(data, W_KQ, W_PV, weights, positions)
     if _use_fused(data, backend):
         per_seq, gA, gP, _ = _sweep_fused(data, W_KQ, W_PV, pos, wn, 1)
         return (per_seq.double() * wn).sum(), gA, gP
