@@ -37,29 +37,34 @@ def cmd_list(args) -> int:
 
 
 def _text_params(pairs) -> dict[str, str]:
+    from .runner import ParameterSpecError
+
     out: dict[str, str] = {}
     for name, value in pairs or []:
         if name in out:
-            raise ValueError(f"parameter '{name}' is given twice with -p")
+            raise ParameterSpecError(f"parameter '{name}' is given twice with -p; give it once")
         out[name] = value
     return out
 
 
 def cmd_run(args) -> int:
-    from .runner import NotebookFailed, ParameterSpecError, load_param_file, run_notebook
-    from .notebooks import NotebookNotFound
+    from .runner import NotebookFailed, exit_when_stdin_closes, load_param_file, run_notebook, threads_env
 
+    if os.environ.get("COMPANION_EXIT_WITH_STDIN") == "1":
+        exit_when_stdin_closes()  # started by a sweep: die with the worker that started us
+    typed = {}
+    for f in args.file or []:
+        typed.update(load_param_file(f))
+    text = _text_params(args.param)
+    for name in set(typed) & set(text):
+        typed.pop(name)  # -p wins over -f
+    threads, why = threads_env(1)
+    os.environ["COMPANION_THREADS"] = str(threads)  # read by the kernel (mesa training, torch)
+    if not args.quiet:
+        print(f"companion: {why}", flush=True)
     try:
-        typed = {}
-        for f in args.file or []:
-            typed.update(load_param_file(f))
-        text = _text_params(args.param)
-        for name in set(typed) & set(text):
-            typed.pop(name)  # -p wins over -f
-        result = run_notebook(args.notebook, typed, args.output, text_parameters=text, log_output=args.log)
-    except (ParameterSpecError, NotebookNotFound, ValueError, FileNotFoundError) as exc:
-        _err(str(exc))
-        return 2
+        result = run_notebook(args.notebook, typed, args.output, text_parameters=text, log_output=args.log,
+                              overwrite=args.overwrite)
     except NotebookFailed as exc:
         if exc.ename == "ParameterError":
             _err(f"{exc.notebook}: {exc.evalue}")
@@ -73,44 +78,45 @@ def cmd_run(args) -> int:
         passed = sum(1 for r in result.records if r.get("passed"))
         print(f"{result.notebook}: {passed}/{n} claims passed in {result.seconds:.1f} s -> {result.output_dir}")
         for r in result.records:
-            print(f"    {'ok  ' if r['passed'] else 'FAIL'} {r['claim']}: measured {r['measured']:.6g} "
-                  f"predicted {r['predicted']:.6g} ({r['comparison']} tol {r['tolerance']:.3g})")
+            print(f"    {'ok  ' if r.get('passed') else 'FAIL'} {r.get('claim')}: measured {_num(r.get('measured'))} "
+                  f"predicted {_num(r.get('predicted'))} ({r.get('comparison')} tol {_num(r.get('tolerance'))})")
     return 0 if result.ok else 1
 
 
-def cmd_sweep(args) -> int:
-    import yaml
+def _num(v) -> str:
+    return f"{v:.6g}" if isinstance(v, (int, float)) and not isinstance(v, bool) else str(v)
 
-    from .notebooks import NotebookNotFound
-    from .runner import ParameterSpecError
+
+def cmd_sweep(args) -> int:
+    from .runner import read_yaml_file
     from .sweep import SweepError, expand_grid, parse_grid, run_sweep
 
-    try:
-        text_grid = parse_grid(args.grid or [])
-        typed_grid: dict = {}
-        fixed: dict = {}
-        for f in args.file or []:
-            data = yaml.safe_load(Path(f).read_text()) or {}
-            if not isinstance(data, dict):
-                raise SweepError(f"{f}: expected a mapping (grid: {{name: [values]}}, fixed: {{name: value}})")
-            unknown = set(data) - {"grid", "fixed"}
-            if unknown:
-                raise SweepError(f"{f}: unknown top-level key(s) {sorted(unknown)}; use 'grid' and 'fixed'")
-            typed_grid.update(data.get("grid") or {})
-            fixed.update(data.get("fixed") or {})
-        if not text_grid and not typed_grid:
-            raise SweepError("nothing to sweep: give --grid NAME=V1,V2 or -f grid.yaml")
-        points = expand_grid(args.notebook, text_grid, typed_grid, fixed, _text_params(args.param))
-        if args.workers < 1:
-            raise SweepError(f"--workers must be >= 1; got {args.workers}")
-        out = args.out or os.path.join("sweeps", args.notebook.replace("/", "__").removesuffix(".md"))
-        summary = run_sweep(
-            args.notebook, points, out, workers=args.workers, resume=args.resume,
-            scheduler=args.scheduler, progress=not args.quiet,
-        )
-    except (SweepError, ParameterSpecError, NotebookNotFound) as exc:
-        _err(str(exc))
-        return 2
+    text_grid = parse_grid(args.grid or [])
+    typed_grid: dict = {}
+    fixed: dict = {}
+    for f in args.file or []:
+        data = read_yaml_file(f, "grid: {name: [values]} and fixed: {name: value}") or {}
+        if not isinstance(data, dict):
+            raise SweepError(f"{f}: expected a mapping (grid: {{name: [values]}}, fixed: {{name: value}})")
+        unknown = set(data) - {"grid", "fixed"}
+        if unknown:
+            raise SweepError(f"{f}: unknown top-level key(s) {sorted(unknown)}; use 'grid' and 'fixed'")
+        for key in ("grid", "fixed"):
+            if data.get(key) is not None and not isinstance(data[key], dict):
+                raise SweepError(f"{f}: '{key}' must be a mapping of parameter names")
+        typed_grid.update(data.get("grid") or {})
+        fixed.update(data.get("fixed") or {})
+    if not text_grid and not typed_grid:
+        raise SweepError("nothing to sweep: give --grid NAME=V1,V2 or -f grid.yaml")
+    if args.workers < 1:
+        raise SweepError(f"--workers must be >= 1; got {args.workers}")
+    points = expand_grid(args.notebook, text_grid, typed_grid, fixed, _text_params(args.param))
+    out = args.out or os.path.join("sweeps", args.notebook.replace("/", "__").removesuffix(".md"))
+    summary = run_sweep(
+        args.notebook, points, out, workers=args.workers, resume=args.resume,
+        scheduler=args.scheduler, progress=not args.quiet, swept=[*typed_grid, *text_grid],
+        log=lambda msg: print(f"companion: {msg}", file=sys.stderr, flush=True),
+    )
     print(
         f"sweep {summary['out']}: {summary['total']} points, {summary['ok']} ok, "
         f"{summary['failed']} failed verdicts, {summary['error']} errors, {summary['skipped']} skipped (resume); "
@@ -120,33 +126,42 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_results(args) -> int:
-    import csv
-
-    from .sweep import flat_rows
+    from . import results as R
+    from .runner import InputError
 
     path = Path(args.directory)
-    if not (path / "results.jsonl").is_file():
-        _err(f"{path} holds no results.jsonl (is it a sweep directory?)")
-        return 2
-    rows = flat_rows(path)
-    columns: list[str] = []
-    for row in rows:
-        columns += [k for k in row if k not in columns and k != "point"]
+    jsonl = path / "results.jsonl" if path.is_dir() else path
+    if not jsonl.is_file():
+        raise InputError(f"{path}: holds no results.jsonl; give a sweep's --out directory (or its results.jsonl)")
+    table = R.load(jsonl)
+    for lineno, why in table.skipped:
+        _err(f"{jsonl} line {lineno}: skipped ({why})")
+    wrote = False
     if args.csv:
-        with open(args.csv, "w", newline="") as fh:
-            writer = csv.DictWriter(fh, fieldnames=["point", *columns])
-            writer.writeheader()
-            writer.writerows(rows)
-        print(f"{len(rows)} rows -> {args.csv}")
-        return 0
+        n = R.write_csv(table, args.csv, long=args.long)
+        print(f"{n} rows -> {args.csv}")
+        wrote = True
+    if args.plot:
+        what = R.plot(table, args.plot, x=args.x, y=args.y, claim=args.claim, value=args.value)
+        print(f"{what} -> {args.plot}")
+        wrote = True
+    if not wrote:
+        rows = table.long_rows() if args.long else table.wide_rows()
+        columns: list[str] = []
+        for row in rows:
+            columns += [k for k in row if k not in columns and k != "point"]
 
-    def fmt(v):
-        return f"{v:.6g}" if isinstance(v, float) else ("" if v is None else str(v))
+        def fmt(v):
+            return f"{v:.6g}" if isinstance(v, float) else ("" if v is None else str(v))
 
-    table = [columns] + [[fmt(r.get(c)) for c in columns] for r in rows]
-    widths = [max(len(row[i]) for row in table) for i in range(len(columns))]
-    for row in table:
-        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+        cells = [columns] + [[fmt(r.get(c)) for c in columns] for r in rows]
+        widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
+        for row in cells:
+            print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    if table.skipped:
+        _err(f"{len(table.skipped)} line(s) of {jsonl} skipped; `companion sweep ... --resume` moves them "
+             "aside and re-runs their points")
+        return 1
     return 0
 
 
@@ -161,6 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="companion",
         description="Run, sweep and build the verified notebooks of the linear-transformer companion book.",
     )
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("list", help="notebooks and their parameters (name, type, default, help)")
@@ -174,6 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="set a parameter (converted to the type declared in the parameters cell)")
     p.add_argument("-f", "--file", action="append", metavar="PARAMS.yaml", help="parameters from a YAML mapping")
     p.add_argument("-o", "--output", metavar="OUT", help="output directory (default runs/<notebook>/<time>)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace a non-empty OUT, once the new run has reached its verdict")
     p.add_argument("--log", action="store_true", help="stream the notebook's output while it runs")
     p.add_argument("--quiet", action="store_true", help="print nothing on success")
     p.set_defaults(func=cmd_run)
@@ -192,9 +210,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_sweep)
 
-    p = sub.add_parser("results", help="tabulate the results of a sweep (one row per point and claim)")
-    p.add_argument("directory", help="the sweep's --out directory")
-    p.add_argument("--csv", metavar="FILE", help="write CSV instead of printing a table")
+    p = sub.add_parser("results", help="table, CSV or figure of a sweep's results")
+    p.add_argument("directory", help="the sweep's --out directory (or its results.jsonl)")
+    p.add_argument("--csv", metavar="FILE",
+                   help="write CSV: one row per point, one column per parameter and per claim's numbers")
+    p.add_argument("--long", action="store_true", help="one row per point and claim instead (table and CSV)")
+    p.add_argument("--plot", metavar="OUT.png",
+                   help="figure (.png, .svg, .pdf): a line over one swept parameter, a heat map over two")
+    p.add_argument("--x", metavar="PARAM", help="parameter on the x axis (default: the first swept one)")
+    p.add_argument("--y", metavar="PARAM", help="second parameter: a heat map over (x, y)")
+    p.add_argument("--claim", metavar="CLAIM", help="which claim's numbers to plot (default: the first)")
+    p.add_argument("--value", default="measured", choices=["measured", "error", "predicted"],
+                   help="which number of the claim to plot (default: measured)")
     p.set_defaults(func=cmd_results)
 
     p = sub.add_parser("book", help="strict build of the whole book (what `make book` runs)")
@@ -205,8 +232,31 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command. Bad input (a parameter, a path, a file, an option) is one line on stderr naming
+    what is wrong and what is allowed, with exit status 2 and no traceback (``--debug`` shows it)."""
+    from .notebooks import NotebookNotFound
+    from .params import ParameterError
+    from .runner import InputError
+
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except (InputError, NotebookNotFound, ParameterError) as exc:
+        if args.debug:
+            raise
+        _err(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        return 2
+    except KeyboardInterrupt:
+        if args.debug:
+            raise
+        _err("interrupted")
+        return 130
+    except OSError as exc:  # a path we were given: not writable, a file where a directory belongs, ...
+        if args.debug:
+            raise
+        where = f"{exc.filename}: " if exc.filename else ""
+        _err(f"{where}{exc.strerror or exc} (run with --debug for the traceback)")
+        return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

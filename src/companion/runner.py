@@ -15,6 +15,9 @@ import datetime as _dt
 import difflib
 import json
 import os
+import re
+import shutil
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -27,19 +30,31 @@ from . import notebooks as nbs
 from .verdict import slug
 
 __all__ = [
+    "InputError",
     "ParameterSpecError",
     "NotebookFailed",
     "RunResult",
     "coerce_parameters",
     "run_notebook",
     "load_param_file",
+    "yaml_load",
+    "SEED_MAX",
 ]
 
 KERNEL_START_RETRIES = 3
 
 
-class ParameterSpecError(ValueError):
+class InputError(ValueError):
+    """Bad input that is not a notebook parameter (a path, a file, an option): the message names it and
+    says what is allowed. ``companion`` prints it as one line and exits with status 2."""
+
+
+class ParameterSpecError(InputError):
     """Unknown parameter name or a value of the wrong type (raised before any kernel starts)."""
+
+
+#: every notebook seeds numpy (which takes seeds in [0, 2**32)) from its ``seed`` parameter
+SEED_MAX = 2**32 - 1
 
 
 class NotebookFailed(RuntimeError):
@@ -69,6 +84,45 @@ class RunResult:
 
 
 # ----------------------------------------------------------------------------- parameter types
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader with YAML 1.2 floats: ``2e-3`` and ``1e5`` are numbers (PyYAML's YAML 1.1
+    resolver reads them as strings, so the defaults exactly as ``companion list`` prints them were
+    refused)."""
+
+
+_FLOAT_RE = re.compile(
+    r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+    |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""",
+    re.X,
+)
+_Loader.yaml_implicit_resolvers = {k: list(v) for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+for _k, _v in list(_Loader.yaml_implicit_resolvers.items()):
+    _Loader.yaml_implicit_resolvers[_k] = [(tag, rx) for tag, rx in _v if tag != "tag:yaml.org,2002:float"]
+_Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_RE, list("-+0123456789."))
+
+
+def yaml_load(text: str):
+    """``yaml.safe_load`` with YAML 1.2 floats (``1e-3`` is a float)."""
+    return yaml.load(text, Loader=_Loader)
+
+
+def _int_from_text(text: str) -> int | None:
+    """``"10"``, ``"1e1"``, ``"1.0e3"`` -> exact int (Decimal, so ``1e23`` is 10**23, not a rounded
+    float); None if the text is not an integral number."""
+    from decimal import Decimal, InvalidOperation
+
+    try:
+        d = Decimal(text.strip().replace("_", ""))
+    except InvalidOperation:
+        return None
+    if not d.is_finite() or d != d.to_integral_value() or abs(d.adjusted()) > 400:
+        return None
+    return int(d)
+
+
 _TRUE = {"true", "yes", "on", "1"}
 _FALSE = {"false", "no", "off", "0"}
 
@@ -93,10 +147,12 @@ def _convert(name: str, value: Any, type_name: str, from_text: bool) -> Any:
 
     if base in ("int",):
         if from_text and isinstance(value, str):
-            try:
-                return int(value.strip())
-            except ValueError:
+            got = _int_from_text(value)
+            if got is None:
                 raise bad("an int") from None
+            return got
+        if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+            return int(value)  # 1e3 in a YAML file is the float 1000.0: an exact integer
         if isinstance(value, bool) or not isinstance(value, int):
             raise bad("an int")
         return value
@@ -127,13 +183,16 @@ def _convert(name: str, value: Any, type_name: str, from_text: bool) -> Any:
     if base in ("list", "tuple", "sequence"):
         if from_text and isinstance(value, str):
             text = value.strip()
-            if text.startswith("["):
-                try:
-                    value = yaml.safe_load(text)
-                except yaml.YAMLError:
-                    raise bad("a list, e.g. [0.5, 1, 2] or 0.5,1,2") from None
-            else:
-                value = [yaml.safe_load(v) for v in text.split(",") if v.strip()]
+            try:
+                if text.startswith("["):
+                    value = yaml_load(text)
+                else:
+                    parts = [v.strip() for v in text.split(",")]
+                    if any(not v for v in parts):
+                        raise bad("a list without empty elements, e.g. [0.5, 1, 2] or 0.5,1,2")
+                    value = [yaml_load(v) for v in parts]
+            except yaml.YAMLError:
+                raise bad("a list, e.g. [0.5, 1, 2] or 0.5,1,2") from None
         if isinstance(value, tuple):
             value = list(value)
         if not isinstance(value, list):
@@ -143,14 +202,17 @@ def _convert(name: str, value: Any, type_name: str, from_text: bool) -> Any:
         return value
     if base == "dict":
         if from_text and isinstance(value, str):
-            value = yaml.safe_load(value)
+            try:
+                value = yaml_load(value)
+            except yaml.YAMLError:
+                raise bad("a dict, e.g. {a: 1}") from None
         if not isinstance(value, dict):
             raise bad("a dict")
         return value
     # unknown or missing annotation: literal text is parsed as YAML, anything else passes
     if from_text and isinstance(value, str):
         try:
-            return yaml.safe_load(value)
+            return yaml_load(value)
         except yaml.YAMLError:
             return value
     return value
@@ -175,14 +237,50 @@ def coerce_parameters(
                     f"unknown parameter '{name}' for {notebook}{hint}; its parameters are: {known}"
                 )
             out[name] = _convert(name, value, specs[name].type, from_text)
+    check_seed(out)
     return out
+
+
+def check_seed(params: Mapping[str, Any]) -> None:
+    """Every notebook seeds numpy, torch and Python from ``seed``: it must be an integer in
+    [0, 2**32 - 1] (numpy's range), checked here before any kernel starts."""
+    if "seed" not in params:
+        return
+    seed = params["seed"]
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= SEED_MAX:
+        raise ParameterSpecError(
+            f"parameter 'seed': must be an integer in [0, {SEED_MAX}] (0 <= seed < 2**32); got {seed!r}"
+        )
+
+
+def read_yaml_file(path: str | Path, what: str = "a YAML mapping"):
+    """A YAML (or JSON) file's content; every problem (missing, a directory, unreadable, not YAML) is an
+    :class:`InputError` naming the file."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except IsADirectoryError:
+        raise InputError(f"{path}: is a directory; expected a file with {what}") from None
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file; expected a file with {what}") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: is not a text file; expected {what}") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot be read ({exc.strerror}); expected a file with {what}") from None
+    try:
+        return yaml_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or type(exc).__name__
+        raise InputError(f"{path}: is not valid YAML{where} ({problem}); expected {what}") from None
 
 
 def load_param_file(path: str | Path) -> dict:
     """Parameters from a YAML (or JSON) file: a mapping name -> value."""
-    data = yaml.safe_load(Path(path).read_text()) or {}
+    data = read_yaml_file(path, "a mapping of parameter names to values") or {}
     if not isinstance(data, dict):
-        raise ParameterSpecError(f"{path}: expected a mapping of parameter names to values")
+        raise ParameterSpecError(f"{path}: expected a mapping of parameter names to values; got a {type(data).__name__}")
     return data
 
 
@@ -209,6 +307,43 @@ def _read_records(output_dir: Path, notebook: str) -> list:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def _prepare_output(out: Path, overwrite: bool) -> Path:
+    """Check the output directory and create the private folder the run writes into (a sibling of
+    ``out``, so that moving it into place is one rename on the same file system)."""
+    if out.exists() and not out.is_dir():
+        raise InputError(f"output directory '{out}': is a file; give a new or empty directory with -o")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise InputError(
+            f"output directory '{out}': is not empty (a previous run?); pass --overwrite to replace it "
+            "once the new run has finished, or give another -o"
+        )
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+        umask = os.umask(0)
+        os.umask(umask)
+        work.chmod(0o777 & ~umask)  # mkdtemp makes it private; the output is an ordinary folder
+        return work
+    except OSError as exc:
+        raise InputError(
+            f"output directory '{out}': cannot be created ({exc.strerror or exc}); give a writable directory with -o"
+        ) from None
+
+
+def _move_into_place(tmp: Path, out: Path) -> None:
+    """Replace ``out`` by ``tmp``: the previous content is removed only after the new one is in place."""
+    if out.is_dir() and not any(out.iterdir()):
+        out.rmdir()
+    if not out.exists():
+        os.rename(tmp, out)
+        return
+    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+    old.rmdir()
+    os.rename(out, old)
+    os.rename(tmp, out)
+    shutil.rmtree(old, ignore_errors=True)
+
+
 def run_notebook(
     notebook: str | Path,
     parameters: Mapping[str, Any] | None = None,
@@ -218,11 +353,18 @@ def run_notebook(
     kernel_name: str = "python3",
     timeout: float | None = 1800,
     log_output: bool = False,
+    overwrite: bool = False,
 ) -> RunResult:
     """Validate parameters, execute the notebook with papermill, and return what it produced.
 
     Raises :class:`ParameterSpecError` (nothing executed) or :class:`NotebookFailed` (the notebook
-    raised; the executed notebook and ``run.json`` stay in ``output_dir`` for inspection).
+    raised; the executed notebook and ``run.json`` are kept for inspection).
+
+    Outputs are atomic. The notebook runs in a private folder next to ``output_dir`` that is moved into
+    place when the run is over. A non-empty ``output_dir`` is refused unless ``overwrite``; even then
+    the previous run is replaced only by a run that reached its verdict (passed or failed): a run
+    refused by the notebook's range checks leaves nothing behind, and one that crashed is kept in
+    ``<output_dir>.failed-<time>`` beside the previous run instead of over it.
     """
     import papermill
     from papermill.exceptions import PapermillExecutionError
@@ -234,28 +376,27 @@ def run_notebook(
 
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     out = Path(output_dir) if output_dir else Path("runs") / slug(name) / stamp
-    out = out.resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    if "results_dir" in specs and "results_dir" not in params:
-        params["results_dir"] = str(out)
-    stale = out / f"{slug(name)}.jsonl"
-    if stale.exists():
-        stale.unlink()
+    out = out.absolute()
+    work = _prepare_output(out, overwrite)
+    our_results_dir = "results_dir" in specs and "results_dir" not in params
+    if our_results_dir:
+        params["results_dir"] = str(work)
 
     src_nb = nbs.load(path)
-    input_path = out / f"{path.stem}.input.ipynb"
-    executed = out / f"{path.stem}.ipynb"
+    input_path = work / f"{path.stem}.input.ipynb"
+    executed_tmp = work / f"{path.stem}.ipynb"
     nbformat.write(src_nb, input_path)
 
     started = _dt.datetime.now().isoformat(timespec="seconds")
     t0 = time.perf_counter()
-    result = RunResult(name, _jsonable(params), str(out), str(executed), "error", started=started)
+    shown = dict(params, results_dir=str(out)) if our_results_dir else params
+    result = RunResult(name, _jsonable(shown), str(out), str(out / executed_tmp.name), "error", started=started)
     error: Exception | None = None
     for attempt in range(1, KERNEL_START_RETRIES + 1):
         try:
             papermill.execute_notebook(
                 str(input_path),
-                str(executed),
+                str(executed_tmp),
                 parameters=params,
                 kernel_name=kernel_name,
                 cwd=str(path.parent),
@@ -263,13 +404,15 @@ def run_notebook(
                 log_output=log_output,
                 execution_timeout=timeout,
                 start_timeout=120,
-                # the kernel would log a transport warning on our stderr at every start
-                extra_arguments=["--IPKernelApp.log_level=ERROR"],
+                # the kernel logs a transport warning at every start, and "KeyboardInterrupt caught in
+                # kernel" (ERROR) when papermill stops it after a failed cell: the cell's own error is
+                # what counts, and it is reported through papermill
+                extra_arguments=["--IPKernelApp.log_level=CRITICAL"],
             )
             error = None
             break
         except PapermillExecutionError as exc:
-            error = NotebookFailed(name, exc.ename, _clean(exc.evalue), executed)
+            error = NotebookFailed(name, exc.ename, _clean(exc.evalue), None)
             break
         except Exception as exc:  # kernel start races (ZMQ port collisions) are retried
             error = exc
@@ -278,7 +421,7 @@ def run_notebook(
             time.sleep(0.5 * attempt)
     input_path.unlink(missing_ok=True)
     result.seconds = round(time.perf_counter() - t0, 3)
-    result.records = _read_records(out, name)
+    result.records = _read_records(work, name)
     if error is None:
         failed = [r for r in result.records if not r.get("passed")]
         result.status = "failed" if failed else "ok"
@@ -287,9 +430,21 @@ def run_notebook(
         result.error = f"{error.ename}: {error.evalue}"
     else:
         result.error = f"{type(error).__name__}: {error}"
-    (out / "run.json").write_text(json.dumps(asdict(result), indent=2))
+
+    if isinstance(error, NotebookFailed) and error.ename == "ParameterError":
+        shutil.rmtree(work, ignore_errors=True)  # refused by the notebook's range checks: nothing ran
+        raise error
+    final = out
+    if result.status == "error" and out.is_dir() and any(out.iterdir()):
+        final = out.with_name(f"{out.name}.failed-{stamp}")  # never over a previous run
+        result.output_dir = str(final)
+        result.executed = str(final / executed_tmp.name)
+    (work / "run.json").write_text(json.dumps(asdict(result), indent=2))
+    _move_into_place(work, final)
+    executed = final / executed_tmp.name
     if error is not None:
         if isinstance(error, NotebookFailed):
+            error.executed = executed if executed.exists() else None
             raise error
         raise NotebookFailed(name, type(error).__name__, str(error), executed if executed.exists() else None)
     return result
@@ -308,3 +463,66 @@ def _jsonable(params: Mapping[str, Any]) -> dict:
 
 
 
+
+
+# ----------------------------------------------------------------------------- cores and lifetime
+def threads_env(workers: int = 1) -> tuple[int, str]:
+    """Threads each process should use (``COMPANION_THREADS``) and a one-line account of the choice:
+    the user's setting if there is one, else the cores this process may use divided among ``workers``."""
+    raw = os.environ.get("COMPANION_THREADS")
+    if raw is not None and raw.strip():
+        try:
+            n = int(raw)
+        except ValueError:
+            n = 0
+        if n < 1:
+            raise InputError(f"COMPANION_THREADS (environment variable): must be an integer >= 1; got {raw!r}")
+        return n, f"COMPANION_THREADS={n} (from the environment)"
+    cores = available_cores()
+    n = max(1, cores // max(1, workers))
+    if workers > 1:
+        return n, f"COMPANION_THREADS={n}: {cores} cores shared by {workers} workers (set COMPANION_THREADS to choose)"
+    return n, f"COMPANION_THREADS={n}: every core of this machine (set COMPANION_THREADS to choose)"
+
+
+def available_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def exit_when_stdin_closes() -> None:
+    """Tie this process to its parent: when the pipe on stdin closes (the parent died, however it
+    died), kill this process's children (the kernel) and exit at once. A sweep starts every
+    ``companion run`` like this, so a killed worker or client leaves no run or kernel behind."""
+    import sys
+    import threading
+
+    def watch() -> None:
+        try:
+            while sys.stdin.buffer.read(4096):
+                pass
+        except (OSError, ValueError):
+            pass
+        kill_tree(os.getpid(), include_self=False)
+        os._exit(143)
+
+    threading.Thread(target=watch, name="companion-exit-with-parent", daemon=True).start()
+
+
+def kill_tree(pid: int, include_self: bool = True) -> None:
+    """SIGKILL a process and all its descendants (children first found, then killed together)."""
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        procs = proc.children(recursive=True) + ([proc] if include_self else [])
+    except psutil.NoSuchProcess:
+        return
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(procs, timeout=5)

@@ -16,6 +16,17 @@ written (and fsync'ed) by the driver the moment it completes.
 
 By default the points run on an embedded ``dask.distributed.LocalCluster``; pass the address of a
 running scheduler (``--scheduler tcp://host:8786``) to spread a sweep over a cluster without changes.
+
+Faults:
+
+* a torn or foreign line in ``results.jsonl`` (a crash mid-write, junk) is reported, moved aside to
+  ``results.rejected`` (with its line number) and its point is re-run; the good lines are kept byte for byte;
+* a dead worker: Dask re-runs its point on another worker, at most ``allowed-failures`` times (2 for the
+  embedded cluster; a scheduler's own setting otherwise), then the point is recorded as an error
+  (``KilledWorker``) and ``--resume`` runs it again;
+* a killed client: every ``companion run`` of a sweep watches a pipe from the worker that started it and
+  exits, killing its kernel, when that worker dies; the embedded cluster's workers die with the client,
+  and on an external cluster a point whose client has gone is cancelled by the worker within a second.
 """
 
 from __future__ import annotations
@@ -26,6 +37,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -34,13 +46,17 @@ from typing import Any, Mapping, Sequence
 import yaml
 
 from . import notebooks as nbs
-from .runner import coerce_parameters
+from .runner import InputError, coerce_parameters, kill_tree, threads_env
 
-__all__ = ["SweepError", "parse_grid", "expand_grid", "point_id", "run_sweep", "read_results", "flat_rows"]
+__all__ = ["SweepError", "parse_grid", "expand_grid", "point_id", "run_sweep", "read_results", "scan_results", "repair_results", "flat_rows"]
 
 
-class SweepError(ValueError):
-    pass
+class SweepError(InputError):
+    """Bad sweep input (grid, files, output directory, scheduler): one line, exit status 2."""
+
+
+ALLOWED_FAILURES = 2  # times a point may lose its worker before it is recorded as an error
+CONNECT_TIMEOUT = 10  # seconds to reach a --scheduler
 
 
 def parse_grid(items: Sequence[str]) -> dict[str, list[str]]:
@@ -54,6 +70,8 @@ def parse_grid(items: Sequence[str]) -> dict[str, list[str]]:
         vals = _split_values(values)
         if not name or not vals:
             raise SweepError(f"--grid expects NAME=V1,V2,...; got {item!r}")
+        if any(not v for v in vals):
+            raise SweepError(f"--grid {name}: empty value in {values!r}; give NAME=V1,V2,... without empty elements")
         if name in grid:
             raise SweepError(f"--grid names {name!r} twice")
         grid[name] = vals
@@ -73,9 +91,9 @@ def _split_values(text: str) -> list[str]:
             cur = ""
         else:
             cur += ch
-    if cur.strip():
+    if cur.strip() or out:
         out.append(cur.strip())
-    return [v for v in out if v]
+    return out
 
 
 def expand_grid(
@@ -101,6 +119,11 @@ def expand_grid(
                 ]
                 for v in values
             ]
+            seen: list = []
+            for v in axes[pname]:
+                if v in seen:
+                    raise SweepError(f"grid {pname}: value {v!r} is given twice; each value once")
+                seen.append(v)
     base = coerce_parameters(name, specs, dict(fixed or {}), fixed_text)
     overlap = set(base) & set(axes)
     if overlap:
@@ -111,30 +134,79 @@ def expand_grid(
     return [dict(base, **dict(zip(names, combo))) for combo in itertools.product(*(axes[n] for n in names))]
 
 
-def point_id(params: Mapping[str, Any]) -> str:
-    """A stable, readable id: a hash of the canonical JSON plus a short name=value summary."""
+def point_id(params: Mapping[str, Any], swept: Sequence[str] | None = None) -> str:
+    """A stable, readable id: a hash of all the parameters (canonical JSON) and the ``name=value`` of
+    the swept ones (all of them if ``swept`` is None), whole, so a point's folder shows where it lies
+    in the grid. Only a summary longer than 180 characters is cut (the hash still tells points apart)."""
     canon = json.dumps(params, sort_keys=True, default=str)
     digest = hashlib.sha1(canon.encode()).hexdigest()[:10]
-    summary = "_".join(f"{k}={v}" for k, v in params.items())
-    summary = "".join(c if c.isalnum() or c in "=._-" else "-" for c in summary)[:60]
+    keys = [k for k in params if swept is None or k in swept]
+    summary = "_".join(f"{k}={v}" for k, v in ((k, params[k]) for k in keys))
+    summary = "".join(c if c.isalnum() or c in "=._-" else "-" for c in summary)[:180]
     return f"{digest}_{summary}" if summary else digest
 
 
+def scan_results(path: str | Path) -> tuple[list[tuple[int, bytes, dict]], list[tuple[int, bytes, str]]]:
+    """Every line of a ``results.jsonl``: ``(good, bad)``, good as ``(line number, raw bytes, record)``,
+    bad as ``(line number, raw bytes, why)``. A line is good if it is UTF-8 JSON of an object with a
+    string ``point`` and a ``status``; anything else (a torn write, junk, ``{}``, a list) is bad."""
+    path = Path(path)
+    good, bad = [], []
+    if not path.is_file():
+        return good, bad
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    for i, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        torn = i == len(lines)  # no newline after it: the write was cut
+        try:
+            rec = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            bad.append((i, raw, "not UTF-8 text"))
+            continue
+        except json.JSONDecodeError:
+            bad.append((i, raw, "cut short by a crash mid-write" if torn else "not valid JSON"))
+            continue
+        if not isinstance(rec, dict):
+            bad.append((i, raw, f"a JSON {type(rec).__name__}, not a point's record"))
+        elif not isinstance(rec.get("point"), str) or "status" not in rec:
+            bad.append((i, raw, "a JSON object without 'point' and 'status'"))
+        elif torn:
+            bad.append((i, raw, "no newline after it (cut short by a crash mid-write?)"))
+        else:
+            good.append((i, raw, rec))
+    return good, bad
+
+
+def repair_results(out: str | Path) -> list[tuple[int, str]]:
+    """Move the bad lines of ``OUT/results.jsonl`` aside (appended to ``OUT/results.rejected`` with
+    their line numbers) and rewrite the file with its good lines, byte for byte, atomically. Their points
+    have no record any more, so the sweep runs them again. Returns ``[(line number, why)]``."""
+    out = Path(out)
+    path = out / "results.jsonl"
+    good, bad = scan_results(path)
+    if not bad:
+        return []
+    with open(out / "results.rejected", "ab") as fh:
+        for i, raw, why in bad:
+            fh.write(f"# {path.name} line {i}: {why}\n".encode() + raw + b"\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(b"".join(raw + b"\n" for _, raw, _ in good))
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    return [(i, why) for i, _, why in bad]
+
+
 def read_results(out: str | Path) -> dict[str, dict]:
-    """The last record of every point in ``OUT/results.jsonl`` (later lines win)."""
-    path = Path(out) / "results.jsonl"
-    last: dict[str, dict] = {}
-    if path.is_file():
-        for line in path.read_text().splitlines():
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:  # a torn last line after a hard kill: ignore it
-                continue
-            last[rec["point"]] = rec
-    return last
+    """The last record of every point in ``OUT/results.jsonl`` (later lines win; bad lines are left out:
+    :func:`scan_results` names them)."""
+    good, _ = scan_results(Path(out) / "results.jsonl")
+    return {rec["point"]: rec for _, _, rec in good}
 
 
 def flat_rows(out: str | Path) -> list[dict]:
@@ -142,8 +214,9 @@ def flat_rows(out: str | Path) -> list[dict]:
     A point that produced no record (it crashed) gives one row with its status and error."""
     rows = []
     for pid, rec in read_results(out).items():
-        params = {k: v for k, v in rec.get("parameters", {}).items() if k != "results_dir"}
-        claims = rec.get("records") or [None]
+        params = rec.get("parameters") if isinstance(rec.get("parameters"), dict) else {}
+        params = {k: v for k, v in params.items() if k != "results_dir"}
+        claims = [r for r in (rec.get("records") or []) if isinstance(r, dict)] or [None]
         for r in claims:
             row = {"point": pid, **params, "status": rec.get("status")}
             if r is None:
@@ -172,26 +245,135 @@ class _Appender:
                 os.close(fd)
 
 
-def _execute_point(notebook: str, params: dict, point_dir: str, timeout: float | None) -> dict:
-    """Run one point in a fresh process; return its run.json (or an error record)."""
+def _still_wanted(key: str | None) -> bool:
+    """False once the scheduler has cancelled this task (its client went away)."""
+    if key is None:
+        return True
+    try:
+        from distributed import get_worker
+
+        ts = get_worker().state.tasks.get(key)
+    except Exception:  # not on a Dask worker (called directly)
+        return True
+    return ts is not None and ts.state not in ("cancelled", "released", "forgotten")
+
+
+def _execute_point(
+    notebook: str, params: dict, point_dir: str, timeout: float | None, threads: int | None = None,
+    key: str | None = None,
+) -> dict:
+    """Run one point in a fresh ``companion run`` process; return its run.json (or an error record).
+
+    The child reads a pipe from this process and dies with its kernel when the pipe closes, so a worker
+    that dies takes its point's run with it; a point whose client has gone is killed within a second."""
     pdir = Path(point_dir)
-    pdir.mkdir(parents=True, exist_ok=True)
-    pfile = pdir / "params.yaml"
+    pdir.parent.mkdir(parents=True, exist_ok=True)
+    pfile = pdir.parent / f".{pdir.name}.params.yaml"
     pfile.write_text(yaml.safe_dump(params, sort_keys=False))
-    cmd = [sys.executable, "-m", "companion", "run", notebook, "-f", str(pfile), "-o", str(pdir), "--quiet"]
+    cmd = [sys.executable, "-m", "companion", "run", notebook, "-f", str(pfile), "-o", str(pdir), "--quiet",
+           "--overwrite"]
+    env = dict(os.environ, COMPANION_EXIT_WITH_STDIN="1")
+    if threads:
+        env["COMPANION_THREADS"] = str(threads)
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    wall0 = time.time()
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err, env=env)
+        cause = None
+        while True:
+            try:
+                proc.wait(timeout=1.0)
+                break
+            except subprocess.TimeoutExpired:
+                if timeout is not None and time.perf_counter() - t0 > timeout:
+                    cause = f"timed out after {timeout:g} s"
+                elif not _still_wanted(key):
+                    cause = "cancelled (the sweep's client went away)"
+                if cause:
+                    kill_tree(proc.pid)
+                    proc.wait()
+                    break
+        proc.stdin.close()
+        err.seek(0)
+        stderr = err.read()
+    pfile.unlink(missing_ok=True)
     run_json = pdir / "run.json"
-    if run_json.is_file():
-        rec = json.loads(run_json.read_text())
-    else:
+    rec = None
+    # a run.json older than this attempt is an earlier attempt's (a refused or crashed run never
+    # writes over a previous one)
+    if not cause and run_json.is_file() and run_json.stat().st_mtime >= wall0 - 1:
+        try:
+            rec = json.loads(run_json.read_text())
+        except (OSError, ValueError):
+            rec = None
+    if rec is None:
         rec = {"status": "error", "records": [], "parameters": params}
-    if proc.returncode != 0 and not rec.get("error"):
-        rec["error"] = (proc.stderr.strip().splitlines() or ["exit status %d" % proc.returncode])[-1]
+    if cause:
+        rec["error"] = cause
+    elif proc.returncode != 0 and not rec.get("error"):
+        lines = [ln for ln in stderr.strip().splitlines() if ln.strip()]
+        rec["error"] = (lines or ["exit status %d" % proc.returncode])[-1].removeprefix("companion: error: ")
         rec["status"] = "error" if rec.get("status") == "ok" else rec.get("status", "error")
     rec["returncode"] = proc.returncode
     rec["seconds"] = round(time.perf_counter() - t0, 3)
     return rec
+
+
+def _connect(scheduler: str):
+    from dask.distributed import Client
+
+    if "://" not in scheduler and ":" not in scheduler:
+        raise SweepError(f"--scheduler {scheduler!r}: expected a Dask scheduler address like tcp://HOST:8786")
+    try:
+        return Client(scheduler, timeout=CONNECT_TIMEOUT)
+    except (OSError, TimeoutError, ValueError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise SweepError(
+            f"--scheduler {scheduler}: no Dask scheduler answered within {CONNECT_TIMEOUT} s ({reason}); "
+            "start one with `dask scheduler` or leave --scheduler out to use local workers"
+        ) from None
+
+
+def _threads_per_worker(client) -> tuple[dict[str, int], str]:
+    """COMPANION_THREADS for the points of each worker: the user's setting, or each host's cores divided
+    among the Dask worker threads on that host."""
+    if os.environ.get("COMPANION_THREADS", "").strip():
+        n, why = threads_env(1)
+        return {"default": n}, why
+    info = client.scheduler_info(n_workers=-1)["workers"] if _takes_n_workers(client) else client.scheduler_info()["workers"]
+    cores = client.run(lambda: len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count())
+    per_host: dict[str, int] = {}
+    for addr, w in info.items():
+        host = w.get("host") or addr.rsplit(":", 1)[0]
+        per_host[host] = per_host.get(host, 0) + int(w.get("nthreads", 1))
+    out: dict = {}
+    for addr, w in info.items():
+        host = w.get("host") or addr.rsplit(":", 1)[0]
+        out[addr] = max(1, int(cores.get(addr, 1)) // max(1, per_host[host]))
+    shown = sorted(set(out.values()))
+    n_workers = len(info)
+    total = sum(w.get("nthreads", 1) for w in info.values())
+    return out, (
+        f"COMPANION_THREADS={'/'.join(map(str, shown))} per point: each host's cores shared by its Dask worker "
+        f"threads ({n_workers} worker(s), {total} thread(s) in all; set COMPANION_THREADS to choose)"
+    )
+
+
+def _takes_n_workers(client) -> bool:
+    import inspect
+
+    return "n_workers" in inspect.signature(client.scheduler_info).parameters
+
+
+def _run_point_on_worker(notebook, params, point_dir, timeout, threads_by_worker, key):
+    threads = threads_by_worker.get("default")
+    try:
+        from distributed import get_worker
+
+        threads = threads_by_worker.get(get_worker().address, threads)
+    except Exception:  # not on a Dask worker
+        pass
+    return _execute_point(notebook, params, point_dir, timeout, threads, key)
 
 
 def run_sweep(
@@ -204,82 +386,113 @@ def run_sweep(
     scheduler: str | None = None,
     timeout: float | None = None,
     progress: bool = True,
+    swept: Sequence[str] | None = None,
+    log=None,
 ) -> dict:
-    """Execute ``points`` of ``notebook`` in parallel; returns a summary dict (counts, paths)."""
-    from dask.distributed import Client, LocalCluster, as_completed
+    """Execute ``points`` of ``notebook`` in parallel; returns a summary dict (counts, paths).
+
+    ``swept`` names the grid's parameters (they make the point folders' names; default: those whose
+    value differs between points). ``log`` receives one-line notes (cores, repaired lines)."""
+    import dask
+    from dask.distributed import as_completed
     from tqdm import tqdm
 
+    log = log or (lambda msg: None)
     path = nbs.resolve(notebook)
     name = nbs.name_of(path)
-    out = Path(out).resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    manifest = {"notebook": name, "points": len(points)}
-    mpath = out / "sweep.json"
+    out = Path(out).absolute()
+    if out.exists() and not out.is_dir():
+        raise SweepError(f"--out '{out}': is a file; give a new directory (or a sweep's directory with --resume)")
+    if swept is None:
+        swept = [k for k in (points[0] if points else {}) if len({json.dumps(p.get(k), default=str) for p in points}) > 1]
+    ids = [point_id(p, swept) for p in points]
+    if len(set(ids)) != len(ids):
+        raise SweepError("the grid gives the same point twice; give each value once")
     results_path = out / "results.jsonl"
+    mpath = out / "sweep.json"
     if results_path.exists() and not resume and read_results(out):
-        raise SweepError(f"{out} already holds a sweep; pass --resume to continue it or choose another --out")
+        raise SweepError(f"--out '{out}': already holds a sweep; pass --resume to continue it or choose another --out")
     if resume and mpath.is_file():
-        old = json.loads(mpath.read_text())
-        if old.get("notebook") != name:
-            raise SweepError(f"{out} holds a sweep of {old.get('notebook')}, not {name}")
-    mpath.write_text(json.dumps(manifest, indent=2))
+        try:
+            old = json.loads(mpath.read_text())
+        except ValueError:
+            old = {}
+        if old.get("notebook") not in (None, name):
+            raise SweepError(f"--out '{out}': holds a sweep of {old.get('notebook')}, not {name}")
 
-    # finished = executed to a verdict (passed or failed); crashed points ("error") run again
-    done = {pid for pid, rec in read_results(out).items() if rec.get("status") in ("ok", "failed")} if resume else set()
-    todo = [(point_id(p), p) for p in points]
-    skipped = sum(1 for pid, _ in todo if pid in done)
-    todo = [(pid, p) for pid, p in todo if pid not in done]
-    append = _Appender(results_path)
-    counts = {"ok": 0, "failed": 0, "error": 0, "skipped": skipped}
+    # connect before writing anything: a wrong --scheduler leaves no trace behind
+    client = cluster = None
+    if scheduler:
+        client = _connect(scheduler)
+    try:
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            mpath.write_text(json.dumps({"notebook": name, "points": len(points), "swept": list(swept)}, indent=2))
+        except OSError as exc:
+            raise SweepError(f"--out '{out}': cannot be written ({exc.strerror or exc}); give a writable directory") from None
+        for lineno, why in repair_results(out):
+            log(f"{results_path} line {lineno}: {why}; moved aside to {out / 'results.rejected'}, its point runs again")
 
-    if todo:
-        if scheduler:
-            client = Client(scheduler)
-            cluster = None
-        else:
+        # finished = executed to a verdict (passed or failed); crashed points ("error") run again
+        done = {pid for pid, rec in read_results(out).items() if rec.get("status") in ("ok", "failed")} if resume else set()
+        todo = [(pid, p) for pid, p in zip(ids, points) if pid not in done]
+        skipped = len(points) - len(todo)
+        append = _Appender(results_path)
+        counts = {"ok": 0, "failed": 0, "error": 0, "skipped": skipped}
+        if not todo:
+            return {"out": str(out), "results": str(results_path), "total": len(points), **counts}
+
+        if client is None:
             import logging
 
-            cluster = LocalCluster(
-                n_workers=max(1, int(workers)),
-                threads_per_worker=1,
-                processes=True,
-                dashboard_address=None,
-                silence_logs=logging.ERROR,
-            )
-            client = Client(cluster)
-        try:
-            futures = {
-                client.submit(
-                    _execute_point, str(path), p, str(out / "points" / pid), timeout, key=f"point-{pid}", pure=False
-                ): (pid, p)
-                for pid, p in todo
-            }
-            bar = tqdm(total=len(points), initial=skipped, desc=name, unit="pt", disable=not progress)
-            for fut in as_completed(futures):
-                pid, p = futures[fut]
-                try:
-                    rec = fut.result()
-                except Exception as exc:  # the worker itself failed (not the notebook)
-                    rec = {"status": "error", "error": f"{type(exc).__name__}: {exc}", "records": []}
-                status = rec.get("status", "error")
-                counts[status] = counts.get(status, 0) + 1
-                append(
-                    {
-                        "point": pid,
-                        "notebook": name,
-                        "parameters": p,
-                        "status": status,
-                        "error": rec.get("error"),
-                        "seconds": rec.get("seconds"),
-                        "output_dir": str(out / "points" / pid),
-                        "records": rec.get("records", []),
-                    }
+            from dask.distributed import Client, LocalCluster
+
+            with dask.config.set({"distributed.scheduler.allowed-failures": ALLOWED_FAILURES}):
+                cluster = LocalCluster(
+                    n_workers=max(1, int(workers)),
+                    threads_per_worker=1,
+                    processes=True,
+                    dashboard_address=None,
+                    silence_logs=logging.ERROR,
                 )
-                bar.update(1)
-                bar.set_postfix(ok=counts["ok"], failed=counts["failed"] + counts["error"])
-            bar.close()
-        finally:
+            client = Client(cluster)
+        threads_by_worker, why = _threads_per_worker(client)
+        log(why)
+        futures = {
+            client.submit(
+                _run_point_on_worker, str(path), p, str(out / "points" / pid), timeout, threads_by_worker,
+                f"point-{pid}", key=f"point-{pid}", pure=False,
+            ): (pid, p)
+            for pid, p in todo
+        }
+        bar = tqdm(total=len(points), initial=skipped, desc=name, unit="pt", disable=not progress)
+        for fut in as_completed(futures):
+            pid, p = futures[fut]
+            try:
+                rec = fut.result()
+            except Exception as exc:  # the worker itself failed (not the notebook), e.g. KilledWorker
+                msg = str(exc).splitlines()[0] if str(exc) else ""
+                rec = {"status": "error", "error": f"{type(exc).__name__}: {msg}", "records": []}
+            status = rec.get("status", "error")
+            counts[status] = counts.get(status, 0) + 1
+            append(
+                {
+                    "point": pid,
+                    "notebook": name,
+                    "parameters": p,
+                    "status": status,
+                    "error": rec.get("error"),
+                    "seconds": rec.get("seconds"),
+                    "output_dir": str(out / "points" / pid),
+                    "records": rec.get("records", []),
+                }
+            )
+            bar.update(1)
+            bar.set_postfix(ok=counts["ok"], failed=counts["failed"] + counts["error"])
+        bar.close()
+    finally:
+        if client is not None:
             client.close()
-            if cluster is not None:
-                cluster.close()
+        if cluster is not None:
+            cluster.close()
     return {"out": str(out), "results": str(results_path), "total": len(points), **counts}
