@@ -152,7 +152,7 @@ def cmd_results(args) -> int:
             columns += [k for k in row if k not in columns and k != "point"]
 
         def fmt(v):
-            return f"{v:.6g}" if isinstance(v, float) else ("" if v is None else str(v))
+            return f"{v:.6g}" if isinstance(v, float) else ("" if v is None else str(v).strip().splitlines()[0][:60])
 
         cells = [columns] + [[fmt(r.get(c)) for c in columns] for r in rows]
         widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]

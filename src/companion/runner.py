@@ -496,14 +496,15 @@ def exit_when_stdin_closes() -> None:
     """Tie this process to its parent: when the pipe on stdin closes (the parent died, however it
     died), kill this process's children (the kernel) and exit at once. A sweep starts every
     ``companion run`` like this, so a killed worker or client leaves no run or kernel behind."""
-    import sys
     import threading
 
     def watch() -> None:
+        # the raw descriptor, not sys.stdin: a daemon thread blocked inside sys.stdin's buffer would
+        # abort the interpreter at its normal exit ("could not acquire lock for <stdin>")
         try:
-            while sys.stdin.buffer.read(4096):
+            while os.read(0, 4096):
                 pass
-        except (OSError, ValueError):
+        except OSError:
             pass
         kill_tree(os.getpid(), include_self=False)
         os._exit(143)
