@@ -64,9 +64,11 @@ def test_six_point_sweep_isolates_failures_and_resumes_after_kill(tmp_path):
     assert table.returncode == 0
     import csv
 
-    rows = list(csv.DictReader(open(tmp_path / "r.csv")))
+    rows = list(csv.DictReader(open(tmp_path / "r.csv")))  # one row per point, one column per number
     assert len(rows) == 6 and {r["seed"] for r in rows} == {"1", "2", "3"}
-    assert sorted(r["passed"] for r in rows) == ["False"] * 3 + ["True"] * 3
+    assert sorted(r["second_moment.passed"] for r in rows) == ["False"] * 3 + ["True"] * 3
+    for r in rows:
+        assert r["fail"] == str(r["second_moment.passed"] == "False") and float(r["second_moment.measured"]) > 0
 
 
 def test_refuses_to_overwrite_a_finished_sweep(tmp_path):
@@ -91,3 +93,108 @@ def test_sweep_on_an_external_dask_scheduler(tmp_path):
         summary = run_sweep(TOY, points, tmp_path / "ext", scheduler=cluster.scheduler_address, progress=False)
     assert summary["ok"] == 2 and summary["total"] == 2
     assert len(read_results(tmp_path / "ext")) == 2
+
+
+def test_torn_and_junk_lines_are_reported_moved_aside_and_rerun(tmp_path):
+    """A crash mid-write leaves a torn last line; junk may be appended by anything. `results` names each
+    skipped line and exits 1; --resume moves them aside and re-runs their points; the good lines stay
+    byte for byte, and the re-run record lands on its own line."""
+    out = tmp_path / "s"
+    args = ["sweep", TOY, "--grid", "seed=1,2", "-p", "n", "50", "--out", str(out), "--quiet"]
+    assert run_cli(*args).returncode == 0
+    path = out / "results.jsonl"
+    first, second = path.read_bytes().splitlines(keepends=True)
+    torn_point = json.loads(second)["point"]
+    path.write_bytes(first + b"{}\n[1, 2]\n\xff\xfe junk\n" + second[: len(second) // 2])
+
+    proc = run_cli("results", str(out))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    for line in (2, 3, 4, 5):
+        assert f"{path} line {line}: skipped" in proc.stderr
+    assert "cut short by a crash mid-write" in proc.stderr and "not UTF-8" in proc.stderr
+
+    proc = run_cli(*args, "--resume")
+    assert proc.returncode == 0, proc.stderr
+    assert "line 5: cut short by a crash mid-write; moved aside" in proc.stderr
+    lines = path.read_bytes().splitlines(keepends=True)
+    assert len(lines) == 2 and lines[0] == first  # the finished point: byte-identical
+    assert json.loads(lines[1])["point"] == torn_point and json.loads(lines[1])["status"] == "ok"
+    rejected = (out / "results.rejected").read_bytes()
+    assert b"{}" in rejected and b"\xff\xfe junk" in rejected and second[: len(second) // 2] in rejected
+    assert run_cli("results", str(out)).returncode == 0
+
+
+def _descendants(pid):
+    import psutil
+
+    return psutil.Process(pid).children(recursive=True)
+
+
+def test_a_killed_client_takes_its_workers_runs_and_kernels_with_it(tmp_path):
+    import psutil
+
+    out = tmp_path / "k"
+    proc = subprocess.Popen([sys.executable, "-m", "companion", "sweep", TOY, "--grid", "seed=1,2,3,4",
+                             "-p", "n", "50", "--out", str(out), "--quiet"], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 120
+        kids = []
+        while time.time() < deadline:
+            kids = _descendants(proc.pid)
+            cmds = [" ".join(k.cmdline()) for k in kids if k.is_running()]
+            if any("ipykernel" in c for c in cmds) and any("companion run" in c for c in cmds):
+                break
+            time.sleep(0.2)
+        assert any("ipykernel" in " ".join(k.cmdline()) for k in kids), "no kernel started"
+        proc.kill()  # SIGKILL to the client alone: no chance to clean up
+        proc.wait()
+        gone, alive = psutil.wait_procs(kids, timeout=20)
+        assert not alive, [" ".join(p.cmdline())[:100] for p in alive]
+    finally:
+        for k in _descendants(proc.pid) if proc.poll() is None else []:
+            k.kill()
+
+
+THREADS_NB = """---
+jupytext:
+  text_representation: {extension: .md, format_name: myst, format_version: 0.13}
+kernelspec: {display_name: Python 3, language: python, name: python3}
+---
+
+```{code-cell} ipython3
+:tags: [parameters]
+seed: int = 1  # seed
+results_dir: str = ""  # where to write
+```
+
+```{code-cell} ipython3
+import os, pathlib
+pathlib.Path(results_dir, "threads.txt").write_text(os.environ.get("COMPANION_THREADS", "unset"))
+```
+"""
+
+
+def test_cores_a_run_uses_them_all_a_sweep_shares_them(tmp_path):
+    import os
+
+    from companion.runner import available_cores
+
+    nb = tmp_path / "threads.md"
+    nb.write_text(THREADS_NB)
+    env = {k: v for k, v in os.environ.items() if k != "COMPANION_THREADS"}
+    cores = available_cores()
+    proc = subprocess.run([sys.executable, "-m", "companion", "run", str(nb), "-o", str(tmp_path / "r")],
+                          cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert f"companion: COMPANION_THREADS={cores}: every core of this machine" in proc.stdout
+    assert (tmp_path / "r" / "threads.txt").read_text() == str(cores)
+
+    proc = subprocess.run([sys.executable, "-m", "companion", "sweep", str(nb), "--grid", "seed=1,2",
+                           "--workers", "2", "--out", str(tmp_path / "s"), "--quiet"],
+                          cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    share = max(1, cores // 2)
+    assert f"COMPANION_THREADS={share} per point: each host's cores shared by its Dask worker threads" in proc.stderr
+    got = {p.read_text() for p in (tmp_path / "s" / "points").glob("*/threads.txt")}
+    assert got == {str(share)}
