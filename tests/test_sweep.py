@@ -130,12 +130,25 @@ def _descendants(pid):
     return psutil.Process(pid).children(recursive=True)
 
 
+def slow_toy(folder):
+    """The toy notebook with a ``hold`` parameter: seconds to sleep before its verdict (so that a point
+    is still running when a test kills something)."""
+    src = (FIXTURES / "toy.md").read_text()
+    src = src.replace("results_dir: str = \"\"", "hold: float = 0.0  # seconds to sleep before the verdict\nresults_dir: str = \"\"")
+    src = src.replace("rng = seed_everything(seed)", "import time\ntime.sleep(hold)\nrng = seed_everything(seed)")
+    assert "time.sleep(hold)" in src and "hold: float" in src
+    path = folder / "slow" / "toy.md"  # named toy, as its verdict records
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(src)
+    return str(path)
+
+
 def test_a_killed_client_takes_its_workers_runs_and_kernels_with_it(tmp_path):
     import psutil
 
     out = tmp_path / "k"
-    proc = subprocess.Popen([sys.executable, "-m", "companion", "sweep", TOY, "--grid", "seed=1,2,3,4",
-                             "-p", "n", "50", "--out", str(out), "--quiet"], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "companion", "sweep", slow_toy(tmp_path), "--grid", "seed=1,2,3,4",
+                             "-p", "n", "50", "-p", "hold", "60", "--out", str(out), "--quiet"], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.time() + 120
@@ -149,11 +162,16 @@ def test_a_killed_client_takes_its_workers_runs_and_kernels_with_it(tmp_path):
         assert any("ipykernel" in " ".join(k.cmdline()) for k in kids), "no kernel started"
         proc.kill()  # SIGKILL to the client alone: no chance to clean up
         proc.wait()
-        gone, alive = psutil.wait_procs(kids, timeout=20)
+        gone, alive = psutil.wait_procs(kids, timeout=15)  # the points would run for another minute
         assert not alive, [" ".join(p.cmdline())[:100] for p in alive]
     finally:
-        for k in _descendants(proc.pid) if proc.poll() is None else []:
-            k.kill()
+        if proc.poll() is None:
+            proc.kill()
+        for k in kids:
+            try:
+                k.kill()
+            except psutil.NoSuchProcess:
+                pass
 
 
 THREADS_NB = """---

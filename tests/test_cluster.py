@@ -1,0 +1,121 @@
+"""A real Dask cluster on 127.0.0.1 (issue 13): `dask scheduler` and two `dask worker` processes, a sweep
+through `--scheduler`, one worker killed mid-point. Every point is recorded exactly once: the lost point
+is re-run on the other worker (the scheduler allows a bounded number of such losses), the point that
+fails by construction is recorded once with its error, and the killed worker leaves no run or kernel."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import psutil
+import pytest
+
+from companion.sweep import expand_grid, parse_grid, read_results, run_sweep
+
+from _util import FIXTURES, ROOT
+from test_sweep import slow_toy
+
+TOY = str(FIXTURES / "toy.md")
+pytestmark = pytest.mark.slow
+HOLD = 8  # seconds each point sleeps with its kernel up
+
+
+def _start(args, env):
+    return subprocess.Popen([sys.executable, "-m", "dask", *args], cwd=ROOT, env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _stop(proc):
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # the process's own session: the worker and its nanny
+        except ProcessLookupError:
+            pass
+    proc.wait(timeout=30)
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    env = dict(os.environ, COMPANION_ROOT=str(ROOT), DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES="2",
+               COMPANION_THREADS="1")
+    sfile = tmp_path / "scheduler.json"
+    procs = [_start(["scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+                     "--scheduler-file", str(sfile)], env)]
+    try:
+        deadline = time.time() + 60
+        while not sfile.is_file() and time.time() < deadline:
+            time.sleep(0.2)
+        assert sfile.is_file(), "the scheduler did not start"
+        for name in ("A", "B"):
+            procs.append(_start(["worker", "--scheduler-file", str(sfile), "--nthreads", "1", "--nworkers", "1",
+                                 "--no-dashboard", "--name", name, "--host", "127.0.0.1"], env))
+        address = json.loads(sfile.read_text())["address"]
+        from dask.distributed import Client
+
+        with Client(address, timeout=30) as client:
+            client.wait_for_workers(2, timeout=60)
+            workers = {w["name"]: addr for addr, w in client.scheduler_info()["workers"].items()}
+        yield address, {"A": procs[1], "B": procs[2]}, workers
+    finally:
+        for p in reversed(procs):
+            _stop(p)
+
+
+def _runs_below(pid):
+    try:
+        return [p for p in psutil.Process(pid).children(recursive=True) if "companion" in " ".join(p.cmdline())
+                and " run " in f" {' '.join(p.cmdline())} "]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def test_sweep_on_a_real_cluster_survives_a_killed_worker(cluster, tmp_path):
+    address, procs, _ = cluster
+    nb = slow_toy(tmp_path)  # every point sleeps HOLD s after its kernel is up
+    points = expand_grid(nb, parse_grid(["seed=1,2,3,4"]), fixed_text={"n": "50", "hold": str(HOLD)})
+    points += expand_grid(nb, parse_grid(["seed=9"]), fixed_text={"n": "50", "hold": str(HOLD), "crash": "true"})
+    out = tmp_path / "sweep"
+    box = {}
+    t = threading.Thread(target=lambda: box.update(
+        summary=run_sweep(nb, points, out, scheduler=address, progress=False, swept=["seed", "crash"])))
+    t0 = time.time()
+    t.start()
+
+    # kill worker A while it runs an ordinary point, its kernel up: SIGKILL to its nanny and its worker
+    # process only (as the OOM killer would), so its `companion run` must notice and die by itself
+    victim_tree, lost = [], None
+    deadline = time.time() + 120
+    while time.time() < deadline and not victim_tree:
+        nanny = psutil.Process(procs["A"].pid)
+        tree = nanny.children(recursive=True)
+        for run in _runs_below(nanny.pid):
+            pfile = next((a for a in run.cmdline() if a.endswith(".params.yaml")), "")
+            if "crash=True" not in pfile and any("ipykernel" in " ".join(p.cmdline()) for p in tree):
+                victim_tree, lost = tree, os.path.basename(pfile).removeprefix(".").removesuffix(".params.yaml")
+        time.sleep(0.1)
+    assert victim_tree, "worker A never ran a point"
+    workers = [p for p in victim_tree if "companion" not in " ".join(p.cmdline()) and "ipykernel" not in " ".join(p.cmdline())]
+    for p in [nanny, *workers]:
+        p.kill()
+    gone, alive = psutil.wait_procs(victim_tree, timeout=HOLD - 2)  # well before its point would end
+    assert not alive, f"left behind by the dead worker: {[' '.join(p.cmdline())[:80] for p in alive]}"
+
+    t.join(timeout=240)
+    assert not t.is_alive(), "the sweep did not finish after losing a worker"
+    summary = box["summary"]
+    assert summary["total"] == 5 and summary["ok"] == 4 and summary["error"] == 1, summary
+
+    lines = (out / "results.jsonl").read_text().splitlines()
+    recs = [json.loads(line) for line in lines]
+    assert len(recs) == 5 and len({r["point"] for r in recs}) == 5  # every point exactly once
+    crashed = [r for r in recs if r["parameters"].get("crash")]
+    assert len(crashed) == 1 and crashed[0]["status"] == "error"
+    assert "crash requested by the 'crash' parameter" in crashed[0]["error"]
+    lost_rec = next(r for r in recs if r["point"] == lost)
+    assert lost_rec["status"] == "ok" and lost_rec["records"][0]["passed"]  # re-run on worker B
+    assert read_results(out)[lost]["status"] == "ok"
+    print(f"cluster sweep with a killed worker: {time.time() - t0:.1f} s")
