@@ -119,3 +119,29 @@ def test_sweep_on_a_real_cluster_survives_a_killed_worker(cluster, tmp_path):
     assert lost_rec["status"] == "ok" and lost_rec["records"][0]["passed"]  # re-run on worker B
     assert read_results(out)[lost]["status"] == "ok"
     print(f"cluster sweep with a killed worker: {time.time() - t0:.1f} s")
+
+
+def test_a_killed_client_cancels_its_points_on_the_cluster(cluster, tmp_path):
+    """The workers outlive a client on a real cluster; the points it was running must not: each worker
+    cancels a point whose client has gone and kills its run and kernel."""
+    address, procs, _ = cluster
+    nb = slow_toy(tmp_path)
+    client = subprocess.Popen([sys.executable, "-m", "companion", "sweep", nb, "--grid", "seed=1,2", "-p", "n", "50",
+                               "-p", "hold", "120", "--out", str(tmp_path / "s"), "--scheduler", address, "--quiet"],
+                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 90
+        runs = []
+        while time.time() < deadline and len(runs) < 2:
+            runs = _runs_below(procs["A"].pid) + _runs_below(procs["B"].pid)
+            time.sleep(0.2)
+        assert len(runs) == 2, "the two points did not start"
+        trees = [p for r in runs for p in [r, *r.children(recursive=True)]]
+        client.kill()
+        client.wait()
+        gone, alive = psutil.wait_procs(trees, timeout=30)  # the points would sleep for two minutes
+        assert not alive, [" ".join(p.cmdline())[:80] for p in alive]
+        assert procs["A"].poll() is None and procs["B"].poll() is None  # the workers themselves live on
+    finally:
+        if client.poll() is None:
+            client.kill()
