@@ -42,6 +42,7 @@ def test_six_point_sweep_isolates_failures_and_resumes_after_kill(tmp_path):
     proc.wait()
     before = read_results(out)
     assert 2 <= len(before) < 6, "the kill should land mid-sweep"
+    before_bytes = (out / "results.jsonl").read_bytes()
 
     proc = run_cli(*args, "--resume")
     assert proc.returncode == 1  # three points have a failing verdict by construction
@@ -56,6 +57,7 @@ def test_six_point_sweep_isolates_failures_and_resumes_after_kill(tmp_path):
         assert len(rec["records"]) == 1
     lines = (out / "results.jsonl").read_text().splitlines()
     assert len(lines) == 6  # every point written exactly once
+    assert (out / "results.jsonl").read_bytes().startswith(before_bytes)  # finished lines byte-identical
 
     again = run_cli(*args, "--resume")
     assert "6 skipped" in again.stdout
@@ -216,3 +218,38 @@ def test_cores_a_run_uses_them_all_a_sweep_shares_them(tmp_path):
     assert f"COMPANION_THREADS={share} per point: each host's cores shared by its Dask worker threads" in proc.stderr
     got = {p.read_text() for p in (tmp_path / "s" / "points").glob("*/threads.txt")}
     assert got == {str(share)}
+
+
+def test_a_record_is_never_glued_onto_a_torn_line(tmp_path):
+    from companion.sweep import _Appender, scan_results
+
+    path = tmp_path / "results.jsonl"
+    path.write_bytes(b'{"point": "a", "status": "ok"}\n{"point": "b", "sta')
+    _Appender(path)({"point": "c", "status": "ok"})
+    good, bad = scan_results(path)
+    assert [rec["point"] for _, _, rec in good] == ["a", "c"] and [i for i, _, _ in bad] == [2]
+
+
+def test_sigterm_to_the_client_shuts_the_sweep_down_cleanly(tmp_path):
+    import psutil
+
+    out = tmp_path / "t"
+    proc = subprocess.Popen([sys.executable, "-m", "companion", "sweep", slow_toy(tmp_path), "--grid", "seed=1,2",
+                             "-p", "n", "50", "-p", "hold", "60", "--out", str(out), "--quiet"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    kids = []
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and not any("ipykernel" in " ".join(k.cmdline()) for k in kids):
+            kids = [k for k in _descendants(proc.pid) if k.is_running()]
+            time.sleep(0.2)
+        proc.terminate()
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130
+        assert err.strip().splitlines()[-1].startswith("companion: error: sweep interrupted")
+        assert "--resume" in err and "Traceback" not in err
+        _, alive = psutil.wait_procs(kids, timeout=15)
+        assert not alive
+    finally:
+        if proc.poll() is None:
+            proc.kill()

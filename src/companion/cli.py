@@ -112,11 +112,24 @@ def cmd_sweep(args) -> int:
         raise SweepError(f"--workers must be >= 1; got {args.workers}")
     points = expand_grid(args.notebook, text_grid, typed_grid, fixed, _text_params(args.param))
     out = args.out or os.path.join("sweeps", args.notebook.replace("/", "__").removesuffix(".md"))
-    summary = run_sweep(
-        args.notebook, points, out, workers=args.workers, resume=args.resume,
-        scheduler=args.scheduler, progress=not args.quiet, swept=[*typed_grid, *text_grid],
-        log=lambda msg: print(f"companion: {msg}", file=sys.stderr, flush=True),
-    )
+    import signal
+
+    def stop(signum, frame):  # SIGTERM as Ctrl-C: the cluster is shut down, its workers and runs with it
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, stop)
+    try:
+        summary = run_sweep(
+            args.notebook, points, out, workers=args.workers, resume=args.resume,
+            scheduler=args.scheduler, progress=not args.quiet, swept=[*typed_grid, *text_grid],
+            log=lambda msg: print(f"companion: {msg}", file=sys.stderr, flush=True),
+        )
+    except KeyboardInterrupt:
+        _err(f"sweep interrupted; the points that finished are in {Path(out) / 'results.jsonl'}: "
+             "run the same command with --resume to run the others")
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, old)
     print(
         f"sweep {summary['out']}: {summary['total']} points, {summary['ok']} ok, "
         f"{summary['failed']} failed verdicts, {summary['error']} errors, {summary['skipped']} skipped (resume); "
