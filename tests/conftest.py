@@ -11,10 +11,13 @@ import yaml
 
 from _util import ROOT, domain_points, run_cli, smoke_parameters
 
-os.environ.setdefault("COMPANION_ROOT", str(ROOT))
+# A hermetic test environment: a developer's own settings never leak into the tests.
+os.environ["COMPANION_ROOT"] = str(ROOT)
 # a non-inline backend: figures must still render (companion.plotting registers the PNG formatter)
-os.environ.setdefault("MPLBACKEND", "Agg")
-os.environ.setdefault("COMPANION_CACHE_DIR", "off")  # every test computes from scratch
+os.environ["MPLBACKEND"] = "Agg"
+os.environ["COMPANION_CACHE_DIR"] = "off"  # every test computes from scratch
+for _var in ("COMPANION_RESULTS_DIR", "COMPANION_MAX_BYTES", "COMPANION_THREADS", "PYTHONHASHSEED"):
+    os.environ.pop(_var, None)
 
 
 @pytest.fixture(scope="session")
