@@ -9,7 +9,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.companion-installed
 BROWSER := $(VENV)/.browser-checked
 
-.PHONY: book test install clean benchmark
+.PHONY: book test test-fast lint mutants install clean benchmark
 
 install: $(STAMP)
 
@@ -30,6 +30,19 @@ book: $(STAMP) $(BROWSER)
 
 test: $(STAMP) $(BROWSER)
 	$(PY) -m pytest
+
+# The fast lane: unit tests of the maths, data, training and verdict machinery; no notebook, papermill,
+# Dask, browser or numba-compile test (those are marked slow). Under a minute once the kernels are cached.
+test-fast: $(STAMP)
+	$(PY) -m pytest -m "not slow" -q
+
+# ruff (pyflakes, pycodestyle, bugbear, isort rules; configured in pyproject.toml)
+lint: $(STAMP)
+	$(PY) -m ruff check src tests benchmarks tools
+
+# Seeded bugs, one at a time in a copy of the package: how many does the fast lane kill?
+mutants: $(STAMP)
+	$(PY) tools/mutants.py
 
 benchmark: $(STAMP)
 	$(PY) benchmarks/bench_mesa.py

@@ -12,12 +12,23 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
 SMOKE_DIR = ROOT / "tests" / "smoke"
+DOMAIN_DIR = ROOT / "tests" / "domain"
+
 
 def smoke_parameters() -> dict[str, dict]:
     params: dict[str, dict] = {}
     for f in sorted(SMOKE_DIR.glob("*.yaml")):
         params.update(yaml.safe_load(f.read_text()) or {})
     return params
+
+
+def domain_points() -> dict[str, list[dict]]:
+    """Two further points of each notebook's parameter domain (beside its smoke point) that move its main
+    dimensions: ``tests/domain/<paper>.yaml`` maps a notebook to a list of two parameter dicts."""
+    points: dict[str, list[dict]] = {}
+    for f in sorted(DOMAIN_DIR.glob("*.yaml")):
+        points.update(yaml.safe_load(f.read_text()) or {})
+    return points
 
 
 def run_cli(*args: str, cwd: Path = ROOT, timeout: float = 600) -> subprocess.CompletedProcess:

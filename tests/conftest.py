@@ -9,12 +9,15 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import yaml
 
-from _util import ROOT, run_cli, smoke_parameters
+from _util import ROOT, domain_points, run_cli, smoke_parameters
 
-os.environ.setdefault("COMPANION_ROOT", str(ROOT))
+# A hermetic test environment: a developer's own settings never leak into the tests.
+os.environ["COMPANION_ROOT"] = str(ROOT)
 # a non-inline backend: figures must still render (companion.plotting registers the PNG formatter)
-os.environ.setdefault("MPLBACKEND", "Agg")
-os.environ.setdefault("COMPANION_CACHE_DIR", "off")  # every test computes from scratch
+os.environ["MPLBACKEND"] = "Agg"
+os.environ["COMPANION_CACHE_DIR"] = "off"  # every test computes from scratch
+for _var in ("COMPANION_RESULTS_DIR", "COMPANION_MAX_BYTES", "COMPANION_THREADS", "PYTHONHASHSEED"):
+    os.environ.pop(_var, None)
 
 
 @pytest.fixture(scope="session")
@@ -37,3 +40,23 @@ def smoke_runs(tmp_path_factory):
     names = all_notebooks()
     with ThreadPoolExecutor(max_workers=2) as pool:
         return dict(pool.map(one, names))
+
+
+@pytest.fixture(scope="session")
+def domain_runs(tmp_path_factory):
+    """Execute every notebook at its two domain points (2 at a time); returns (name, i) -> (returncode,
+    stderr, output_dir, parameters)."""
+    base = tmp_path_factory.mktemp("domain")
+    jobs = [(name, i, values) for name, pts in domain_points().items() for i, values in enumerate(pts)]
+
+    def one(job):
+        name, i, values = job
+        out = base / f"{name.replace('/', '__')}-{i}"
+        out.mkdir(parents=True)
+        pfile = out / "domain-params.yaml"
+        pfile.write_text(yaml.safe_dump(values or {}))
+        proc = run_cli("run", name, "-f", str(pfile), "-o", str(out), "--quiet", timeout=900)
+        return (name, i), (proc.returncode, proc.stderr, out, values)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(pool.map(one, jobs))

@@ -7,7 +7,7 @@ import pytest
 from companion import notebooks as nbs
 from companion.runner import coerce_parameters
 
-from _util import read_run, smoke_parameters
+from _util import domain_points, read_run, smoke_parameters
 
 NAMES = nbs.all_notebooks()
 ALLOWED_TYPES = {"int", "float", "bool", "str", "list", "list[int]", "list[float]", "list[str]"}
@@ -31,12 +31,36 @@ def test_every_notebook_has_valid_smoke_parameters():
         coerce_parameters(name, nbs.parameters(name), values or {})
 
 
+def test_every_notebook_has_two_valid_domain_points():
+    points = domain_points()
+    assert set(points) == set(NAMES), f"missing: {set(NAMES) - set(points)}; unknown: {set(points) - set(NAMES)}"
+    for name, pts in points.items():
+        assert isinstance(pts, list) and len(pts) == 2, f"{name}: two domain points, got {pts!r}"
+        for values in pts:
+            coerce_parameters(name, nbs.parameters(name), values or {})
+
+
+def _assert_verdict_holds(name, run):
+    assert run["status"] == "ok" and run["records"], run
+    bad = [r for r in run["records"] if r.get("status") not in ("passed", "not_resolvable", "not_applicable")]
+    assert not bad, f"{name}: claims that failed: {[r['claim'] for r in bad]}"
+    for r in run["records"]:
+        assert r.get("kind") in ("identity", "numerics", "statistical", "bound", "qualitative"), r
+        if r["status"] == "not_applicable":
+            assert r["reason"].strip(), r
+        if r["kind"] == "statistical" and r["status"] != "not_applicable":
+            assert r.get("falsifier") and r.get("se") is not None, r
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_anatomy_and_parameters_cell(name):
     text = nbs.resolve(name).read_text()
     assert text.startswith("---\njupytext:"), "jupytext header first"
     assert re.search(r"```\{prf:(theorem|proposition|corollary|lemma|definition|assumption)\}", text), "a statement block"
-    assert "Verdict(" in text and ".finish()" in text, "a verdict"
+    assert "Verdict(" in text and ".finish()" in text and "manifest=" in text, "a verdict with a manifest"
+    from companion.report import verdict_label
+
+    assert f"({verdict_label(name)})=" in text, "a label on the verdict section (the dashboard links to it)"
     assert re.search(r"companion (sweep|run) " + re.escape(name), text), "a 'try it' command for this notebook"
     assert "{glue:" in text, "numbers glued into the prose"
     specs = nbs.parameters(name)
@@ -52,6 +76,15 @@ def test_anatomy_and_parameters_cell(name):
 def test_notebook_runs_and_its_verdict_passes(name, smoke_runs):
     code, stderr, out = smoke_runs[name]
     assert code == 0, f"{name} failed with smoke parameters:\n{stderr}"
-    run = read_run(out)
-    assert run["status"] == "ok" and run["records"], run
-    assert all(r["passed"] for r in run["records"])
+    _assert_verdict_holds(name, read_run(out))
+
+
+DOMAIN = [(name, i) for name in NAMES for i in range(2)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, i", DOMAIN, ids=[f"{n}-{i}" for n, i in DOMAIN])
+def test_notebook_holds_at_its_domain_points(name, i, domain_runs):
+    code, stderr, out, values = domain_runs[(name, i)]
+    assert code == 0, f"{name} at {values} failed:\n{stderr}"
+    _assert_verdict_holds(name, read_run(out))

@@ -84,6 +84,8 @@ def collect_results(build_dir: Path, names: list[str] | None = None) -> dict:
     if results.exists():
         shutil.rmtree(results)
     results.mkdir(parents=True)
+    from .report import counts
+
     summary = {"notebooks": {}, "missing": [], "failed": [], "claims": 0}
     everything = []
     for name in names:
@@ -95,10 +97,11 @@ def collect_results(build_dir: Path, names: list[str] | None = None) -> dict:
         (results / f"{slug(name)}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
         everything.extend(recs)
         failed = [r["claim"] for r in recs if not r.get("passed")]
-        summary["notebooks"][name] = {"claims": len(recs), "failed": failed}
+        summary["notebooks"][name] = {"claims": len(recs), "failed": failed, **counts(recs)}
         summary["failed"].extend(f"{name}:{c}" for c in failed)
         summary["claims"] += len(recs)
     (results / "all.jsonl").write_text("".join(json.dumps(r) + "\n" for r in everything))
+    summary.update(counts(everything))
     (results / "summary.json").write_text(json.dumps(summary, indent=2))
     (build_dir / VERDICT_PAGE).write_text(verdict_table(names, everything, summary["missing"]))
     return summary
@@ -108,37 +111,10 @@ VERDICT_PAGE = "verdicts.md"  # included by book/verdicts.md from ../_build/verd
 
 
 def verdict_table(names: list[str], records: list[dict], missing: list[str]) -> str:
-    """MyST for the "Every claim" page: one table per notebook, numbers exactly as the build measured."""
-    from .verdict import _cell, _fmt
+    """MyST for the "Every claim" page (:func:`companion.report.dashboard_markdown`)."""
+    from .report import dashboard_markdown
 
-    sym = {"abs": "±", "rel": "± rel.", "upper": "≤ +", "lower": "≥ −"}
-    total, passed = len(records), sum(1 for r in records if r.get("passed"))
-    lines = [
-        f"This build checked **{total} claims** in **{len(names) - len(missing)} notebooks**: "
-        f"**{passed} passed**, **{total - passed} failed**"
-        + (f"; no verdict was recorded for {', '.join(missing)}." if missing else "."),
-        "",
-    ]
-    for name in names:
-        recs = [r for r in records if r.get("notebook") == name]
-        if not recs:
-            continue
-        lines += [
-            f"## {name}",
-            "",
-            f"Notebook: {{doc}}`/notebooks/{name}`",
-            "",
-            "| claim | quantity | predicted | measured | tolerance | verdict |",
-            "|---|---|---|---|---|---|",
-        ]
-        for r in recs:
-            lines.append(
-                f"| `{r['claim']}` | {_cell(r['quantity'])} | {_fmt(r['predicted'])} | {_fmt(r['measured'])} "
-                f"| {sym.get(r['comparison'], r['comparison'])} {r['tolerance']:.3g} "
-                f"| {'passed' if r['passed'] else '**FAILED**'} |"
-            )
-        lines.append("")
-    return "\n".join(lines) + "\n"
+    return dashboard_markdown(names, records, missing)
 
 
 def find_browser() -> str | None:

@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import Callable, TypeVar
 
-__all__ = ["source_hash", "cache_dir", "cached"]
+__all__ = ["source_hash", "hash_files", "import_closure", "cache_dir", "cached"]
 
 F = TypeVar("F", bound=Callable)
 _OFF = {"", "off", "0", "none", "false", "no"}
@@ -30,19 +30,84 @@ def source_hash(sources: tuple[str, ...] | None = None) -> str:
 
     ``sources``: paths relative to the package (e.g. ``("params.py", "mesa/model.py")``) when a cache
     depends on exactly those files, so that edits elsewhere keep it; ``None``: every source file."""
+    root = Path(__file__).resolve().parent
+    files = sorted(root.rglob("*.py")) if sources is None else [root / rel for rel in sources]
+    return hash_files(root, files)
+
+
+def hash_files(root: Path, files) -> str:
+    """sha256 (16 hex digits) of the files' paths below ``root`` and their contents, and of the
+    numpy/scipy/torch versions."""
     import numpy
     import scipy
     import torch
 
     h = hashlib.sha256()
-    root = Path(__file__).resolve().parent
-    files = sorted(root.rglob("*.py")) if sources is None else [root / rel for rel in sources]
     for f in files:
-        h.update(str(f.relative_to(root)).encode())
-        h.update(f.read_bytes())
+        h.update(str(Path(f).relative_to(root)).encode())
+        h.update(Path(f).read_bytes())
     for mod in (numpy, scipy, torch):
         h.update(f"{mod.__name__}=={mod.__version__}".encode())
     return h.hexdigest()[:16]
+
+
+def import_closure(module: str) -> tuple[str, ...]:
+    """The package source files that ``module`` (e.g. ``"companion.mesa.train"``) imports, directly or
+    through other package modules, itself included: paths relative to the package, sorted.
+
+    Read from the sources' ``import`` statements (module level and inside functions), so a cache keyed on
+    :func:`source_hash` of this closure changes whenever any code the computation can run changes."""
+    import ast
+
+    root = Path(__file__).resolve().parent
+    pkg = root.name
+
+    def path_of(mod: str) -> Path | None:
+        parts = mod.split(".")
+        if parts[0] != pkg:
+            return None
+        base = root.joinpath(*parts[1:])
+        if base.with_suffix(".py").is_file():
+            return base.with_suffix(".py")
+        if (base / "__init__.py").is_file():
+            return base / "__init__.py"
+        return None
+
+    def module_of(path: Path) -> str:
+        rel = path.relative_to(root).with_suffix("")
+        parts = [pkg, *rel.parts]
+        return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+    seen: set[Path] = set()
+    todo = [path_of(module)]
+    if todo[0] is None:
+        raise ValueError(f"{module!r} is not a module of {pkg}")
+    while todo:
+        f = todo.pop()
+        if f is None or f in seen:
+            continue
+        seen.add(f)
+        here = module_of(f)
+        is_pkg = f.name == "__init__.py"
+        # a module's parent packages run first when it is imported
+        parts = here.split(".")
+        for i in range(1, len(parts)):
+            todo.append(path_of(".".join(parts[:i])))
+        for node in ast.walk(ast.parse(f.read_text())):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    anchor = here.split(".") if is_pkg else here.split(".")[:-1]
+                    anchor = anchor[: len(anchor) - (node.level - 1)]
+                    base = ".".join(anchor + ([node.module] if node.module else []))
+                else:
+                    base = node.module or ""
+                names = [base] + [f"{base}.{a.name}" for a in node.names]
+            for n in names:
+                todo.append(path_of(n))
+    return tuple(sorted(str(p.relative_to(root)) for p in seen))
 
 
 def cache_dir(namespace: str = "", sources: tuple[str, ...] | None = None) -> Path | None:

@@ -34,6 +34,8 @@ __all__ = [
     "integer_list",
     "require",
     "reject_unknown",
+    "memory",
+    "seed",
 ]
 
 
@@ -214,3 +216,36 @@ def require(condition: bool, name: str, message: str) -> None:
     _once()
     if not condition:
         raise ParameterError(name, message)
+
+
+#: Memory a single notebook may ask for before its first allocation (a quarter of this 24 GiB class of
+#: machine; override with $COMPANION_MAX_BYTES).
+def _max_bytes() -> int:
+    import os
+
+    raw = os.environ.get("COMPANION_MAX_BYTES", "")
+    if raw.strip():
+        try:
+            return int(float(raw))
+        except ValueError:
+            raise ParameterError("COMPANION_MAX_BYTES", f"must be a number of bytes; got {raw!r}") from None
+    return 6 * 2**30
+
+
+def memory(name: str, nbytes: float, what: str = "") -> None:
+    """Refuse, before any allocation, a size that needs more memory than a notebook may use.
+
+    ``name`` is the parameter to blame (e.g. ``"m"`` or ``"d, n"``); ``nbytes`` the estimate of the largest
+    allocation the parameters imply; ``what`` says what would be allocated."""
+    _once()
+    limit = _max_bytes()
+    if not (nbytes <= limit):
+        need = nbytes / 2**30
+        raise ParameterError(
+            name, f"needs about {need:.3g} GiB{' for ' + what if what else ''}; at most {limit / 2**30:.3g} GiB "
+                  "is allowed (set COMPANION_MAX_BYTES to raise it)")
+
+
+def seed(name: str, value: Any) -> int:
+    """A seed for numpy and torch generators: an integer in [0, 2**32 - 1]."""
+    return integer(name, value, min=0, max=2**32 - 1)

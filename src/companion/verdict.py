@@ -1,29 +1,53 @@
-"""Theory-vs-simulation verdicts: one record per claim, glued into the prose, written as JSON lines.
+"""Theory-vs-simulation verdicts: one typed record per claim, glued into the prose, written as JSON lines.
 
-Usage in a notebook (the last computational cell)::
+A claim is evidence, or it is not a claim. Every claim has a **kind**:
+
+``identity``
+    Two implementations of the same mathematics agree to round-off (a fast kernel against the definition).
+    An implementation test: shown apart on the page and *not* counted as evidence for the paper.
+``numerics``
+    An integrator, a quadrature or an exact grid average against a closed form, at a tolerance set by the
+    integrator's own error control or by round-off.
+``statistical``
+    A simulation against an *independent* prediction. The tolerance is ``z`` standard errors measured from
+    the data (:mod:`companion.stats`: replicates, jackknife, Monte-Carlo SE) plus a stated round-off
+    ``floor``. It names its **falsifier**, the plausible wrong answer a sceptic would propose, with that
+    answer's value. The claim *passes* when the theory is accepted **and** the falsifier rejected; when
+    both are accepted, the parameters have no power to separate them and the status is
+    ``not_resolvable`` (never a silent pass); when the theory is rejected it *fails*.
+``bound``
+    An inequality a theorem states (``comparison="upper"`` or ``"lower"``), with a round-off or
+    statistical tolerance; it may name a falsifier too.
+``qualitative``
+    A sign or an ordering, naming the alternative it rules out.
+
+Each notebook declares the claims it makes (``manifest=``). A claim that does not apply at the given
+parameters is recorded with :meth:`Verdict.not_applicable` and its reason. :meth:`Verdict.finish` fails on a
+declared claim that was not recorded, on an undeclared one, and on any failed claim: nothing disappears
+silently.
+
+Usage (the last computational cell of a notebook)::
 
     from companion.verdict import Verdict
-    v = Verdict("mesa/thm4_1_emergence", parameters=dict(d=d, T=T, seed=seed), results_dir=results_dir)
-    v.check("ab_limit", quantity="a*b at epoch 200 vs population GD",
-            predicted=ab_pop, measured=ab_gd, tolerance=5e-3, comparison="rel",
-            reason="sampling error of the empirical moments at m = 1e4 (about 0.3 %)")
-    v.finish()   # table + glue + results file; raises VerdictError if any claim failed
+    v = Verdict("mesa/prop4_1_gaussian", manifest=["ratio_T10"], results_dir=results_dir)
+    v.statistical("ratio_T10", quantity="trained ratio at T = 10 vs c*(T) sigma^2",
+                  predicted=c_T, measured=mu, se=se, z=4, floor=1e-12,
+                  falsifier="T -> infinity constant 1/5", falsifier_value=0.2,
+                  reason="4 SE over 8 replicate training sets")
+    v.finish()   # table + glue + results file; raises VerdictError if anything failed
 
-Comparisons (``comparison=``):
+Comparisons (``comparison=``): ``"abs"`` ``|measured - predicted| <= tolerance``; ``"rel"``
+``|measured - predicted| <= tolerance * |predicted|`` (identity and numerics only); ``"upper"``
+``measured <= predicted + tolerance``; ``"lower"`` ``measured >= predicted - tolerance``.
 
-* ``"abs"``:   ``|measured - predicted| <= tolerance``
-* ``"rel"``:   ``|measured - predicted| <= tolerance * |predicted|``
-* ``"upper"``: ``measured <= predicted + tolerance``  (an upper bound holds)
-* ``"lower"``: ``measured >= predicted - tolerance``  (a lower bound holds)
+For every claim ``c`` the glue keys ``c_predicted``, ``c_measured``, ``c_tolerance``, ``c_error``,
+``c_falsifier_value``, ``c_z_theory``, ``c_z_falsifier`` (floats, NaN where absent) and ``c_verdict``
+(the status text) are available to ``{glue:text}`` roles in the prose.
 
-For every claim ``c`` the glue keys ``c_predicted``, ``c_measured``, ``c_tolerance`` (Python floats),
-``c_error`` (the realised |measured - predicted|, or the relative error for ``"rel"``) and
-``c_verdict`` (``"passed"``/``"FAILED"``) are available to ``{glue:text}`` roles in the prose.
-
-Records are written to ``<results_dir>/<notebook slug>.jsonl`` (``results_dir`` is a notebook
-parameter; ``""`` falls back to ``$COMPANION_RESULTS_DIR`` and, if that is unset, writes no file).
-They are also embedded in the output metadata of the verdict table, so ``companion book`` collects
-the records of every notebook of a build into ``_build/results/`` from the executed notebooks.
+Records are written to ``<results_dir>/<notebook slug>.jsonl`` (``results_dir`` is a notebook parameter;
+``""`` falls back to ``$COMPANION_RESULTS_DIR`` and, if that is unset, writes no file). They are also
+embedded in the output metadata of the verdict table, so ``companion book`` collects the records of every
+notebook of a build into ``_build/results/`` from the executed notebooks.
 """
 
 from __future__ import annotations
@@ -32,19 +56,25 @@ import json
 import math
 import os
 import re
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
-__all__ = ["Verdict", "VerdictError", "Record", "METADATA_KEY", "slug"]
+__all__ = [
+    "Verdict", "VerdictError", "Record", "METADATA_KEY", "KINDS", "EVIDENCE_KINDS", "STATUSES", "slug",
+]
 
 METADATA_KEY = "companion_results"
+KINDS = ("identity", "numerics", "statistical", "bound", "qualitative")
+EVIDENCE_KINDS = ("numerics", "statistical", "bound", "qualitative")  # identity = implementation test
+STATUSES = ("passed", "failed", "not_resolvable", "not_applicable")
 _COMPARISONS = ("abs", "rel", "upper", "lower")
 _CLAIM_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 
 
 class VerdictError(AssertionError):
-    """At least one claim of a notebook failed its theory-vs-simulation check."""
+    """At least one claim of a notebook failed, or its manifest and its records disagree."""
 
 
 def slug(notebook: str) -> str:
@@ -68,98 +98,237 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
+def _num(x: Any) -> float:
+    x = _plain(x)
+    return math.nan if x is None else float(x)
+
+
 @dataclass
 class Record:
     notebook: str
     claim: str
+    kind: str
+    status: str  # one of STATUSES
     quantity: str
     predicted: float | None
     measured: float | None
-    tolerance: float
+    tolerance: float | None
     comparison: str
-    error: float | None
-    passed: bool
+    error: float | None  # realised |measured - predicted| (relative for "rel"; signed excess for bounds)
+    passed: bool  # the claim did not fail: status is passed, not_resolvable or not_applicable
     reason: str
+    se: float | None = None  # standard error measured from the data (statistical claims)
+    z: float | None = None  # the stated number of standard errors
+    floor: float | None = None  # the round-off floor added to z * se
+    falsifier: str | None = None  # the plausible wrong answer this claim rules out
+    falsifier_value: float | None = None
+    z_theory: float | None = None  # distance measured - predicted in units of tolerance / z
+    z_falsifier: float | None = None  # distance measured - falsifier in the same units
+    headline: bool = False  # the headline value of the result (its prediction is the theory's number)
     parameters: dict = field(default_factory=dict)
 
 
+def _caller_parameters(notebook: str, frame_globals: dict) -> dict:
+    """Every parameter of ``notebook``'s parameters cell with its current value in the caller's globals."""
+    try:
+        from . import notebooks as nbs
+
+        names = list(nbs.parameters(notebook))
+    except Exception:  # noqa: BLE001 - a notebook outside the book (tests): no parameters known
+        return {}
+    return {k: frame_globals[k] for k in names if k in frame_globals}
+
+
 class Verdict:
-    def __init__(self, notebook: str, parameters: dict | None = None, results_dir: str | os.PathLike = ""):
+    """The verdict of one notebook: its manifest of claims and the records of the checks it made."""
+
+    def __init__(self, notebook: str, *, manifest: Iterable[str], parameters: dict | None = None,
+                 results_dir: str | os.PathLike = ""):
         self.notebook = notebook
-        self.parameters = _plain(dict(parameters or {}))
+        if parameters is None:
+            parameters = _caller_parameters(notebook, sys._getframe(1).f_globals)
+        self.parameters = _plain(dict(parameters))
         self.results_dir = str(results_dir or os.environ.get("COMPANION_RESULTS_DIR", ""))
+        self.manifest: list[str] = []
+        self.declare(*manifest)
+        if not self.manifest:
+            raise ValueError(f"{notebook}: the manifest declares no claim")
         self.records: list[Record] = []
 
-    # ------------------------------------------------------------------ checks
+    def declare(self, *claims: str) -> None:
+        """Add claim ids to the manifest (each once)."""
+        for c in claims:
+            if not _CLAIM_RE.match(c):
+                raise ValueError(f"claim id {c!r} must be an identifier (letters, digits, underscores)")
+            if c in self.manifest:
+                raise ValueError(f"claim id {c!r} is declared twice in {self.notebook}")
+            self.manifest.append(c)
+
+    # ------------------------------------------------------------------ the core
     def check(
         self,
         claim: str,
         *,
+        kind: str,
         quantity: str,
         predicted: float,
         measured: float,
         tolerance: float,
         comparison: str = "abs",
         reason: str,
+        se: float | None = None,
+        z: float | None = None,
+        floor: float | None = None,
+        falsifier: str | None = None,
+        falsifier_value: float | None = None,
+        headline: bool = False,
     ) -> Record:
-        """Compare one measured number with its prediction; remember (and return) the record."""
+        """Compare one measured number with its prediction; remember (and return) the record.
+
+        Use the kind-specific methods (:meth:`identity`, :meth:`numerics`, :meth:`statistical`,
+        :meth:`bound`, :meth:`qualitative`); they fill ``kind`` and enforce what each kind needs."""
+        self._new_id(claim)
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}; got {kind!r}")
+        if comparison not in _COMPARISONS:
+            raise ValueError(f"comparison must be one of {_COMPARISONS}; got {comparison!r}")
+        if comparison == "rel" and kind not in ("identity", "numerics"):
+            raise ValueError(f"{claim}: a relative comparison is for identity and numerics claims only")
+        if not reason.strip():
+            raise ValueError("every tolerance needs a reason")
+        pred, meas, tol = _num(predicted), _num(measured), float(tolerance)
+        if not (math.isfinite(tol) and tol >= 0):
+            raise ValueError(f"{claim}: tolerance must be finite and >= 0; got {tolerance!r}")
+        diff = abs(meas - pred)
+        if comparison == "abs":
+            error, accepted = diff, diff <= tol
+        elif comparison == "rel":
+            error = diff / abs(pred) if pred != 0 else math.inf
+            accepted = diff <= tol * abs(pred)
+        elif comparison == "upper":
+            error, accepted = meas - pred, meas <= pred + tol
+        else:
+            error, accepted = pred - meas, meas >= pred - tol
+        accepted = bool(accepted) and math.isfinite(meas) and math.isfinite(pred)
+        fval = None if falsifier_value is None else _num(falsifier_value)
+        # distances in units of the effective standard error tolerance / z (statistical and bounds)
+        z_th = z_f = None
+        if z is not None and z > 0:
+            unit = tol / z
+            if comparison in ("abs", "rel"):
+                dist = diff
+            else:
+                dist = error
+            z_th = dist / unit if unit > 0 else (0.0 if dist == 0 else math.inf)
+            if fval is not None:
+                dfal = abs(meas - fval)
+                z_f = dfal / unit if unit > 0 else (0.0 if dfal == 0 else math.inf)
+        rejected = True
+        if fval is not None:
+            rejected = math.isfinite(meas) and abs(meas - fval) > (tol * abs(pred) if comparison == "rel" else tol)
+        status = "failed" if not accepted else ("passed" if rejected else "not_resolvable")
+        rec = Record(
+            notebook=self.notebook, claim=claim, kind=kind, status=status, quantity=quantity,
+            predicted=_plain(pred), measured=_plain(meas), tolerance=tol, comparison=comparison,
+            error=_plain(float(error)), passed=status != "failed", reason=reason,
+            se=None if se is None else _plain(float(se)), z=None if z is None else float(z),
+            floor=None if floor is None else float(floor), falsifier=falsifier, falsifier_value=_plain(fval),
+            z_theory=_plain(z_th), z_falsifier=_plain(z_f), headline=bool(headline), parameters=self.parameters,
+        )
+        self.records.append(rec)
+        return rec
+
+    def _new_id(self, claim: str) -> None:
         if not _CLAIM_RE.match(claim):
             raise ValueError(f"claim id {claim!r} must be an identifier (letters, digits, underscores)")
         if any(r.claim == claim for r in self.records):
             raise ValueError(f"claim id {claim!r} is used twice in {self.notebook}")
-        if comparison not in _COMPARISONS:
-            raise ValueError(f"comparison must be one of {_COMPARISONS}; got {comparison!r}")
+
+    # ------------------------------------------------------------------ the kinds
+    def identity(self, claim: str, *, quantity: str, predicted, measured, tolerance: float,
+                 comparison: str = "abs", reason: str) -> Record:
+        """Two implementations of the same mathematics agree to round-off (an implementation test)."""
+        return self.check(claim, kind="identity", quantity=quantity, predicted=predicted, measured=measured,
+                          tolerance=tolerance, comparison=comparison, reason=reason)
+
+    def numerics(self, claim: str, *, quantity: str, predicted, measured, tolerance: float,
+                 comparison: str = "abs", reason: str, headline: bool = False) -> Record:
+        """An integrator, quadrature or exact average against a closed form, at its error-control tolerance."""
+        return self.check(claim, kind="numerics", quantity=quantity, predicted=predicted, measured=measured,
+                          tolerance=tolerance, comparison=comparison, reason=reason, headline=headline)
+
+    def statistical(self, claim: str, *, quantity: str, predicted, measured, se, falsifier: str,
+                    falsifier_value, z: float = 4.0, floor: float = 0.0, comparison: str = "abs",
+                    reason: str, headline: bool = False) -> Record:
+        """A simulation against an independent prediction at ``z * se + floor``; passes only when the
+        falsifier is rejected at the same tolerance (``not_resolvable`` when it is not)."""
+        se_, fl = _num(se), float(floor)
+        if not (math.isfinite(se_) and se_ >= 0):
+            raise ValueError(f"{claim}: the standard error must be finite and >= 0; got {se!r}")
+        if not (z > 0 and fl >= 0):
+            raise ValueError(f"{claim}: need z > 0 and floor >= 0; got z={z!r}, floor={floor!r}")
+        if not falsifier or falsifier_value is None:
+            raise ValueError(f"{claim}: a statistical claim names its falsifier and the falsifier's value")
+        return self.check(claim, kind="statistical", quantity=quantity, predicted=predicted, measured=measured,
+                          tolerance=z * se_ + fl, comparison=comparison, reason=reason, se=se_, z=z, floor=fl,
+                          falsifier=falsifier, falsifier_value=falsifier_value, headline=headline)
+
+    def bound(self, claim: str, *, quantity: str, bound, measured, comparison: str, reason: str,
+              tolerance: float | None = None, se=None, z: float = 4.0, floor: float = 0.0,
+              falsifier: str | None = None, falsifier_value=None, headline: bool = False) -> Record:
+        """An inequality a theorem states: ``measured <= bound`` (``"upper"``) or ``>=`` (``"lower"``),
+        up to ``tolerance`` (round-off) or ``z * se + floor`` (a simulated quantity)."""
+        if comparison not in ("upper", "lower"):
+            raise ValueError(f"{claim}: a bound is 'upper' or 'lower'; got {comparison!r}")
+        if (tolerance is None) == (se is None):
+            raise ValueError(f"{claim}: give either a round-off tolerance or a standard error")
+        if se is not None:
+            se_ = _num(se)
+            return self.check(claim, kind="bound", quantity=quantity, predicted=bound, measured=measured,
+                              tolerance=z * se_ + float(floor), comparison=comparison, reason=reason, se=se_,
+                              z=z, floor=float(floor), falsifier=falsifier, falsifier_value=falsifier_value,
+                              headline=headline)
+        return self.check(claim, kind="bound", quantity=quantity, predicted=bound, measured=measured,
+                          tolerance=tolerance, comparison=comparison, reason=reason, falsifier=falsifier,
+                          falsifier_value=falsifier_value, headline=headline)
+
+    def qualitative(self, claim: str, *, quantity: str, predicted, measured, comparison: str, tolerance: float,
+                    falsifier: str, reason: str, falsifier_value=None) -> Record:
+        """A sign or an ordering; ``falsifier`` names the alternative it rules out."""
+        if not falsifier:
+            raise ValueError(f"{claim}: a qualitative claim names the alternative it rules out")
+        return self.check(claim, kind="qualitative", quantity=quantity, predicted=predicted, measured=measured,
+                          tolerance=tolerance, comparison=comparison, reason=reason, falsifier=falsifier,
+                          falsifier_value=falsifier_value)
+
+    def not_applicable(self, claim: str, *, kind: str, quantity: str, reason: str) -> Record:
+        """Record that a declared claim does not apply at these parameters, and why."""
+        self._new_id(claim)
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}; got {kind!r}")
         if not reason.strip():
-            raise ValueError("every tolerance needs a reason")
-        pred = float(_plain(predicted)) if _plain(predicted) is not None else math.nan
-        meas = float(_plain(measured)) if _plain(measured) is not None else math.nan
-        tol = float(tolerance)
-        if not (math.isfinite(tol) and tol >= 0):
-            raise ValueError(f"tolerance must be finite and >= 0; got {tolerance!r}")
-        diff = abs(meas - pred)
-        if comparison == "abs":
-            error, passed = diff, diff <= tol
-        elif comparison == "rel":
-            error = diff / abs(pred) if pred != 0 else math.inf
-            passed = diff <= tol * abs(pred)
-        elif comparison == "upper":
-            error, passed = meas - pred, meas <= pred + tol
-        else:
-            error, passed = pred - meas, meas >= pred - tol
-        passed = bool(passed) and math.isfinite(meas) and math.isfinite(pred)
-        rec = Record(
-            notebook=self.notebook,
-            claim=claim,
-            quantity=quantity,
-            predicted=_plain(pred),
-            measured=_plain(meas),
-            tolerance=tol,
-            comparison=comparison,
-            error=_plain(float(error)),
-            passed=passed,
-            reason=reason,
-            parameters=self.parameters,
-        )
+            raise ValueError(f"{claim}: say why the claim does not apply")
+        rec = Record(notebook=self.notebook, claim=claim, kind=kind, status="not_applicable", quantity=quantity,
+                     predicted=None, measured=None, tolerance=None, comparison="abs", error=None, passed=True,
+                     reason=reason, parameters=self.parameters)
         self.records.append(rec)
         return rec
 
     # ------------------------------------------------------------------ output
     @property
     def passed(self) -> bool:
-        return bool(self.records) and all(r.passed for r in self.records)
+        return bool(self.records) and all(r.passed for r in self.records) and not self.manifest_problems()
+
+    def manifest_problems(self) -> list[str]:
+        made = [r.claim for r in self.records]
+        out = [f"{c}: declared but not recorded" for c in self.manifest if c not in made]
+        out += [f"{c}: recorded but not declared in the manifest" for c in made if c not in self.manifest]
+        return out
 
     def table_markdown(self) -> str:
-        sym = {"abs": "±", "rel": "± rel.", "upper": "≤ pred. +", "lower": "≥ pred. −"}
-        rows = [
-            "| claim | quantity | predicted | measured | tolerance | verdict |",
-            "|---|---|---|---|---|---|",
-        ]
-        for r in self.records:
-            rows.append(
-                f"| `{r.claim}` | {_cell(r.quantity)} | {_fmt(r.predicted)} | {_fmt(r.measured)} | "
-                f"{sym[r.comparison]} {r.tolerance:.3g} | {'passed' if r.passed else '**FAILED**'} |"
-            )
-        return "\n".join(rows)
+        from .report import verdict_table_markdown
+
+        return verdict_table_markdown([asdict(r) for r in self.records])
 
     def write(self) -> Path | None:
         """Write the records as JSON lines (one per claim) if a results directory is configured."""
@@ -174,21 +343,24 @@ class Verdict:
         return path
 
     def finish(self, display: bool = True) -> None:
-        """Glue every number, show the verdict table, write the results file, and raise on failure."""
+        """Glue every number, show the verdict table, write the results file, and raise on failure or on a
+        manifest that disagrees with the records."""
         if not self.records:
             raise VerdictError(f"{self.notebook}: no claim was checked")
         self.write()
         if display:
             self._display()
+        problems = self.manifest_problems()
         failed = [r for r in self.records if not r.passed]
-        if failed:
-            lines = [
-                f"{r.claim}: {r.quantity}: measured {_fmt(r.measured)}, predicted {_fmt(r.predicted)}, "
-                f"tolerance {r.tolerance:.3g} ({r.comparison})"
-                for r in failed
-            ]
+        lines = problems + [
+            f"{r.claim} ({r.kind}): {r.quantity}: measured {_fmt(r.measured)}, predicted {_fmt(r.predicted)}, "
+            f"tolerance {r.tolerance:.3g} ({r.comparison})"
+            for r in failed
+        ]
+        if lines:
             raise VerdictError(
-                f"{len(failed)} of {len(self.records)} claim(s) of {self.notebook} failed:\n  " + "\n  ".join(lines)
+                f"{len(failed)} of {len(self.records)} claim(s) of {self.notebook} failed"
+                + (f"; {len(problems)} manifest problem(s)" if problems else "") + ":\n  " + "\n  ".join(lines)
             )
 
     def _display(self) -> None:
@@ -200,28 +372,20 @@ class Verdict:
             glue = None
         if glue is not None:
             for r in self.records:
-                for key, val in (
-                    ("predicted", r.predicted),
-                    ("measured", r.measured),
-                    ("tolerance", r.tolerance),
-                    ("error", r.error),
-                ):
+                for key in ("predicted", "measured", "tolerance", "error", "falsifier_value", "z_theory",
+                            "z_falsifier"):
+                    val = getattr(r, key)
                     glue(f"{r.claim}_{key}", float(val) if val is not None else math.nan, display=False)
-                glue(f"{r.claim}_verdict", "passed" if r.passed else "FAILED", display=False)
+                glue(f"{r.claim}_verdict", r.status.replace("_", " "), display=False)
         display(
             Markdown(self.table_markdown()),
             metadata={METADATA_KEY: [asdict(r) for r in self.records]},
         )
 
 
-def _cell(text: str) -> str:
-    """Text safe inside a Markdown table cell (a quantity may contain |x| or line breaks)."""
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
 def _fmt(x: float | None) -> str:
     if x is None:
-        return "nan"
+        return "—"
     if x == 0:
         return "0"
     if 1e-3 <= abs(x) < 1e5:

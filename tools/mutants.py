@@ -1,0 +1,125 @@
+"""A mutation check: seed plausible bugs, one at a time, into a copy of the package and count how many the
+fast test lane catches (``make mutants``).
+
+Each mutant is a small textual edit of one source file (a sign, an off-by-one, a wrong seed stream, a
+dropped factor) of the kind a careful reviewer would fear. For each, the package is copied to a temporary
+directory, the edit applied there, and ``pytest -m "not slow" -x`` run with that copy first on
+``PYTHONPATH``; the mutant is *killed* when the lane fails. The working tree is never modified.
+
+Usage::
+
+    python tools/mutants.py            # every mutant; prints a table and the kill count
+    python tools/mutants.py -k stats   # only mutants whose name contains "stats"
+    python tools/mutants.py --list
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PKG = ROOT / "src" / "companion"
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    file: str  # relative to src/companion
+    pattern: str  # a regular expression that must match exactly once
+    replacement: str
+    why: str
+
+
+MUTANTS = [
+    # ---- the noise model and the verdicts
+    Mutant("stats_jackknife_sqrtG", "stats.py", r"se = np\.sqrt\(\(G - 1\) / G \* \(dev\*\*2\)\.sum\(axis=axis\)\)",
+           "se = np.sqrt((G - 1) * (dev**2).sum(axis=axis))", "jackknife SE inflated by sqrt(G)"),
+    Mutant("stats_mean_se_n", "stats.py", r"se = x\.std\(axis=axis, ddof=1\) / math\.sqrt\(n\)",
+           "se = x.std(axis=axis, ddof=1) / n", "standard error of a mean divided by N instead of sqrt(N)"),
+    Mutant("stats_median_se_halfwidth", "stats.py", r"return float\(med\), float\(\(hi - lo\) / 2\)",
+           "return float(med), float(hi - lo)", "median SE twice too wide"),
+    Mutant("verdict_falsifier_ignored", "verdict.py", r"status = \"failed\" if not accepted else \(\"passed\" if rejected else \"not_resolvable\"\)",
+           'status = "failed" if not accepted else "passed"', "a falsifier that is never consulted"),
+    Mutant("verdict_upper_sign", "verdict.py", r"error, accepted = meas - pred, meas <= pred \+ tol",
+           "error, accepted = meas - pred, meas >= pred - tol", "an upper bound checked as a lower bound"),
+    Mutant("verdict_manifest_unchecked", "verdict.py", r"out \+= \[f\"\{c\}: recorded but not declared",
+           "out += [] and [f\"{c}: recorded but not declared", "undeclared claims accepted"),
+    # ---- caches
+    Mutant("cache_hash_ignores_contents", "cache.py", r"h\.update\(Path\(f\)\.read_bytes\(\)\)", "pass",
+           "source_hash ignores file contents"),
+    Mutant("cache_closure_skips_relative", "cache.py", r"if node\.level:", "if node.level and False:",
+           "the run-cache sources miss relatively imported modules (e.g. kernels.py)"),
+]
+
+
+def _apply(m: Mutant, pkg: Path) -> bool:
+    f = pkg / m.file
+    if not f.is_file():
+        return False
+    text = f.read_text()
+    new, n = re.subn(m.pattern, lambda _: m.replacement, text)
+    if n != 1:
+        return False
+    f.write_text(new)
+    return True
+
+
+def run(selected: list[Mutant], lane: list[str], timeout: float) -> int:
+    killed = survived = skipped = 0
+    rows = []
+    for m in selected:
+        with tempfile.TemporaryDirectory() as tmp:
+            pkg = Path(tmp) / "companion"
+            shutil.copytree(PKG, pkg, ignore=shutil.ignore_patterns("__pycache__"))
+            if not _apply(m, pkg):
+                rows.append((m.name, "NOT APPLIED (pattern not found once)", 0.0))
+                skipped += 1
+                continue
+            env = dict(os.environ, PYTHONPATH=tmp + os.pathsep + os.environ.get("PYTHONPATH", ""),
+                       NUMBA_CACHE_DIR=str(Path(tmp) / "numba"), PYTHONDONTWRITEBYTECODE="1")
+            t = time.perf_counter()
+            try:
+                proc = subprocess.run([sys.executable, "-m", "pytest", *lane], cwd=ROOT, env=env,
+                                      capture_output=True, text=True, timeout=timeout)
+                dead = proc.returncode != 0
+            except subprocess.TimeoutExpired:
+                dead = True
+            sec = time.perf_counter() - t
+            killed += dead
+            survived += not dead
+            rows.append((m.name, "killed" if dead else "SURVIVED", sec))
+            print(f"{'killed  ' if dead else 'SURVIVED'} {sec:6.1f} s  {m.name}: {m.why}", flush=True)
+    print(f"\n{killed} of {killed + survived} mutants killed by the fast lane"
+          + (f"; {skipped} not applied (stale pattern)" if skipped else ""))
+    for name, status, _ in rows:
+        if status.startswith("NOT"):
+            print(f"  {name}: {status}")
+    return 0 if survived == 0 and skipped == 0 else 1
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("-k", default="", help="only mutants whose name contains this text")
+    ap.add_argument("--list", action="store_true", help="list the mutants and exit")
+    ap.add_argument("--timeout", type=float, default=300, help="seconds per mutant (a hang counts as killed)")
+    args = ap.parse_args(argv)
+    selected = [m for m in MUTANTS if args.k in m.name]
+    if args.list:
+        for m in selected:
+            print(f"{m.name:36s} {m.file:22s} {m.why}")
+        return 0
+    lane = ["-m", "not slow", "-x", "-q", "-p", "no:cacheprovider"]
+    return run(selected, lane, args.timeout)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
