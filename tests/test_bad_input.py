@@ -3,7 +3,6 @@
 ``companion.cli.main``; the last tests run real notebooks to check that nothing finished is lost."""
 
 import json
-import os
 
 import pytest
 
@@ -96,6 +95,7 @@ def test_bad_companion_threads_is_named(tmp_path, monkeypatch, capsys):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow
 def test_unreachable_scheduler_fails_fast_and_leaves_nothing(tmp_path, monkeypatch, capsys):
     from companion import sweep
 
@@ -162,6 +162,7 @@ def _snapshot(d):
     return {p.name: p.read_bytes() for p in sorted(d.iterdir())}
 
 
+@pytest.mark.slow
 def test_rerun_into_a_finished_output_never_loses_it(tmp_path):
     out = tmp_path / "run"
     first = run_cli("run", TOY, "-p", "n", "50", "-o", str(out), "--quiet")
@@ -171,7 +172,7 @@ def test_rerun_into_a_finished_output_never_loses_it(tmp_path):
 
     # without --overwrite: refused before any kernel
     proc = run_cli("run", TOY, "-p", "n", "60", "-o", str(out))
-    assert proc.returncode == 2 and "is not empty" in proc.stderr and "--overwrite" in proc.stderr
+    assert proc.returncode == 2 and "holds a previous run (run.json)" in proc.stderr and "--overwrite" in proc.stderr
     # the notebook's own range check: refused, one line, no kernel noise; the old run untouched
     proc = run_cli("run", TOY, "-p", "n", "3", "-o", str(out), "--overwrite")
     assert proc.returncode == 2
@@ -192,3 +193,14 @@ def test_rerun_into_a_finished_output_never_loses_it(tmp_path):
     assert run["parameters"]["results_dir"] == str(out)
     assert json.loads((out / "toy.jsonl").read_text().splitlines()[0])["parameters"]["n"] == 70
     assert not [p for p in tmp_path.iterdir() if ".partial-" in p.name or ".old-" in p.name]
+
+
+@pytest.mark.slow
+def test_a_folder_without_a_run_keeps_its_files(tmp_path):
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "my-params.yaml").write_text("n: 40\n")
+    proc = run_cli("run", TOY, "-f", str(out / "my-params.yaml"), "-o", str(out), "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    assert (out / "my-params.yaml").read_text() == "n: 40\n" and (out / "run.json").is_file()
+    assert json.loads((out / "run.json").read_text())["parameters"]["n"] == 40

@@ -13,11 +13,11 @@ import time
 
 import psutil
 import pytest
+from test_sweep import slow_toy
 
 from companion.sweep import expand_grid, parse_grid, read_results, run_sweep
 
 from _util import FIXTURES, ROOT
-from test_sweep import slow_toy
 
 TOY = str(FIXTURES / "toy.md")
 pytestmark = pytest.mark.slow
@@ -98,7 +98,8 @@ def test_sweep_on_a_real_cluster_survives_a_killed_worker(cluster, tmp_path):
                 victim_tree, lost = tree, os.path.basename(pfile).removeprefix(".").removesuffix(".params.yaml")
         time.sleep(0.1)
     assert victim_tree, "worker A never ran a point"
-    workers = [p for p in victim_tree if "companion" not in " ".join(p.cmdline()) and "ipykernel" not in " ".join(p.cmdline())]
+    cmds = {p.pid: " ".join(p.cmdline()) for p in victim_tree}
+    workers = [p for p in victim_tree if "companion" not in cmds[p.pid] and "ipykernel" not in cmds[p.pid]]
     for p in [nanny, *workers]:
         p.kill()
     gone, alive = psutil.wait_procs(victim_tree, timeout=HOLD - 2)  # well before its point would end

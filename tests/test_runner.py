@@ -7,7 +7,7 @@ import pytest
 from companion import notebooks as nbs
 from companion.runner import NotebookFailed, ParameterSpecError, coerce_parameters, run_notebook
 
-from _util import FIXTURES, ROOT, run_cli
+from _util import FIXTURES, run_cli
 
 TOY = str(FIXTURES / "toy.md")
 
@@ -51,6 +51,7 @@ def test_cli_rejects_a_misspelled_parameter_before_any_kernel(tmp_path):
     assert not (tmp_path / "out").exists()  # nothing was executed
 
 
+@pytest.mark.slow
 def test_cli_wrong_type_and_range_errors_name_the_parameter(tmp_path):
     proc = run_cli("run", TOY, "-p", "n", "many", "-o", str(tmp_path / "a"))
     assert proc.returncode == 2 and "parameter 'n' expects an int; got 'many'" in proc.stderr
@@ -65,6 +66,7 @@ def test_unknown_notebook_suggests(tmp_path):
     assert proc.returncode == 2 and "no notebook named 'mesa/setpu'" in proc.stderr
 
 
+@pytest.mark.slow
 def test_failed_verdict_and_crash(tmp_path):
     with pytest.raises(NotebookFailed) as info:
         run_notebook(TOY, {"fail": True, "n": 200}, tmp_path / "fail")
@@ -79,6 +81,7 @@ def test_failed_verdict_and_crash(tmp_path):
     assert json.loads((tmp_path / "crash" / "run.json").read_text())["status"] == "error"
 
 
+@pytest.mark.slow
 def test_identical_reruns(tmp_path):
     a = run_notebook(TOY, {"n": 300, "seed": 7}, tmp_path / "a")
     b = run_notebook(TOY, {"n": 300, "seed": 7}, tmp_path / "b")
@@ -107,6 +110,7 @@ def test_a_real_notebook_rejects_a_misspelled_parameter(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_plain_papermill_with_a_misspelled_parameter_fails_clearly(tmp_path):
     """Even bypassing `companion run`, the notebook itself rejects an injected unknown name
     (papermill alone would only warn and silently use the default)."""

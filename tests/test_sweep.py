@@ -29,6 +29,7 @@ def test_grid_parsing_and_expansion():
         expand_grid(TOY, parse_grid(["n=20,x"]))
 
 
+@pytest.mark.slow
 def test_six_point_sweep_isolates_failures_and_resumes_after_kill(tmp_path):
     out = tmp_path / "sweep"
     args = ["sweep", TOY, "--grid", "seed=1,2,3", "--grid", "fail=false,true", "-p", "n", "200",
@@ -73,6 +74,7 @@ def test_six_point_sweep_isolates_failures_and_resumes_after_kill(tmp_path):
         assert r["fail"] == str(r["second_moment.passed"] == "False") and float(r["second_moment.measured"]) > 0
 
 
+@pytest.mark.slow
 def test_refuses_to_overwrite_a_finished_sweep(tmp_path):
     out = tmp_path / "s"
     args = ["sweep", TOY, "--grid", "seed=1", "-p", "n", "50", "--out", str(out), "--quiet"]
@@ -81,6 +83,7 @@ def test_refuses_to_overwrite_a_finished_sweep(tmp_path):
     assert proc.returncode == 2 and "--resume" in proc.stderr
 
 
+@pytest.mark.slow
 def test_sweep_on_an_external_dask_scheduler(tmp_path):
     """The same sweep, pointed at a running scheduler (as on a cluster), needs no other change."""
     import logging
@@ -97,6 +100,7 @@ def test_sweep_on_an_external_dask_scheduler(tmp_path):
     assert len(read_results(tmp_path / "ext")) == 2
 
 
+@pytest.mark.slow
 def test_torn_and_junk_lines_are_reported_moved_aside_and_rerun(tmp_path):
     """A crash mid-write leaves a torn last line; junk may be appended by anything. `results` names each
     skipped line and exits 1; --resume moves them aside and re-runs their points; the good lines stay
@@ -136,7 +140,8 @@ def slow_toy(folder):
     """The toy notebook with a ``hold`` parameter: seconds to sleep before its verdict (so that a point
     is still running when a test kills something)."""
     src = (FIXTURES / "toy.md").read_text()
-    src = src.replace("results_dir: str = \"\"", "hold: float = 0.0  # seconds to sleep before the verdict\nresults_dir: str = \"\"")
+    hold = "hold: float = 0.0  # seconds to sleep before the verdict\n"
+    src = src.replace('results_dir: str = ""', hold + 'results_dir: str = ""')
     src = src.replace("rng = seed_everything(seed)", "import time\ntime.sleep(hold)\nrng = seed_everything(seed)")
     assert "time.sleep(hold)" in src and "hold: float" in src
     path = folder / "slow" / "toy.md"  # named toy, as its verdict records
@@ -145,6 +150,7 @@ def slow_toy(folder):
     return str(path)
 
 
+@pytest.mark.slow
 def test_a_killed_client_takes_its_workers_runs_and_kernels_with_it(tmp_path):
     import psutil
 
@@ -195,6 +201,7 @@ pathlib.Path(results_dir, "threads.txt").write_text(os.environ.get("COMPANION_TH
 """
 
 
+@pytest.mark.slow
 def test_cores_a_run_uses_them_all_a_sweep_shares_them(tmp_path):
     import os
 
@@ -230,6 +237,7 @@ def test_a_record_is_never_glued_onto_a_torn_line(tmp_path):
     assert [rec["point"] for _, _, rec in good] == ["a", "c"] and [i for i, _, _ in bad] == [2]
 
 
+@pytest.mark.slow
 def test_sigterm_to_the_client_shuts_the_sweep_down_cleanly(tmp_path):
     import psutil
 

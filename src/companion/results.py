@@ -248,7 +248,8 @@ def plot(table: Table, out: str | Path, *, x: str | None = None, y: str | None =
             fi, fj = zip(*sorted(fails))
             ax.plot(fi, fj, ls="none", marker="x", ms=10, mew=2, color="#d62728", label="verdict failed / error")
             ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0, -0.15))
-        what = f"heat map of {claim} {value} over ({x}, {y}) ({len(xv)} x {len(yv)}, {len(fails)} failing cell(s) marked)"
+        what = (f"heat map of {claim} {value} over ({x}, {y}) ({len(xv)} x {len(yv)}, "
+                f"{len(fails)} failing cell(s) marked)")
     try:
         fig.savefig(out)
     except OSError as exc:

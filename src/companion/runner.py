@@ -280,7 +280,9 @@ def load_param_file(path: str | Path) -> dict:
     """Parameters from a YAML (or JSON) file: a mapping name -> value."""
     data = read_yaml_file(path, "a mapping of parameter names to values") or {}
     if not isinstance(data, dict):
-        raise ParameterSpecError(f"{path}: expected a mapping of parameter names to values; got a {type(data).__name__}")
+        raise ParameterSpecError(
+            f"{path}: expected a mapping of parameter names to values; got a {type(data).__name__}"
+        )
     return data
 
 
@@ -307,14 +309,18 @@ def _read_records(output_dir: Path, notebook: str) -> list:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def _holds_a_run(out: Path) -> bool:
+    return (out / "run.json").exists()
+
+
 def _prepare_output(out: Path, overwrite: bool) -> Path:
     """Check the output directory and create the private folder the run writes into (a sibling of
     ``out``, so that moving it into place is one rename on the same file system)."""
     if out.exists() and not out.is_dir():
         raise InputError(f"output directory '{out}': is a file; give a new or empty directory with -o")
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
+    if out.is_dir() and _holds_a_run(out) and not overwrite:
         raise InputError(
-            f"output directory '{out}': is not empty (a previous run?); pass --overwrite to replace it "
+            f"output directory '{out}': holds a previous run (run.json); pass --overwrite to replace it "
             "once the new run has finished, or give another -o"
         )
     try:
@@ -331,11 +337,18 @@ def _prepare_output(out: Path, overwrite: bool) -> Path:
 
 
 def _move_into_place(tmp: Path, out: Path) -> None:
-    """Replace ``out`` by ``tmp``: the previous content is removed only after the new one is in place."""
+    """Put the run's files in ``out``. A previous run there is replaced whole, and removed only after the
+    new one is in place; a folder without a run (e.g. holding the parameter file) keeps its other files,
+    and gets ``run.json`` last."""
     if out.is_dir() and not any(out.iterdir()):
         out.rmdir()
     if not out.exists():
         os.rename(tmp, out)
+        return
+    if not _holds_a_run(out):
+        for f in sorted(tmp.iterdir(), key=lambda f: f.name == "run.json"):
+            os.replace(f, out / f.name)
+        tmp.rmdir()
         return
     old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
     old.rmdir()
@@ -361,7 +374,8 @@ def run_notebook(
     raised; the executed notebook and ``run.json`` are kept for inspection).
 
     Outputs are atomic. The notebook runs in a private folder next to ``output_dir`` that is moved into
-    place when the run is over. A non-empty ``output_dir`` is refused unless ``overwrite``; even then
+    place when the run is over. An ``output_dir`` holding a previous run (its ``run.json``) is refused
+    unless ``overwrite``; even then
     the previous run is replaced only by a run that reached its verdict (passed or failed): a run
     refused by the notebook's range checks leaves nothing behind, and one that crashed is kept in
     ``<output_dir>.failed-<time>`` beside the previous run instead of over it.
@@ -435,7 +449,7 @@ def run_notebook(
         shutil.rmtree(work, ignore_errors=True)  # refused by the notebook's range checks: nothing ran
         raise error
     final = out
-    if result.status == "error" and out.is_dir() and any(out.iterdir()):
+    if result.status == "error" and out.is_dir() and _holds_a_run(out):
         final = out.with_name(f"{out.name}.failed-{stamp}")  # never over a previous run
         result.output_dir = str(final)
         result.executed = str(final / executed_tmp.name)

@@ -11,8 +11,8 @@ Each point runs in its own process (``python -m companion run ...``), so kernels
 never share a ZMQ context, and the runner retries a kernel that fails to start. A point that fails is
 recorded with its error and the others go on. ``--resume`` skips every point whose last line in
 ``results.jsonl`` says it finished (status ``ok`` or ``failed``: it ran to its verdict) and runs the
-others (never started, interrupted, or crashed with status ``error``); nothing that finished is ever lost, because a point's line is
-written (and fsync'ed) by the driver the moment it completes.
+others (never started, interrupted, or crashed with status ``error``); nothing that finished is ever
+lost, because a point's line is written (and fsync'ed) by the driver the moment it completes.
 
 By default the points run on an embedded ``dask.distributed.LocalCluster``; pass the address of a
 running scheduler (``--scheduler tcp://host:8786``) to spread a sweep over a cluster without changes.
@@ -48,7 +48,8 @@ import yaml
 from . import notebooks as nbs
 from .runner import InputError, coerce_parameters, kill_tree, threads_env
 
-__all__ = ["SweepError", "parse_grid", "expand_grid", "point_id", "run_sweep", "read_results", "scan_results", "repair_results", "flat_rows"]
+__all__ = ["SweepError", "parse_grid", "expand_grid", "point_id", "run_sweep", "read_results", "scan_results",
+           "repair_results", "flat_rows"]
 
 
 class SweepError(InputError):
@@ -222,7 +223,8 @@ def flat_rows(out: str | Path) -> list[dict]:
             if r is None:
                 row["error"] = rec.get("error")
             else:
-                row.update({k: r.get(k) for k in ("claim", "predicted", "measured", "tolerance", "comparison", "passed")})
+                row.update({k: r.get(k) for k in ("claim", "predicted", "measured", "tolerance", "comparison",
+                                                  "passed")})
             rows.append(row)
     return rows
 
@@ -345,7 +347,7 @@ def _threads_per_worker(client) -> tuple[dict[str, int], str]:
     if os.environ.get("COMPANION_THREADS", "").strip():
         n, why = threads_env(1)
         return {"default": n}, why
-    info = client.scheduler_info(n_workers=-1)["workers"] if _takes_n_workers(client) else client.scheduler_info()["workers"]
+    info = (client.scheduler_info(n_workers=-1) if _takes_n_workers(client) else client.scheduler_info())["workers"]
     cores = client.run(lambda: len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count())
     per_host: dict[str, int] = {}
     for addr, w in info.items():
@@ -409,7 +411,8 @@ def run_sweep(
     if out.exists() and not out.is_dir():
         raise SweepError(f"--out '{out}': is a file; give a new directory (or a sweep's directory with --resume)")
     if swept is None:
-        swept = [k for k in (points[0] if points else {}) if len({json.dumps(p.get(k), default=str) for p in points}) > 1]
+        swept = [k for k in (points[0] if points else {})
+                 if len({json.dumps(p.get(k), default=str) for p in points}) > 1]
     ids = [point_id(p, swept) for p in points]
     if len(set(ids)) != len(ids):
         raise SweepError("the grid gives the same point twice; give each value once")
@@ -434,12 +437,15 @@ def run_sweep(
             out.mkdir(parents=True, exist_ok=True)
             mpath.write_text(json.dumps({"notebook": name, "points": len(points), "swept": list(swept)}, indent=2))
         except OSError as exc:
-            raise SweepError(f"--out '{out}': cannot be written ({exc.strerror or exc}); give a writable directory") from None
+            raise SweepError(
+                f"--out '{out}': cannot be written ({exc.strerror or exc}); give a writable directory"
+            ) from None
         for lineno, why in repair_results(out):
             log(f"{results_path} line {lineno}: {why}; moved aside to {out / 'results.rejected'}, its point runs again")
 
         # finished = executed to a verdict (passed or failed); crashed points ("error") run again
-        done = {pid for pid, rec in read_results(out).items() if rec.get("status") in ("ok", "failed")} if resume else set()
+        finished = ("ok", "failed")
+        done = {pid for pid, rec in read_results(out).items() if rec.get("status") in finished} if resume else set()
         todo = [(pid, p) for pid, p in zip(ids, points) if pid not in done]
         skipped = len(points) - len(todo)
         append = _Appender(results_path)
