@@ -1,0 +1,101 @@
+"""Benchmark of a mesa sweep through `companion sweep`'s own machinery (issue 13, "Scale"; not a test).
+
+Every point is one paper-scale training run (d = 5, T = 100, m = 1e4, 200 epochs, the Gaussian law), executed
+the way `companion sweep` executes any point: its own `companion run` process and kernel, through Dask
+(``companion.sweep.run_sweep``), the cores divided among the workers. The point notebook is generated here
+(it trains once with ``companion.mesa.train.train`` and records the final a·b); the grid crosses step sizes,
+scales and seeds. The target is 100 points within 10 minutes on the 2-core machine.
+
+    .venv/bin/python benchmarks/bench_sweep.py                    # 100 points at paper scale
+    .venv/bin/python benchmarks/bench_sweep.py --points 4 --m 1000 --epochs 20   # a quick check
+
+Prints the wall time, the time per point, and how it splits between the training itself and the rest
+(process and kernel start, imports, data generation). Timings are noisy on a shared machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+POINT_NB = """---
+jupytext:
+  text_representation: {{extension: .md, format_name: myst, format_version: 0.13}}
+kernelspec: {{display_name: Python 3, language: python, name: python3}}
+---
+
+# One paper-scale mesa training run (benchmark point)
+
+```{{code-cell}} ipython3
+:tags: [parameters]
+scale: float = 1.0  # Gaussian scale sigma
+lr: float = 1e-3  # step size
+seed: int = 1  # seed of the data
+m: int = {m}  # training sequences
+epochs: int = {epochs}  # GD epochs
+results_dir: str = ""  # where to write the record
+```
+
+```{{code-cell}} ipython3
+import json, os, pathlib, time
+from companion.mesa.train import RunConfig, train
+
+t0 = time.perf_counter()
+res = train(RunConfig(law="gaussian", d=5, T=100, m=m, m_test=1000, scale=scale, a0=0.1, b0=0.1, lr=lr,
+                      epochs=epochs, seed=seed))
+seconds = time.perf_counter() - t0
+if results_dir:
+    rec = dict(notebook="point", claim="ab_final", quantity="a·b at the last epoch", predicted=None,
+               measured=float(res.ab[-1]), tolerance=None, comparison="abs", error=None, passed=True,
+               reason="benchmark: no verdict", parameters=dict(scale=scale, lr=lr, seed=seed),
+               train_seconds=seconds)
+    pathlib.Path(results_dir, "point.jsonl").write_text(json.dumps(rec) + "\\n")
+```
+"""
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--points", type=int, default=100)
+    ap.add_argument("--m", type=int, default=10_000)
+    ap.add_argument("--epochs", type=int, default=200)
+    ap.add_argument("--workers", type=int, default=2)
+    args = ap.parse_args()
+
+    from companion.mesa import kernels
+    from companion.sweep import read_results, run_sweep
+
+    print(f"mesa kernels ready in {kernels.warm_up():.1f} s (compiled once, cached on disk)", flush=True)
+    lrs = [1e-3, 5e-4, 2e-4, 1e-4]
+    scales = [0.5, 0.75, 1.0, 1.25, 1.5]
+    combos = list(itertools.islice(itertools.product(range(1, 1000), lrs, scales), args.points))
+    points = [dict(scale=s, lr=lr, seed=seed) for seed, lr, s in combos]
+    with tempfile.TemporaryDirectory() as tmp:
+        nb = Path(tmp) / "bench" / "point.md"
+        nb.parent.mkdir()
+        nb.write_text(POINT_NB.format(m=args.m, epochs=args.epochs))
+        t0 = time.perf_counter()
+        summary = run_sweep(str(nb), points, Path(tmp) / "sweep", workers=args.workers, progress=True,
+                            swept=["scale", "lr", "seed"], log=lambda msg: print(msg, file=sys.stderr))
+        wall = time.perf_counter() - t0
+        recs = list(read_results(Path(tmp) / "sweep").values())
+    train_s = [r["records"][0]["train_seconds"] for r in recs if r.get("records")]
+    point_s = [r["seconds"] for r in recs if r.get("seconds")]
+    print(json.dumps({k: summary[k] for k in ("total", "ok", "failed", "error")}))
+    print(f"{len(points)} points (d=5, T=100, m={args.m}, {args.epochs} epochs) on {args.workers} workers, "
+          f"{os.cpu_count()} cores: {wall:.0f} s wall, {wall / max(1, len(points)):.1f} s per point")
+    if train_s and point_s:
+        print(f"per point: {statistics.median(point_s):.1f} s in its process (median), of which training "
+              f"{statistics.median(train_s):.1f} s; target 100 points in 600 s")
+    return 0 if summary["error"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
