@@ -146,3 +146,53 @@ def test_a_killed_client_cancels_its_points_on_the_cluster(cluster, tmp_path):
     finally:
         if client.poll() is None:
             client.kill()
+
+
+KILLER_NB = """---
+jupytext:
+  text_representation: {extension: .md, format_name: myst, format_version: 0.13}
+kernelspec: {display_name: Python 3, language: python, name: python3}
+---
+
+```{code-cell} ipython3
+:tags: [parameters]
+seed: int = 1  # seed
+killer: bool = False  # kill the Dask worker that runs this point
+tally: str = ""  # file that gets one line per attempt
+results_dir: str = ""  # where to write
+```
+
+```{code-cell} ipython3
+import pathlib, psutil
+with open(tally, "a") as fh:
+    fh.write(f"{seed}\\n")
+if killer:
+    psutil.Process().parent().parent().kill()  # kernel -> companion run -> the Dask worker
+```
+"""
+
+
+def test_a_point_that_kills_its_worker_is_retried_a_bounded_number_of_times(tmp_path):
+    """A point that takes down every worker that runs it is tried 1 + ALLOWED_FAILURES times, then recorded
+    once as an error (KilledWorker); the other points finish, each recorded once."""
+    from companion import sweep
+
+    nb = tmp_path / "killer" / "killer.md"
+    nb.parent.mkdir()
+    nb.write_text(KILLER_NB)
+    tally = tmp_path / "tally.txt"
+    points = expand_grid(str(nb), parse_grid(["seed=1,2"]), fixed_text={"tally": str(tally)})
+    points += expand_grid(str(nb), parse_grid(["seed=3"]), fixed_text={"tally": str(tally), "killer": "true"})
+    out = tmp_path / "s"
+    summary = run_sweep(str(nb), points, out, workers=2, progress=False, swept=["seed", "killer"])
+    assert summary["ok"] == 2 and summary["error"] == 1, summary
+    tries = tally.read_text().split()
+    assert tries.count("3") == sweep.ALLOWED_FAILURES + 1
+    # an ordinary point runs once: the client collects and releases each result as it comes, so a worker
+    # killed later holds nothing that Dask would compute again (a point killed in the instant between its
+    # end and that collection would run twice, and still be recorded once)
+    assert tries.count("1") == 1 and tries.count("2") == 1
+    recs = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert len(recs) == 3
+    bad = [r for r in recs if r["parameters"].get("killer")]
+    assert len(bad) == 1 and bad[0]["status"] == "error" and "KilledWorker" in bad[0]["error"]

@@ -478,12 +478,15 @@ def run_sweep(
         }
         bar = tqdm(total=len(points), initial=skipped, desc=name, unit="pt", disable=not progress)
         for fut in as_completed(futures):
-            pid, p = futures[fut]
+            pid, p = futures.pop(fut)
             try:
                 rec = fut.result()
             except Exception as exc:  # the worker itself failed (not the notebook), e.g. KilledWorker
                 msg = str(exc).splitlines()[0] if str(exc) else ""
                 rec = {"status": "error", "error": f"{type(exc).__name__}: {msg}", "records": []}
+            # let the cluster forget the result: a worker that dies later must not make Dask compute a
+            # finished point again to restore it
+            fut.release()
             status = rec.get("status", "error")
             counts[status] = counts.get(status, 0) + 1
             append(
