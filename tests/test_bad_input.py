@@ -67,7 +67,8 @@ CASES = [
 
 
 @pytest.mark.parametrize("argv,expected", CASES, ids=[" ".join(a[:1] + a[2:])[:60] for a, _ in CASES])
-def test_bad_input_is_one_line_naming_it_with_exit_2(paths, capsys, argv, expected):
+def test_bad_input_is_one_line_naming_it_with_exit_2(paths, capsys, monkeypatch, argv, expected):
+    monkeypatch.chdir(paths)  # a default output folder (runs/, sweeps/) would land here, and be seen
     argv = [a.replace("{tmp}", str(paths)) for a in argv]
     before = sorted(p.name for p in paths.iterdir())
     status = cli.main(argv)
