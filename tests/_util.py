@@ -31,9 +31,12 @@ def domain_points() -> dict[str, list[dict]]:
     return points
 
 
-def run_cli(*args: str, cwd: Path = ROOT, timeout: float = 600) -> subprocess.CompletedProcess:
+def run_cli(*args: str, cwd: Path = ROOT, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
+    import os
+
     return subprocess.run(
-        [sys.executable, "-m", "companion", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "companion", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
+        env=None if env is None else {**os.environ, **env},
     )
 
 

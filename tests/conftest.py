@@ -20,6 +20,10 @@ for _var in ("COMPANION_RESULTS_DIR", "COMPANION_MAX_BYTES", "COMPANION_THREADS"
     os.environ.pop(_var, None)
 
 
+# two notebook runs at a time on this 2-core class of machine: one kernel thread each
+ONE_THREAD = {"COMPANION_THREADS": "1"}
+
+
 @pytest.fixture(scope="session")
 def smoke_runs(tmp_path_factory):
     """Execute every notebook of the book once with its smoke parameters (2 at a time, each in its own
@@ -34,7 +38,7 @@ def smoke_runs(tmp_path_factory):
         out.mkdir(parents=True)
         pfile = out / "smoke-params.yaml"
         pfile.write_text(yaml.safe_dump(params.get(name, {})))
-        proc = run_cli("run", name, "-f", str(pfile), "-o", str(out), "--quiet", timeout=900)
+        proc = run_cli("run", name, "-f", str(pfile), "-o", str(out), "--quiet", timeout=900, env=ONE_THREAD)
         return name, (proc.returncode, proc.stderr, out)
 
     names = all_notebooks()
@@ -55,7 +59,7 @@ def domain_runs(tmp_path_factory):
         out.mkdir(parents=True)
         pfile = out / "domain-params.yaml"
         pfile.write_text(yaml.safe_dump(values or {}))
-        proc = run_cli("run", name, "-f", str(pfile), "-o", str(out), "--quiet", timeout=900)
+        proc = run_cli("run", name, "-f", str(pfile), "-o", str(out), "--quiet", timeout=900, env=ONE_THREAD)
         return (name, i), (proc.returncode, proc.stderr, out, values)
 
     with ThreadPoolExecutor(max_workers=2) as pool:
