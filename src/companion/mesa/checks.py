@@ -1,0 +1,285 @@
+"""The per-theorem checks of the mesa notebooks: each function runs one analysis and returns the numbers a
+verdict needs (measured value, independent prediction, standard error from the data, falsifier).
+
+Noise models (stated on the pages that use them):
+
+* **Trained ab at the notebook's m** (:func:`ab_evidence`): the sampling standard error of ab at the last
+  epoch is the delete-one-batch jackknife (:func:`companion.stats.jackknife_se`) of GD restricted to the
+  diagonal red-block manifold on the *same* training set (:mod:`companion.mesa.empirical`). The trained
+  full-parameter model fluctuates like it to first order: the off-manifold parameters have zero population
+  gradient (:prf:ref:`mesa-thm-4-1`), so their feedback on ab is of second order in the sampling noise.
+* **Trained ab extrapolated in m** (:func:`extrapolated_ab`): replicate training sets (independent seeds) at
+  two sizes m and m/4; the finite-m bias of the full model (measured: about +2.6 % at T = 10 and +1.4 % at
+  T = 100 for m = 1e4, scaling like m^-1/2) is removed by the Richardson combination 2 ab(m) - ab(m/4), whose
+  standard error comes from the replicate spread (:func:`companion.stats.replicate_se`).
+* **Test losses** (:func:`loss_evidence`): i.i.d. per-sequence losses of an independent test set
+  (:func:`companion.stats.mean_se`), combined in quadrature with the change of the population loss for one
+  standard error of ab.
+
+Falsifiers (:func:`falsifier_alpha`): the finite-T constant c* = beta/alpha against the T -> infinity constant
+m4/m6 (= 1/(5 sigma^2) for the Gaussian) when m24 > 0; against "independent coordinates" (m24 replaced by
+m2 m4) when m24 = 0 (the sparse law), the answer of a reader who forgets that x_1 has one active coordinate.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from companion import params as P
+from companion import stats as S
+from companion.mesa import theory as th
+from companion.mesa.data import generate
+
+__all__ = [
+    "falsifier_alpha",
+    "population_ab",
+    "stability_bound",
+    "stable_lr",
+    "hessian_max_eig",
+    "flow_limit_error",
+    "training_stats",
+    "ab_evidence",
+    "extrapolated_ab",
+    "loss_evidence",
+    "invariance",
+    "one_step_deviation",
+    "ROUNDOFF32",
+]
+
+#: relative round-off of a complex64 training run (the stated floor of trained-model claims)
+ROUNDOFF32 = 1e-5
+
+
+def falsifier_alpha(law, scale: float, d: int, T: int) -> tuple[str, float]:
+    """The falsifier's alpha (beta is the same): the plausible wrong theory a sceptic would use.
+
+    .. math:: \\alpha_f = N m_6 \\;(m_{24}>0,\\ T\\to\\infty),\\qquad
+              \\alpha_f = N m_6 + (d-1) H_{T-2}\\, m_2 m_4 \\;(m_{24}=0,\\ \\text{independent coordinates}).
+
+    Returns:
+        ``(name, alpha_f)``.
+    """
+    mo = th.moments(law, scale, d) if isinstance(law, str) else law
+    N = T - 2
+    if mo.m24 > 0:
+        return "T -> infinity constant m4/m6 (1/(5 sigma^2) for the Gaussian)", N * mo.m6
+    return "independent coordinates (m24 = m2 m4)", N * mo.m6 + (d - 1) * th.harmonic(N) * mo.m2 * mo.m4
+
+
+def population_ab(law, scale: float, d: int, T: int, a0, b0, lr: float, epochs: int, falsifier: bool = False):
+    """Population GD (forward Euler on the reduced system) of ab, per coordinate when a0, b0 are vectors;
+    with ``falsifier=True`` the same GD with the falsifier's alpha. Returns mean_j a_j b_j per epoch."""
+    al, be = th.alpha_beta(law, scale, d, T)
+    if falsifier:
+        al = falsifier_alpha(law, scale, d, T)[1]
+    a0v, b0v = np.atleast_1d(np.asarray(a0, float)), np.atleast_1d(np.asarray(b0, float))
+    out = [th.reduced_gd(x, y, lr, epochs, al, be)[2] for x, y in zip(a0v, b0v)]
+    return np.mean(out, axis=0)
+
+
+def stability_bound(law, scale: float, d: int, T: int, inits, m_h: int = 1000, seed: int = 0) -> dict:
+    """The largest stable step size of *full-parameter* GD over every init of a run.
+
+    GD is locally stable at a point iff lr < 2 / lambda_max, with lambda_max the largest Hessian eigenvalue of
+    the loss in all real parameters. On the diagonal manifold the reduced system gives
+    :math:`\lambda \ge \alpha(a^2+b^2)`, but the off-manifold directions are stiffer (2-5x at d = 5), so
+    lambda_max is computed by power iteration (:func:`hessian_max_eig`) on ``m_h`` independent sequences
+    (seed stream ``[seed, 5]``) at every init and at its limit (a_inf, b_inf); the reduced value is kept
+    as a lower bound. Returns ``lr_max`` (= 2 / the largest lambda) and the worst point.
+    """
+    from companion.mesa.train import init_diagonal
+
+    al, be = th.alpha_beta(law, scale, d, T)
+    data = generate(law, m_h, d, T, scale, np.random.default_rng([seed, 5]), torch.complex128)
+    worst, where = 0.0, None
+    for a0, b0 in inits:
+        for a, b in (a0, b0), th.limits(a0, b0, be / al):
+            lam = max(al * (a * a + b * b), hessian_max_eig(data, *init_diagonal(d, a, b, torch.complex128)))
+            if lam > worst:
+                worst, where = lam, (a, b)
+    return dict(lr_max=2.0 / worst, lam=worst, at=where)
+
+
+def stable_lr(law, scale: float, d: int, T: int, inits, kappa: float = 0.25, seed: int = 0) -> float:
+    """A step size at the fraction ``kappa`` of the full-parameter stability bound over every init of the run
+    (:func:`stability_bound`): :math:`\eta = \kappa\,\min 2/\lambda_{\max}`."""
+    kappa = P.real("kappa", kappa, min=0, max=1, min_open=True, max_open=True)
+    return kappa * stability_bound(law, scale, d, T, inits, seed=seed)["lr_max"]
+
+
+def flow_limit_error(law, scale: float, d: int, T: int, inits) -> float:
+    """Max relative error of the gradient flow after 40 relaxation times of the slowest init against the
+    closed-form limits (a_inf, b_inf, c*). The relaxation rate of c is alpha sqrt(Delta^2 + 4 c*^2)."""
+    al, be = th.alpha_beta(law, scale, d, T)
+    err = 0.0
+    for a0, b0 in inits:
+        la, lb = th.limits(a0, b0, be / al)
+        rate = al * math.sqrt((a0**2 - b0**2) ** 2 + 4 * (be / al) ** 2)
+        # from ab = a0 b0 the flow first travels to the neighbourhood of c* at speed >= |alpha ab - beta| * ...
+        horizon = 40.0 / rate + 40.0 / be
+        a, b, c = th.gradient_flow(a0, b0, [0.0, horizon], al, be)
+        err = max(err, abs(a[-1] - la) / abs(la), abs(b[-1] - lb) / abs(lb), abs(c[-1] * al / be - 1))
+    return float(err)
+
+
+def training_stats(law, m: int, d: int, T: int, seed: int, n_batches: int):
+    """Batch statistics (Q, P) of the diagonal-restricted loss of the training set of seed ``seed`` at scale 1
+    (exactly the training set of :func:`companion.mesa.train.run`; other scales are exact rescalings)."""
+    from companion.mesa.empirical import diagonal_stats
+
+    P.memory("m", 16.0 * m * (T - 2) * d * d * 2 / max(1, n_batches) + 16.0 * min(m, 500) * T * d * d * 4,
+             "the batch statistics of the diagonal-restricted loss")
+    return diagonal_stats(generate(law, m, d, T, 1.0, np.random.default_rng([seed, 0]), torch.complex128), n_batches)
+
+
+def ab_evidence(result, stats) -> dict:
+    """The trained ab at the last epoch against population GD (same step and epochs), with the jackknife
+    standard error of the diagonal-restricted GD on the same data and the falsifier's population GD.
+
+    Per-coordinate inits (random init) are followed coordinate by coordinate."""
+    from companion.mesa.empirical import sampling_spread
+
+    c = result.config
+    law, s, d, T, lr, E = c["law"], c["scale"], c["d"], c["T"], c["lr"], c["epochs"]
+    a0 = result.W_KQ0[d:, :d].real.diagonal().copy()
+    b0 = result.W_PV0[:, :d].real.diagonal().copy()
+    pop = population_ab(law, s, d, T, a0, b0, lr, E)
+    fal = population_ab(law, s, d, T, a0, b0, lr, E, falsifier=True)
+    _, se = sampling_spread(None, a0, b0, lr, E, scale=s, stats=stats)
+    return dict(measured=float(result.ab[-1]), predicted=float(pop[-1]), se=float(se[-1]),
+                falsifier=falsifier_alpha(law, s, d, T)[0], falsifier_value=float(fal[-1]),
+                floor=ROUNDOFF32 * abs(float(pop[-1])), pop=pop, fal=fal, cstar=th.c_star(law, s, d, T))
+
+
+def extrapolated_ab(law, scale: float, d: int, T: int, a0: float, b0: float, lr: float, epochs: int, m: int,
+                    n_rep: int, seed: int, m_eval: int = 0) -> dict:
+    """Trained ab extrapolated to m -> infinity from replicate training sets at m and m/4.
+
+    .. math:: \widehat{ab}_\infty = 2\,\overline{ab}(m) - \overline{ab}(m/4),\qquad
+              \mathrm{se}^2 = 4\,\mathrm{se}^2(m) + \mathrm{se}^2(m/4),
+
+    exact when the finite-m bias scales like m^-1/2 (the measured law); a 1/m bias b(m) would leave -2 b(m).
+    Seeds: ``seed + 1000 + k`` at m and ``seed + 2000 + k`` at m/4 (k < n_rep), all independent training
+    sets. With ``m_eval > 0`` also the one-step-GD deviation of every replicate (:func:`one_step_deviation`).
+    Returns the estimate, its standard error, the replicates and the population/falsifier GD at the last epoch.
+    """
+    from companion.mesa.train import run
+
+    m4 = max(1, m // 4)
+    kw = dict(law=law, scale=scale, d=d, T=T, m_test=10, a0=a0, b0=b0, lr=lr, epochs=epochs)
+    runs_big = [run(m=m, seed=seed + 1000 + k, **kw) for k in range(n_rep)]
+    runs_small = [run(m=m4, seed=seed + 2000 + k, **kw) for k in range(n_rep)]
+    big = np.array([r.ab[-1] for r in runs_big])
+    small = np.array([r.ab[-1] for r in runs_small])
+    mb, sb = S.replicate_se(big)
+    ms, ss = S.replicate_se(small)
+    pop = population_ab(law, scale, d, T, a0, b0, lr, epochs)
+    fal = population_ab(law, scale, d, T, a0, b0, lr, epochs, falsifier=True)
+    out = dict(measured=2 * mb - ms, se=S.combine(2 * sb, ss), big=big, small=small, mean_big=mb, mean_small=ms,
+               predicted=float(pop[-1]), falsifier=falsifier_alpha(law, scale, d, T)[0], falsifier_value=float(fal[-1]),
+               floor=ROUNDOFF32 * abs(float(pop[-1])), cstar=th.c_star(law, scale, d, T), m_small=m4, pop=pop,
+               curves_big=np.array([r.ab for r in runs_big]), curves_small=np.array([r.ab for r in runs_small]))
+    if m_eval:
+        db = np.array([one_step_deviation(r, m_eval)["dev"] for r in runs_big])
+        ds = np.array([one_step_deviation(r, m_eval)["dev"] for r in runs_small])
+        mdb, sdb = S.replicate_se(db)
+        mds, sds = S.replicate_se(ds)
+        out.update(dev_big=mdb, dev_small=mds, dev_log2=math.log2(mds / mdb),
+                   dev_se=S.combine(sdb / mdb, sds / mds) / math.log(2))
+    return out
+
+
+def loss_evidence(result, c_pop: float, se_ab: float, positions=None, m_test: int | None = None) -> dict:
+    """Test loss of the full trained model (whole sequence, or ``positions``) against the population loss at
+    the population-GD ab ``c_pop`` (never at the learned parameters).
+
+    SE: the test-set mean's standard error combined with |dL/dc| se_ab (one standard error of ab moved
+    through the population loss). Returns measured, predicted, se, and the per-sequence losses."""
+    from companion.mesa.analysis import per_sequence_loss, test_data, weights
+
+    c = result.config
+    law, s, d, T = c["law"], c["scale"], c["d"], c["T"]
+    td = test_data(result, m=m_test)
+    losses = per_sequence_loss(td, *weights(result), positions=positions)
+    mu, se_test = S.mean_se(losses)
+    mo = th.moments(law, s, d)
+    if positions is None:
+        al, be = th.alpha_beta(law, s, d, T)
+        pred = float(th.population_loss(law, s, d, T, c_pop))
+        slope = d * (al * c_pop - be)
+    else:
+        t = np.atleast_1d(positions).astype(float)
+        pred = float(np.sum(th.position_loss(law, s, d, t, c_pop)))
+        slope = float(np.sum(d * (c_pop * (mo.m6 + (d - 1) * mo.m24 / (t - 1)) - mo.m4)))
+    return dict(measured=mu, predicted=pred, se=S.combine(se_test, abs(slope) * se_ab), se_test=se_test,
+                losses=losses, zero_loss=d / 2 * (T - 2 if positions is None else len(np.atleast_1d(positions))) * mo.m2)
+
+
+def invariance(law: str, d: int, T: int, points, gh_nodes: int = 4) -> dict:
+    """Exact population gradient (phase grid, :func:`companion.mesa.empirical.exact_population`) at diagonal
+    points (aI, bI): the largest off-diagonal red and other-block entry relative to the diagonal gradient, and
+    the off-diagonal red entries themselves. Returns dict with ``ratio`` (max over points) and ``grads``."""
+    from companion.mesa.analysis import gradient_blocks
+    from companion.mesa.empirical import exact_population
+
+    data, w = exact_population(law, d, T, gh_nodes=gh_nodes)
+    ratio, grads = 0.0, []
+    for a, b in points:
+        g = gradient_blocks(data, a, b, weights=w)
+        diag = np.abs(g["kq_diag"]).max()
+        off = max(np.abs(g["pv_off"]).max(), np.abs(g["kq_off"]).max(), np.abs(g["other"]).max())
+        ratio = max(ratio, off / diag)
+        grads.append(g)
+    return dict(ratio=float(ratio), grads=grads, size=data.m)
+
+
+def one_step_deviation(result, m_eval: int = 300) -> dict:
+    """Relative deviation of the trained model's predictions from the explicit one-step-GD formula with its
+    learned diagonals, on ``m_eval`` fresh sequences (seed stream ``[seed, 3]``, independent of training and
+    test sets); and the relative off-manifold weight mass."""
+    from companion.mesa.analysis import weights
+    from companion.mesa.model import predict
+
+    c = result.config
+    d = c["d"]
+    ev = generate(c["law"], m_eval, d, c["T"], c["scale"], np.random.default_rng([c["seed"], 3]), torch.complex128)
+    y = predict(ev, *weights(result))
+    a = np.diag(result.W_KQ[d:, :d].real).copy()
+    b = np.diag(result.W_PV[:, :d].real).copy()
+    y1 = th.one_step_gd_predict(ev.tokens(), a, b)
+    dev = float(torch.linalg.vector_norm(y - y1) / torch.linalg.vector_norm(y1))
+    Wk = np.zeros_like(result.W_KQ)
+    Wp = np.zeros_like(result.W_PV)
+    Wk[d:, :d] = np.diag(a)
+    Wp[:, :d] = np.diag(b)
+    mass = math.sqrt((np.linalg.norm(result.W_KQ - Wk) ** 2 + np.linalg.norm(result.W_PV - Wp) ** 2)
+                     / (np.linalg.norm(a) ** 2 + np.linalg.norm(b) ** 2))
+    return dict(dev=dev, mass=mass)
+
+
+def hessian_max_eig(data, W_KQ, W_PV, iters: int = 40, eps: float = 1e-6, seed: int = 0) -> float:
+    """Largest eigenvalue of the Hessian of the empirical loss in all real parameters (real and imaginary
+    parts of W_KQ and W_PV), by power iteration on central-difference Hessian-vector products of
+    :func:`companion.mesa.model.loss_grad_fast` (complex128). GD with step lr is locally stable iff
+    lr < 2 / lambda_max."""
+    from companion.mesa.model import loss_grad_fast
+
+    data = data.to(torch.complex128)
+    W_KQ = torch.as_tensor(W_KQ).to(torch.complex128)
+    W_PV = torch.as_tensor(W_PV).to(torch.complex128)
+    g = torch.Generator().manual_seed(seed)
+    vk = torch.randn(W_KQ.shape, dtype=torch.complex128, generator=g)
+    vp = torch.randn(W_PV.shape, dtype=torch.complex128, generator=g)
+    lam = 0.0
+    for _ in range(iters):
+        nrm = math.sqrt(float((vk.abs() ** 2).sum() + (vp.abs() ** 2).sum()))
+        vk, vp = vk / nrm, vp / nrm
+        _, gk1, gp1 = loss_grad_fast(data, W_KQ + eps * vk, W_PV + eps * vp)
+        _, gk0, gp0 = loss_grad_fast(data, W_KQ - eps * vk, W_PV - eps * vp)
+        hk, hp = (gk1 - gk0) / (2 * eps), (gp1 - gp0) / (2 * eps)
+        lam = float((vk.conj() * hk).real.sum() + (vp.conj() * hp).real.sum())
+        vk, vp = hk, hp
+    return lam
