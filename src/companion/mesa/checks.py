@@ -283,3 +283,123 @@ def hessian_max_eig(data, W_KQ, W_PV, iters: int = 40, eps: float = 1e-6, seed: 
         lam = float((vk.conj() * hk).real.sum() + (vp.conj() * hp).real.sum())
         vk, vp = hk, hp
     return lam
+
+
+def setup_checks(law, scale: float, d: int, T: int, m: int, a: float, b: float, m_direct: int, seed: int) -> dict:
+    """The implementation tests and Monte-Carlo checks of the setting (``mesa/setup``).
+
+    * fast model vs the literal prefix-sum definition at random full weights (identity);
+    * diagonal model vs one GD step on the in-context OLS loss (identity);
+    * Monte-Carlo loss at (aI, bI) vs :math:`L(ab)=\\frac d2(\\alpha c^2-2\\beta c+N m_2)`, SE of the mean of
+      i.i.d. per-sequence losses (:func:`companion.stats.mean_se`);
+    * Monte-Carlo diagonal gradient of W_KQ21 vs :math:`b(\\alpha ab-\\beta)`, SE from independent groups.
+    The falsifier replaces alpha by :func:`falsifier_alpha`. Data: seed stream ``[seed, 0]`` (complex128).
+    """
+    from companion.mesa.model import loss_grad_fast, per_sequence_loss, predict, predict_direct
+    from companion.mesa.train import init_diagonal
+
+    data = generate(law, m, d, T, scale, np.random.default_rng([seed, 0]), torch.complex128)
+    gen = torch.Generator().manual_seed(int(seed))
+    W_KQ_r = torch.randn(2 * d, 2 * d, dtype=torch.complex128, generator=gen)
+    W_PV_r = torch.randn(d, 2 * d, dtype=torch.complex128, generator=gen)
+    small = data.subset(slice(0, m_direct))
+    y_def = predict_direct(small, W_KQ_r, W_PV_r)
+    err_fast = float((predict(small, W_KQ_r, W_PV_r) - y_def).abs().max() / y_def.abs().max())
+    W_KQ, W_PV = init_diagonal(d, a, b, torch.complex128)
+    y_gd = th.one_step_gd_predict(small.tokens(), a, b)
+    err_gd = float((predict(small, W_KQ, W_PV) - y_gd).abs().max() / max(float(y_gd.abs().max()), 1e-300))
+    al, be = th.alpha_beta(law, scale, d, T)
+    name, al_f = falsifier_alpha(law, scale, d, T)
+    mo = th.moments(law, scale, d)
+    N, c = T - 2, a * b
+    L_emp, L_se = S.mean_se(per_sequence_loss(data, W_KQ, W_PV))
+    groups = np.array_split(np.arange(m), min(100, m // 10))
+    g = [float(torch.diagonal(loss_grad_fast(data.subset(ix), W_KQ, W_PV)[1][d:, :d]).real.mean()) for ix in groups]
+    g_emp, g_se = S.mean_se(g)  # equal-size groups up to one sequence: the mean of group means
+    tok = data.tokens()
+    resid = (predict(data, W_KQ, W_PV) - tok[:, 2:]).abs() ** 2
+    return dict(
+        err_fast=err_fast, err_gd=err_gd, alpha=al, beta=be, falsifier=name,
+        L_emp=L_emp, L_se=L_se, L_pop=float(th.population_loss(law, scale, d, T, c)),
+        L_fal=d / 2 * (al_f * c * c - 2 * be * c + N * mo.m2),
+        L_floor=S.ROUNDOFF * d / 2 * (al * c * c + 2 * be * abs(c) + N * mo.m2),
+        g_emp=g_emp, g_se=g_se, g_pop=b * (al * c - be), g_fal=b * (al_f * c - be),
+        g_floor=S.ROUNDOFF * abs(b) * (al * abs(c) + be), n_groups=len(groups),
+        x0=tok[0].numpy(), pos_loss=0.5 * resid.sum(-1).mean(0).numpy(),
+        pos_pop=th.position_loss(law, scale, d, np.arange(2, T), c),
+    )
+
+
+def limit_position_losses(law, scale: float, d: int, T: int, positions, m_eval: int, seed: int) -> dict:
+    """Per-position test loss of the limit model (diagonal, ab = c*(T); not a learned model) at test
+    positions ``positions`` (contexts longer than the training T allowed), by Monte Carlo on ``m_eval`` fresh
+    sequences (seed stream ``[seed, 4]``), against :math:`\\ell_t(c^*)` (:func:`theory.position_loss`)."""
+    from companion.mesa.model import per_sequence_loss
+    from companion.mesa.train import init_diagonal
+
+    pos = [int(t) for t in positions]
+    cst = th.c_star(law, scale, d, T)
+    P.memory("m_test, T", 16.0 * m_eval * d * 12 * len(pos), "the limit-model evaluation")
+    data = generate(law, m_eval, d, max(pos) + 1, scale, np.random.default_rng([seed, 4]), torch.complex128)
+    W = init_diagonal(d, 1.0, cst, torch.complex128)
+    out = [S.mean_se(per_sequence_loss(data, *W, positions=[t])) for t in pos]
+    return dict(c=cst, mean=[o[0] for o in out], se=[o[1] for o in out],
+                pred=[float(th.position_loss(law, scale, d, t, cst)) for t in pos])
+
+
+def capability(result, stats, m_test: int | None = None) -> dict:
+    """Thm 4.2 / Prop 4.1 on the full trained model: its whole-sequence and last-position test losses against
+    the population losses at the population-GD ab (:func:`loss_evidence`), each with its falsifier: "does not
+    recover" (the population loss of the independent-coordinates theory at its own GD ab) when Assumption 4.2
+    holds, "recovers" (0) when it does not. ``stats``: the training-set statistics for the jackknife SE of ab."""
+    c = result.config
+    law, s, d, T = c["law"], c["scale"], c["d"], c["T"]
+    ab = ab_evidence(result, stats)
+    holds = th.assumption_4_2(law, s, d)["holds"]
+    mo = th.moments(law, s, d)
+    al_f = falsifier_alpha(law, s, d, T)[1]
+    _, be = th.alpha_beta(law, s, d, T)
+    cf = ab["falsifier_value"]
+    out = dict(holds=holds, ab=ab)
+    for key, pos in (("whole", None), ("last", [T - 1])):
+        q = loss_evidence(result, ab["predicted"], ab["se"], positions=pos, m_test=m_test)
+        if holds:
+            if pos is None:
+                fv = d / 2 * (al_f * cf * cf - 2 * be * cf + (T - 2) * mo.m2)
+            else:
+                fv = d / 2 * (cf * cf * (mo.m6 + (d - 1) * mo.m2 * mo.m4 / (T - 2)) - 2 * cf * mo.m4 + mo.m2)
+            q.update(falsifier="does not recover (independent coordinates: m24 = m2 m4)", falsifier_value=float(fv))
+        else:
+            q.update(falsifier="recovers the sequence (loss 0)", falsifier_value=0.0)
+        # complex64 weights: predictions carry a relative round-off ~1e-7, i.e. 1e-14 of the zero-predictor loss
+        q["floor"] = 1e-13 * q["zero_loss"]
+        out[key] = q
+    return out
+
+
+def exact_loss_at_cstar(law: str, d: int = 2, T: int = 5) -> tuple[float, float]:
+    """Exact population loss of the diagonal model at (a, b) = (1, c*) on the phase grid (Gauss-Hermite for
+    Gaussian factors), and the closed form :func:`theory.population_loss` at c*: ``(exact, closed_form)``."""
+    import itertools
+
+    from companion.mesa.data import ARData
+    from companion.mesa.empirical import exact_population
+    from companion.mesa.model import loss_grad_fast
+    from companion.mesa.train import init_diagonal
+
+    if law == "sparse_gaussian":  # g e_k, g ~ N(0, 1): Gauss-Hermite nodes on the active coordinate
+        nodes, wts = np.polynomial.hermite_e.hermegauss(7)
+        G = 6 * (T - 2) + 1
+        grid = 2 * np.pi * np.arange(G) / G
+        th_grid = np.array(list(itertools.product(grid, repeat=d)))
+        atoms = np.array([g * np.eye(d)[k] for k in range(d) for g in nodes])
+        aw = np.array([wt for k in range(d) for wt in wts])
+        th_all = np.repeat(th_grid, len(atoms), axis=0)
+        data = ARData(torch.from_numpy(np.tile(atoms, (len(th_grid), 1)).astype(complex)),
+                      torch.from_numpy(np.exp(1j * th_all)), T, th_all)
+        w = torch.from_numpy(np.tile(aw, len(th_grid)))
+    else:
+        data, w = exact_population(law, d, T)
+    cst = th.c_star(law, 1.0, d, T)
+    exact = float(loss_grad_fast(data, *init_diagonal(d, 1.0, cst, torch.complex128), weights=w)[0])
+    return exact, float(th.population_loss(law, 1.0, d, T, cst))
