@@ -155,7 +155,7 @@ def ab_evidence(result, stats) -> dict:
 
 
 def extrapolated_ab(law, scale: float, d: int, T: int, a0: float, b0: float, lr: float, epochs: int, m: int,
-                    n_rep: int, seed: int, m_eval: int = 0) -> dict:
+                    n_rep: int, seed: int, m_eval: int = 0, mask: bool = False) -> dict:
     """Trained ab extrapolated to m -> infinity from replicate training sets at m and m/4.
 
     .. math:: \widehat{ab}_\infty = 2\,\overline{ab}(m) - \overline{ab}(m/4),\qquad
@@ -169,7 +169,7 @@ def extrapolated_ab(law, scale: float, d: int, T: int, a0: float, b0: float, lr:
     from companion.mesa.train import run
 
     m4 = max(1, m // 4)
-    kw = dict(law=law, scale=scale, d=d, T=T, m_test=10, a0=a0, b0=b0, lr=lr, epochs=epochs)
+    kw = dict(law=law, scale=scale, d=d, T=T, m_test=10, a0=a0, b0=b0, lr=lr, epochs=epochs, mask=mask)
     runs_big = [run(m=m, seed=seed + 1000 + k, **kw) for k in range(n_rep)]
     runs_small = [run(m=m4, seed=seed + 2000 + k, **kw) for k in range(n_rep)]
     big = np.array([r.ab[-1] for r in runs_big])
@@ -403,3 +403,51 @@ def exact_loss_at_cstar(law: str, d: int = 2, T: int = 5) -> tuple[float, float]
     cst = th.c_star(law, 1.0, d, T)
     exact = float(loss_grad_fast(data, *init_diagonal(d, 1.0, cst, torch.complex128), weights=w)[0])
     return exact, float(th.population_loss(law, 1.0, d, T, cst))
+
+
+def offdiag_exact_error(points, sizes=((2, 6), (3, 5))) -> float:
+    """Max relative error of the closed-form off-diagonal gradient (:func:`theory.offdiag_gradient`, full-one)
+    against the exact population gradient (phase grid) at every diagonal point and size (d, T)."""
+    from companion.mesa.analysis import gradient_blocks
+    from companion.mesa.empirical import exact_population
+
+    err = 0.0
+    for dd, TT in sizes:
+        data, w = exact_population("full_one", dd, TT)
+        for a, b in points:
+            g = gradient_blocks(data, a, b, weights=w)
+            f_pv, f_kq = th.offdiag_gradient("full_one", 1.0, dd, TT, a, b)
+            err = max(err, np.abs(g["pv_off"].real - f_pv).max() / abs(f_pv), np.abs(g["kq_off"].real - f_kq).max() / abs(f_kq))
+    return float(err)
+
+
+def offdiag_mc(data, a: float, b: float, n_groups: int) -> dict:
+    """Monte-Carlo off-diagonal red-block gradient at (aI, bI): the mean over all (exchangeable) off-diagonal
+    entries, per group of sequences; mean and SE over the groups (:func:`companion.stats.mean_se`)."""
+    from companion.mesa.analysis import gradient_blocks
+
+    per = []
+    for ix in np.array_split(np.arange(data.m), n_groups):
+        g = gradient_blocks(data.subset(ix), a, b)
+        per.append((g["pv_off"].real.mean(), g["kq_off"].real.mean()))
+    per = np.array(per)
+    pv, se_pv = S.mean_se(per[:, 0])
+    kq, se_kq = S.mean_se(per[:, 1])
+    return dict(pv=pv, se_pv=se_pv, kq=kq, se_kq=se_kq)
+
+
+def first_step(law, d: int, T: int, m: int, a0: float, b0: float, lr: float, seed: int, n_groups: int) -> dict:
+    """Prop 4.2 on the trained transformer: one GD epoch of :func:`companion.mesa.train.run` from (a0 I, b0 I);
+    the mean signed off-diagonal entry of each red block after the step against -lr times the population
+    gradient, with the SE of the training-set gradient over groups of sequences (the same training set)."""
+    from companion.mesa.train import run
+
+    r = run(law=law, scale=1.0, d=d, T=T, m=m, m_test=10, a0=a0, b0=b0, lr=lr, epochs=1, seed=seed)
+    off = ~np.eye(d, dtype=bool)
+    meas_pv = float(r.W_PV[:, :d].real[off].mean())
+    meas_kq = float(r.W_KQ[d:, :d].real[off].mean())
+    data = generate(law, m, d, T, 1.0, np.random.default_rng([seed, 0]), torch.complex128)
+    mc = offdiag_mc(data, a0, b0, n_groups)
+    f_pv, f_kq = th.offdiag_gradient(law, 1.0, d, T, a0, b0)
+    return dict(meas_pv=meas_pv, meas_kq=meas_kq, pred_pv=-lr * f_pv, pred_kq=-lr * f_kq,
+                se_pv=lr * mc["se_pv"], se_kq=lr * mc["se_kq"])
