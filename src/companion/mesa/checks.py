@@ -54,14 +54,14 @@ ROUNDOFF32 = 1e-5
 
 
 def falsifier_alpha(law, scale: float, d: int, T: int) -> tuple[str, float]:
-    """The falsifier's alpha (beta is the same): the plausible wrong theory a sceptic would use.
+    r"""The falsifier's alpha (beta is the same): the plausible wrong theory a sceptic would use.
 
     .. math:: \\alpha_f = N m_6 \\;(m_{24}>0,\\ T\\to\\infty),\\qquad
               \\alpha_f = N m_6 + (d-1) H_{T-2}\\, m_2 m_4 \\;(m_{24}=0,\\ \\text{independent coordinates}).
 
     Returns:
         ``(name, alpha_f)``.
-    """
+    r"""
     mo = th.moments(law, scale, d) if isinstance(law, str) else law
     N = T - 2
     if mo.m24 > 0:
@@ -70,7 +70,7 @@ def falsifier_alpha(law, scale: float, d: int, T: int) -> tuple[str, float]:
 
 
 def population_ab(law, scale: float, d: int, T: int, a0, b0, lr: float, epochs: int, falsifier: bool = False):
-    """Population GD (forward Euler on the reduced system) of ab, per coordinate when a0, b0 are vectors;
+    r"""Population GD (forward Euler on the reduced system) of ab, per coordinate when a0, b0 are vectors;
     with ``falsifier=True`` the same GD with the falsifier's alpha. Returns mean_j a_j b_j per epoch."""
     al, be = th.alpha_beta(law, scale, d, T)
     if falsifier:
@@ -81,7 +81,7 @@ def population_ab(law, scale: float, d: int, T: int, a0, b0, lr: float, epochs: 
 
 
 def stability_bound(law, scale: float, d: int, T: int, inits, m_h: int = 1000, seed: int = 0) -> dict:
-    """The largest stable step size of *full-parameter* GD over every init of a run.
+    r"""The largest stable step size of *full-parameter* GD over every init of a run.
 
     GD is locally stable at a point iff lr < 2 / lambda_max, with lambda_max the largest Hessian eigenvalue of
     the loss in all real parameters. On the diagonal manifold the reduced system gives
@@ -89,7 +89,7 @@ def stability_bound(law, scale: float, d: int, T: int, inits, m_h: int = 1000, s
     lambda_max is computed by power iteration (:func:`hessian_max_eig`) on ``m_h`` independent sequences
     (seed stream ``[seed, 5]``) at every init and at its limit (a_inf, b_inf); the reduced value is kept
     as a lower bound. Returns ``lr_max`` (= 2 / the largest lambda) and the worst point.
-    """
+    r"""
     from companion.mesa.train import init_diagonal
 
     al, be = th.alpha_beta(law, scale, d, T)
@@ -104,14 +104,14 @@ def stability_bound(law, scale: float, d: int, T: int, inits, m_h: int = 1000, s
 
 
 def stable_lr(law, scale: float, d: int, T: int, inits, kappa: float = 0.25, seed: int = 0) -> float:
-    """A step size at the fraction ``kappa`` of the full-parameter stability bound over every init of the run
+    r"""A step size at the fraction ``kappa`` of the full-parameter stability bound over every init of the run
     (:func:`stability_bound`): :math:`\eta = \kappa\,\min 2/\lambda_{\max}`."""
     kappa = P.real("kappa", kappa, min=0, max=1, min_open=True, max_open=True)
     return kappa * stability_bound(law, scale, d, T, inits, seed=seed)["lr_max"]
 
 
 def flow_limit_error(law, scale: float, d: int, T: int, inits) -> float:
-    """Max relative error of the gradient flow after 40 relaxation times of the slowest init against the
+    r"""Max relative error of the gradient flow after 40 relaxation times of the slowest init against the
     closed-form limits (a_inf, b_inf, c*). The relaxation rate of c is alpha sqrt(Delta^2 + 4 c*^2)."""
     al, be = th.alpha_beta(law, scale, d, T)
     err = 0.0
@@ -126,7 +126,7 @@ def flow_limit_error(law, scale: float, d: int, T: int, inits) -> float:
 
 
 def training_stats(law, m: int, d: int, T: int, seed: int, n_batches: int):
-    """Batch statistics (Q, P) of the diagonal-restricted loss of the training set of seed ``seed`` at scale 1
+    r"""Batch statistics (Q, P) of the diagonal-restricted loss of the training set of seed ``seed`` at scale 1
     (exactly the training set of :func:`companion.mesa.train.run`; other scales are exact rescalings)."""
     from companion.mesa.empirical import diagonal_stats
 
@@ -136,7 +136,7 @@ def training_stats(law, m: int, d: int, T: int, seed: int, n_batches: int):
 
 
 def ab_evidence(result, stats) -> dict:
-    """The trained ab at the last epoch against population GD (same step and epochs), with the jackknife
+    r"""The trained ab at the last epoch against population GD (same step and epochs), with the jackknife
     standard error of the diagonal-restricted GD on the same data and the falsifier's population GD.
 
     Per-coordinate inits (random init) are followed coordinate by coordinate."""
@@ -156,7 +156,7 @@ def ab_evidence(result, stats) -> dict:
 
 def extrapolated_ab(law, scale: float, d: int, T: int, a0: float, b0: float, lr: float, epochs: int, m: int,
                     n_rep: int, seed: int, m_eval: int = 0, mask: bool = False) -> dict:
-    """Trained ab extrapolated to m -> infinity from replicate training sets at m and m/4.
+    r"""Trained ab extrapolated to m -> infinity from replicate training sets at m and m/4.
 
     .. math:: \widehat{ab}_\infty = 2\,\overline{ab}(m) - \overline{ab}(m/4),\qquad
               \mathrm{se}^2 = 4\,\mathrm{se}^2(m) + \mathrm{se}^2(m/4),
@@ -165,7 +165,7 @@ def extrapolated_ab(law, scale: float, d: int, T: int, a0: float, b0: float, lr:
     Seeds: ``seed + 1000 + k`` at m and ``seed + 2000 + k`` at m/4 (k < n_rep), all independent training
     sets. With ``m_eval > 0`` also the one-step-GD deviation of every replicate (:func:`one_step_deviation`).
     Returns the estimate, its standard error, the replicates and the population/falsifier GD at the last epoch.
-    """
+    r"""
     from companion.mesa.train import run
 
     m4 = max(1, m // 4)
@@ -193,7 +193,7 @@ def extrapolated_ab(law, scale: float, d: int, T: int, a0: float, b0: float, lr:
 
 
 def loss_evidence(result, c_pop: float, se_ab: float, positions=None, m_test: int | None = None) -> dict:
-    """Test loss of the full trained model (whole sequence, or ``positions``) against the population loss at
+    r"""Test loss of the full trained model (whole sequence, or ``positions``) against the population loss at
     the population-GD ab ``c_pop`` (never at the learned parameters).
 
     SE: the test-set mean's standard error combined with |dL/dc| se_ab (one standard error of ab moved
@@ -219,7 +219,7 @@ def loss_evidence(result, c_pop: float, se_ab: float, positions=None, m_test: in
 
 
 def invariance(law: str, d: int, T: int, points, gh_nodes: int = 4) -> dict:
-    """Exact population gradient (phase grid, :func:`companion.mesa.empirical.exact_population`) at diagonal
+    r"""Exact population gradient (phase grid, :func:`companion.mesa.empirical.exact_population`) at diagonal
     points (aI, bI): the largest off-diagonal red and other-block entry relative to the diagonal gradient, and
     the off-diagonal red entries themselves. Returns dict with ``ratio`` (max over points) and ``grads``."""
     from companion.mesa.analysis import gradient_blocks
@@ -237,7 +237,7 @@ def invariance(law: str, d: int, T: int, points, gh_nodes: int = 4) -> dict:
 
 
 def one_step_deviation(result, m_eval: int = 300) -> dict:
-    """Relative deviation of the trained model's predictions from the explicit one-step-GD formula with its
+    r"""Relative deviation of the trained model's predictions from the explicit one-step-GD formula with its
     learned diagonals, on ``m_eval`` fresh sequences (seed stream ``[seed, 3]``, independent of training and
     test sets); and the relative off-manifold weight mass."""
     from companion.mesa.analysis import weights
@@ -261,7 +261,7 @@ def one_step_deviation(result, m_eval: int = 300) -> dict:
 
 
 def hessian_max_eig(data, W_KQ, W_PV, iters: int = 40, eps: float = 1e-6, seed: int = 0) -> float:
-    """Largest eigenvalue of the Hessian of the empirical loss in all real parameters (real and imaginary
+    r"""Largest eigenvalue of the Hessian of the empirical loss in all real parameters (real and imaginary
     parts of W_KQ and W_PV), by power iteration on central-difference Hessian-vector products of
     :func:`companion.mesa.model.loss_grad_fast` (complex128). GD with step lr is locally stable iff
     lr < 2 / lambda_max."""
@@ -286,7 +286,7 @@ def hessian_max_eig(data, W_KQ, W_PV, iters: int = 40, eps: float = 1e-6, seed: 
 
 
 def setup_checks(law, scale: float, d: int, T: int, m: int, a: float, b: float, m_direct: int, seed: int) -> dict:
-    """The implementation tests and Monte-Carlo checks of the setting (``mesa/setup``).
+    r"""The implementation tests and Monte-Carlo checks of the setting (``mesa/setup``).
 
     * fast model vs the literal prefix-sum definition at random full weights (identity);
     * diagonal model vs one GD step on the in-context OLS loss (identity);
@@ -294,7 +294,7 @@ def setup_checks(law, scale: float, d: int, T: int, m: int, a: float, b: float, 
       i.i.d. per-sequence losses (:func:`companion.stats.mean_se`);
     * Monte-Carlo diagonal gradient of W_KQ21 vs :math:`b(\\alpha ab-\\beta)`, SE from independent groups.
     The falsifier replaces alpha by :func:`falsifier_alpha`. Data: seed stream ``[seed, 0]`` (complex128).
-    """
+    r"""
     from companion.mesa.model import loss_grad_fast, per_sequence_loss, predict, predict_direct
     from companion.mesa.train import init_diagonal
 
@@ -331,7 +331,7 @@ def setup_checks(law, scale: float, d: int, T: int, m: int, a: float, b: float, 
 
 
 def limit_position_losses(law, scale: float, d: int, T: int, positions, m_eval: int, seed: int) -> dict:
-    """Per-position test loss of the limit model (diagonal, ab = c*(T); not a learned model) at test
+    r"""Per-position test loss of the limit model (diagonal, ab = c*(T); not a learned model) at test
     positions ``positions`` (contexts longer than the training T allowed), by Monte Carlo on ``m_eval`` fresh
     sequences (seed stream ``[seed, 4]``), against :math:`\\ell_t(c^*)` (:func:`theory.position_loss`)."""
     from companion.mesa.model import per_sequence_loss
@@ -348,7 +348,7 @@ def limit_position_losses(law, scale: float, d: int, T: int, positions, m_eval: 
 
 
 def capability(result, stats, m_test: int | None = None) -> dict:
-    """Thm 4.2 / Prop 4.1 on the full trained model: its whole-sequence and last-position test losses against
+    r"""Thm 4.2 / Prop 4.1 on the full trained model: its whole-sequence and last-position test losses against
     the population losses at the population-GD ab (:func:`loss_evidence`), each with its falsifier: "does not
     recover" (the population loss of the independent-coordinates theory at its own GD ab) when Assumption 4.2
     holds, "recovers" (0) when it does not. ``stats``: the training-set statistics for the jackknife SE of ab."""
@@ -378,7 +378,7 @@ def capability(result, stats, m_test: int | None = None) -> dict:
 
 
 def exact_loss_at_cstar(law: str, d: int = 2, T: int = 5) -> tuple[float, float]:
-    """Exact population loss of the diagonal model at (a, b) = (1, c*) on the phase grid (Gauss-Hermite for
+    r"""Exact population loss of the diagonal model at (a, b) = (1, c*) on the phase grid (Gauss-Hermite for
     Gaussian factors), and the closed form :func:`theory.population_loss` at c*: ``(exact, closed_form)``."""
     import itertools
 
@@ -406,7 +406,7 @@ def exact_loss_at_cstar(law: str, d: int = 2, T: int = 5) -> tuple[float, float]
 
 
 def offdiag_exact_error(points, sizes=((2, 6), (3, 5))) -> float:
-    """Max relative error of the closed-form off-diagonal gradient (:func:`theory.offdiag_gradient`, full-one)
+    r"""Max relative error of the closed-form off-diagonal gradient (:func:`theory.offdiag_gradient`, full-one)
     against the exact population gradient (phase grid) at every diagonal point and size (d, T)."""
     from companion.mesa.analysis import gradient_blocks
     from companion.mesa.empirical import exact_population
@@ -422,7 +422,7 @@ def offdiag_exact_error(points, sizes=((2, 6), (3, 5))) -> float:
 
 
 def offdiag_mc(data, a: float, b: float, n_groups: int) -> dict:
-    """Monte-Carlo off-diagonal red-block gradient at (aI, bI): the mean over all (exchangeable) off-diagonal
+    r"""Monte-Carlo off-diagonal red-block gradient at (aI, bI): the mean over all (exchangeable) off-diagonal
     entries, per group of sequences; mean and SE over the groups (:func:`companion.stats.mean_se`)."""
     from companion.mesa.analysis import gradient_blocks
 
@@ -437,7 +437,7 @@ def offdiag_mc(data, a: float, b: float, n_groups: int) -> dict:
 
 
 def first_step(law, d: int, T: int, m: int, a0: float, b0: float, lr: float, seed: int, n_groups: int) -> dict:
-    """Prop 4.2 on the trained transformer: one GD epoch of :func:`companion.mesa.train.run` from (a0 I, b0 I);
+    r"""Prop 4.2 on the trained transformer: one GD epoch of :func:`companion.mesa.train.run` from (a0 I, b0 I);
     the mean signed off-diagonal entry of each red block after the step against -lr times the population
     gradient, with the SE of the training-set gradient over groups of sequences (the same training set)."""
     from companion.mesa.train import run

@@ -261,7 +261,7 @@ def check_stability(lr: float, alpha: float, beta: float, a0: float, b0: float) 
 
 
 def offdiag_gradient(law, scale: float, d: int, T: int, a: float, b: float) -> tuple[float, float]:
-    """Population gradient on an off-diagonal red-block entry (j != k) at the diagonal point (aI, bI).
+    r"""Population gradient on an off-diagonal red-block entry (j != k) at the diagonal point (aI, bI).
 
     {prf:ref}`mesa-prop-4-2`:
 
