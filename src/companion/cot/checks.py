@@ -1,0 +1,148 @@
+"""The per-theorem measurements behind the verdicts of the cot notebooks (one function per check).
+
+Each function runs one simulation and returns the measured numbers *with their standard errors* (from
+:mod:`companion.stats`) and the independent predictions they are compared with; the notebooks only narrate,
+plot and state the verdict. Predictions never use the measured quantity: they come from closed forms in
+:mod:`companion.cot.theory` or from Monte-Carlo samples drawn independently of the simulated prompts.
+
+Noise models (what each standard error covers):
+
+* *prompts*: the per-prompt errors of a model on i.i.d. evaluation prompts (:func:`companion.stats.mean_se`
+  or, for heavy-tailed errors, :func:`companion.stats.median_se`);
+* *Monte Carlo*: the independent sample behind a prediction, combined in quadrature
+  (:func:`companion.stats.combine`);
+* *seeds*: independent training runs (:func:`companion.stats.replicate_se`), where a page trains replicates.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from companion.stats import combine, mean_se, median_se
+
+from . import theory as th
+from .data import cot_tokens, embed, gd_trajectory, make_generator, sample_prompts
+from .model import (construction, cot_inference, looped_predict, no_cot_effective_matrix, no_cot_predict,
+                    per_prompt_error, teacher_forced_loss, teacher_forced_loss_direct)
+
+__all__ = [
+    "EPS", "roundoff_bound", "setup_identities", "eta_argmin_mc", "floor_mc", "model_errors",
+    "trained_vs_prediction", "threads1",
+]
+
+EPS = float(np.finfo(np.float64).eps)
+
+
+class threads1:
+    """Context manager: torch on one thread (tiny matrices; fair on a shared machine)."""
+
+    def __enter__(self):
+        self.n = torch.get_num_threads()
+        torch.set_num_threads(1)
+
+    def __exit__(self, *exc):
+        torch.set_num_threads(self.n)
+
+
+def roundoff_bound(d: int, n: int, k: int) -> float:
+    r"""Relative float64 round-off of k CoT steps: each step sums over :math:`D = 2d+2` rows and :math:`n+k`
+    columns, so the relative error is at most about :math:`k(n+k)D\epsilon`."""
+    return k * (n + k) * (2 * d + 2) * EPS
+
+
+# ----------------------------------------------------------------------------- setup: implementation identities
+def setup_identities(d: int, n: int, k: int, eta: float, batch: int, seed: int) -> dict:
+    """The implementation identities of the setting ({prf:ref}`cot-def-losses`): CoT inference with the
+    construction against GD and against the closed form :math:`-(I-\\eta S)^k w^*`; the fast teacher-forced loss
+    and its gradient against the per-position definition (random weights, 4 prompts); the loss of the
+    construction. Returns the measured relative gaps, the round-off bound and the arrays the figure needs."""
+    gen = make_generator(seed)
+    with threads1():
+        prompts = sample_prompts(batch, d, n, gen)
+        W_gd = gd_trajectory(prompts, eta, k)
+        W_KQ, W_PV = construction(d, eta)
+        w_cot = cot_inference(prompts, W_KQ, W_PV, k)
+        scale = float(W_gd.abs().max())
+        I = torch.eye(d, dtype=prompts.S.dtype)
+        closed = -torch.einsum("bij,bj->bi", torch.linalg.matrix_power(I - eta * prompts.S, k), prompts.w_star)
+        few = sample_prompts(4, d, n, gen)
+        W_few = gd_trajectory(few, eta, k)
+        D = 2 * d + 2
+        A = (0.3 / math.sqrt(D) * torch.randn(D, D, generator=gen, dtype=torch.float64)).requires_grad_()
+        B = (0.3 / math.sqrt(D) * torch.randn(D, D, generator=gen, dtype=torch.float64)).requires_grad_()
+        L_fast = teacher_forced_loss(few, W_few, A, B, k)
+        g_fast = torch.autograd.grad(L_fast, [A, B])
+        L_direct = teacher_forced_loss_direct(few, W_few, A, B, k)
+        g_direct = torch.autograd.grad(L_direct, [A, B])
+        L_constr = float(teacher_forced_loss(prompts, W_gd, W_KQ, W_PV, k))
+    tol = roundoff_bound(d, n, k)
+    return dict(
+        gd_gap=float((w_cot - W_gd).abs().max()) / scale,
+        closed_gap=float((w_cot[:, -1] - prompts.w_star - closed).abs().max()) / scale,
+        loss_rel=abs(float(L_fast) - float(L_direct)) / abs(float(L_direct)),
+        grad_rel=max(float((a - b).abs().max() / b.abs().max()) for a, b in zip(g_fast, g_direct)),
+        L_constr=L_constr, tol=tol, tol_loss=0.5 * k * D * (tol * scale) ** 2, scale=scale,
+        Zk=torch.cat([embed(prompts)[0], cot_tokens(w_cot[:1, 1:])[0].T], dim=1).numpy(),
+        err_cot=((w_cot - prompts.w_star[:, None, :]) ** 2).sum(-1).numpy(),
+        err_gd=((W_gd - prompts.w_star[:, None, :]) ** 2).sum(-1).numpy(),
+    )
+
+
+# ----------------------------------------------------------------------------- Theorem 3.1 / Corollary 3.1
+def eta_argmin_mc(S: np.ndarray) -> tuple[float, float]:
+    r"""Monte-Carlo argmin of :math:`L_1(\eta) = \E\tr(I-\eta S)^2`, :math:`\hat\eta = \overline{\tr S}/\overline{\tr S^2}`
+    ({prf:ref}`cot-thm-3-1`), with its delta-method standard error over the S sample.
+
+    Returns:
+        ``(eta_hat, se)``.
+    """
+    a = np.trace(S, axis1=1, axis2=2)
+    b = np.einsum("bij,bji->b", S, S)
+    grad = np.array([1 / b.mean(), -a.mean() / b.mean() ** 2])
+    return float(a.mean() / b.mean()), float(np.sqrt(grad @ np.cov(a, b) @ grad / len(a)))
+
+
+def floor_mc(d: int, n: int, num: int, rng: np.random.Generator, eta: float | None = None) -> tuple[float, float]:
+    r"""Monte-Carlo :math:`\E\tr(I-\eta S)^2` (default :math:`\eta = \eta^\star`, i.e. the no-CoT floor of
+    {prf:ref}`cot-cor-3-1`) from ``num`` independent S, with its standard error over the sample."""
+    eta = th.eta_star(d, n) if eta is None else eta
+    S = th.sample_S(d, n, num, rng)
+    per = d - 2 * eta * np.trace(S, axis1=1, axis2=2) + eta**2 * np.einsum("bij,bji->b", S, S)
+    return mean_se(per)
+
+
+# ----------------------------------------------------------------------------- trained models
+def model_errors(objective: str, res, prompts, k: int) -> np.ndarray:
+    """Per-prompt :math:`\\|\\hat w - w^*\\|^2` of a trained model (CoT: k autoregressive steps; no-CoT; looped
+    with k loops) on the given prompts; non-finite values (divergent prompts) become +inf."""
+    with threads1(), torch.no_grad():
+        if objective == "cot":
+            w_hat = cot_inference(prompts, res.W_KQ, res.W_PV, k)[:, -1]
+        elif objective == "no_cot":
+            w_hat = no_cot_predict(prompts, res.W_KQ, res.W_PV)
+        else:
+            w_hat = looped_predict(prompts, res.W_KQ, res.W_PV, k)
+        e = per_prompt_error(w_hat, prompts).numpy()
+    return np.nan_to_num(e, nan=np.inf)
+
+
+def trained_vs_prediction(errors: np.ndarray, pred_mean: float, pred_se: float = 0.0) -> dict:
+    """Mean of a trained model's per-prompt errors, its standard error over the prompts, and the combined
+    standard error against an (independent) prediction with its own Monte-Carlo error."""
+    m, se = mean_se(errors)
+    return dict(mean=m, se_prompts=se, se=combine(se, pred_se), pred=pred_mean, pred_se=pred_se)
+
+
+def no_cot_eta_eff(res, d: int) -> float:
+    """Effective one-step coefficient tr(A)/d of a trained no-CoT model (A = W24 V31 + V32 W14^T)."""
+    return float(np.trace(no_cot_effective_matrix(res.W_KQ, res.W_PV, d)) / d)
+
+
+def median_pair(a, b) -> tuple[float, float, float]:
+    """Medians of two independent samples and the combined order-statistic standard error."""
+    ma, sa = median_se(a)
+    mb, sb = median_se(b)
+    return ma, mb, combine(sa, sb)
