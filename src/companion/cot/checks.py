@@ -30,7 +30,7 @@ from .model import (construction, cot_inference, looped_predict, no_cot_effectiv
 
 __all__ = [
     "EPS", "roundoff_bound", "setup_identities", "eta_argmin_mc", "floor_mc", "model_errors",
-    "trained_vs_prediction", "threads1",
+    "trained_vs_prediction", "threads1", "no_cot_eta_eff", "median_pair",
 ]
 
 EPS = float(np.finfo(np.float64).eps)
@@ -136,9 +136,9 @@ def trained_vs_prediction(errors: np.ndarray, pred_mean: float, pred_se: float =
     return dict(mean=m, se_prompts=se, se=combine(se, pred_se), pred=pred_mean, pred_se=pred_se)
 
 
-def no_cot_eta_eff(res, d: int) -> float:
-    """Effective one-step coefficient tr(A)/d of a trained no-CoT model (A = W24 V31 + V32 W14^T)."""
-    return float(np.trace(no_cot_effective_matrix(res.W_KQ, res.W_PV, d)) / d)
+def no_cot_eta_eff(W_KQ, W_PV, d: int) -> float:
+    """Effective one-step coefficient tr(A)/d of a no-CoT model (A = W24 V31 + V32 W14^T)."""
+    return float(np.trace(no_cot_effective_matrix(W_KQ, W_PV, d)) / d)
 
 
 def median_pair(a, b) -> tuple[float, float, float]:
