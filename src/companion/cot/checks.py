@@ -21,7 +21,7 @@ import math
 import numpy as np
 import torch
 
-from companion.stats import combine, mean_se, median_se
+from companion.stats import combine, mean_se, median_se  # noqa: F401  (median_se re-exported for the notebooks)
 
 from . import theory as th
 from .data import cot_tokens, embed, gd_trajectory, make_generator, sample_prompts
@@ -146,3 +146,41 @@ def median_pair(a, b) -> tuple[float, float, float]:
     ma, sa = median_se(a)
     mb, sb = median_se(b)
     return ma, mb, combine(sa, sb)
+
+
+# ----------------------------------------------------------------------------- Theorem 3.2
+def construction_errors(d: int, n: int, eta: float, K: int, num: int, seed: int) -> np.ndarray:
+    """Per-prompt squared errors of CoT inference with the construction of {prf:ref}`cot-thm-3-2` after
+    0..K steps on ``num`` fresh prompts, shape (num, K+1)."""
+    with threads1(), torch.no_grad():
+        prompts = sample_prompts(num, d, n, make_generator(seed))
+        W_KQ, W_PV = construction(d, eta)
+        w_hat = cot_inference(prompts, W_KQ, W_PV, K)
+        return ((w_hat - prompts.w_star[:, None, :]) ** 2).sum(-1).numpy()
+
+
+def mp_limit_fit(k: int, eta: float, d: int, n: int, levels: int, num: int, rng: np.random.Generator) -> dict:
+    r"""Monte-Carlo :math:`\frac1d\E\tr(I-\eta S)^{2k}` at :math:`(2^j d, 2^j n)`, :math:`j < ` ``levels``, from
+    ``num / 4^j`` draws (so
+    :math:`\gamma = d/n` is exact at every level), and the weighted least-squares fit :math:`a + b/d` (the
+    finite-d correction of a real Wishart linear statistic is :math:`O(1/d)`). The intercept :math:`a` estimates
+    the Marchenko--Pastur limit of {prf:ref}`cot-thm-3-2`; its standard error propagates the Monte-Carlo errors.
+
+    Returns:
+        ``dict(ds, values, ses, a, a_se, b, chi2)``.
+    """
+    ds, vals, ses = [], [], []
+    for j in range(levels):
+        dj, nj = d * 2**j, n * 2**j
+        # the variance of (1/d) tr f(S) falls like 1/d^2: num / 4^j draws keep the standard error level-independent
+        m, se = th.gd_error_mc(k, eta, th.sample_S_eigs(dj, nj, max(200, num // 4**j), rng))
+        ds.append(dj)
+        vals.append(m / dj)
+        ses.append(se / dj)
+    ds, vals, ses = np.array(ds, float), np.array(vals), np.array(ses)
+    X = np.stack([np.ones_like(ds), 1 / ds], axis=1)
+    Wt = 1 / ses**2
+    cov = np.linalg.inv(X.T @ (X * Wt[:, None]))
+    a, b = cov @ (X.T @ (Wt * vals))
+    chi2 = float(np.sum(Wt * (vals - a - b / ds) ** 2))
+    return dict(ds=ds, values=vals, ses=ses, a=float(a), a_se=float(np.sqrt(cov[0, 0])), b=float(b), chi2=chi2)
