@@ -184,3 +184,49 @@ def mp_limit_fit(k: int, eta: float, d: int, n: int, levels: int, num: int, rng:
     a, b = cov @ (X.T @ (Wt * vals))
     chi2 = float(np.sum(Wt * (vals - a - b / ds) ** 2))
     return dict(ds=ds, values=vals, ses=ses, a=float(a), a_se=float(np.sqrt(cov[0, 0])), b=float(b), chi2=chi2)
+
+
+# ----------------------------------------------------------------------------- Theorem 4.2 (OOD)
+def parse_spectrum(text: str) -> tuple[float, float]:
+    """'lo:hi' -> (lo, hi) (ValueError when malformed)."""
+    lo, hi = (float(x) for x in str(text).split(":"))
+    return lo, hi
+
+
+def ood_row(res, Sigma: np.ndarray, eta: float, k_list: list, n: int, num_eval: int, num_mc: int,
+            seed: int, rng: np.random.Generator) -> dict:
+    r"""Everything {prf:ref}`cot-thm-4-2` says about one test covariance :math:`\Sigma`.
+
+    * the trained model's per-prompt errors after each k in ``k_list`` on ``num_eval`` prompts
+      :math:`x \sim N(0, \Sigma)` (medians with order-statistic standard errors);
+    * an *independent* sample of ``num_mc`` spectra of :math:`S_\Sigma`: the median of the k-step GD law
+      :math:`\sum_j(1-\eta\lambda_j)^{2k}z_j^2`, of the stated bound :math:`d\max_j|1-\eta\lambda_j|^{2k}`, and the fraction
+      of prompts beyond the stability boundary :math:`\eta\lambda_{\max}(S_\Sigma) > 2`;
+    * the one-step formula at :math:`V = -\eta^\star I` against Monte Carlo on the same S sample;
+    * the spectral sufficient condition :math:`\eta\lambda_{\max}(\Sigma)(1+\sqrt{d/n})^2 < 2` and its rate
+      :math:`\rho_\Sigma = \max(|1-\eta\lambda_{\min}(\Sigma)(1-\sqrt{d/n})^2|, |1-\eta\lambda_{\max}(\Sigma)(1+\sqrt{d/n})^2|)`.
+    """
+    d = Sigma.shape[0]
+    K = max(k_list)
+    with threads1(), torch.no_grad():
+        p = sample_prompts(num_eval, d, n, make_generator(seed), Sigma=Sigma)
+        w_m = cot_inference(p, res.W_KQ, res.W_PV, K)
+        with np.errstate(over="ignore", invalid="ignore"):
+            em = np.nan_to_num(((w_m - p.w_star[:, None, :]) ** 2).sum(-1).numpy(), nan=np.inf)
+    S = th.sample_S(d, n, num_mc, rng, Sigma)
+    eigs = np.linalg.eigvalsh(S)
+    eta1 = th.eta_star(d, n)
+    one = np.sum((np.eye(d) - eta1 * S) ** 2, axis=(1, 2))
+    lo, hi = np.linalg.eigvalsh(Sigma)[[0, -1]]
+    eps = math.sqrt(d / n)
+    out = dict(unstable=float(np.mean(eta * eigs[:, -1] > 2)), one_mc=mean_se(one),
+               one_pred=th.one_step_ood_error(-eta1 * np.eye(d), Sigma, n),
+               one_j26=th.one_step_ood_error(-eta1 * np.eye(d), Sigma, n, factor=2.0),
+               cond=float(eta * hi * (1 + eps) ** 2),
+               rho=float(max(abs(1 - eta * lo * (1 - eps) ** 2), abs(1 - eta * hi * (1 + eps) ** 2))), ks={})
+    with np.errstate(over="ignore", invalid="ignore"):
+        for k in k_list:
+            law = th.gd_error_samples(k, eta, eigs, rng)
+            bnd = d * np.max(np.abs(1 - eta * eigs), axis=1) ** (2 * k)
+            out["ks"][k] = dict(model=median_se(em[:, k]), law=median_se(law), bound=median_se(bnd))
+    return out
