@@ -230,3 +230,105 @@ def ood_row(res, Sigma: np.ndarray, eta: float, k_list: list, n: int, num_eval: 
             bnd = d * np.max(np.abs(1 - eta * eigs), axis=1) ** (2 * k)
             out["ks"][k] = dict(model=median_se(em[:, k]), law=median_se(law), bound=median_se(bnd))
     return out
+
+
+# ----------------------------------------------------------------------------- Theorem 4.1 (two stages, rates)
+def _first_crossing(t, x, level):
+    """First time x(t) reaches ``level`` (linear interpolation between grid points); nan if never."""
+    i = int(np.argmax(x >= level))
+    if x[i] < level:
+        return float("nan")
+    if i == 0:
+        return float(t[0])
+    return float(t[i - 1] + (level - x[i - 1]) * (t[i] - t[i - 1]) / (x[i] - x[i - 1]))
+
+
+def separation_parameter(eta: float, k: int, sigma: float, lam=1.0, num: int = 60) -> float:
+    r"""Singular-perturbation parameter of stage 1: :math:`\varepsilon = \max_{w\in[\sigma, 1/2]}\gamma(w)/\kappa(w)`,
+    the largest ratio of the slow relative growth rate of w on the slow manifold,
+    :math:`\gamma(w) = \dot w / w` with :math:`v = v_{\rm eq}(w)`, to the fast relaxation rate :math:`\kappa(w)` of v.
+    Two well-separated stages need :math:`\varepsilon < 1`."""
+    ws = np.geomspace(sigma, 0.5, num)
+    return float(max(-th.reduced_grad(th.stage1_v(w, eta, k, lam), w, eta, k, lam)[1] / w / th.v_curvature(w, eta, k, lam)
+                     for w in ws))
+
+
+def stage_analysis(eta: float, k: int, sigma: float, lam=1.0, tol: float = 1e-6) -> dict:
+    r"""The two stages of the reduced flow ({prf:ref}`cot-thm-4-1`) measured on the ODE and predicted.
+
+    * stage 1: the relaxation time of v, :math:`t_1 = \ln(10^3)/\kappa(\sigma)` (v within 0.1 % of
+      :math:`v_{\rm eq}`); the ODE's :math:`w(t_1)`; the time :math:`t_{1/2}` at which w reaches 1/2, measured and
+      predicted by the slow-manifold reduction started from the ODE's state at :math:`t_1`;
+    * stage 2: the late decay rate fitted on distances in :math:`[10^{-8}, 10^{-5}]` and the predicted rate
+      :math:`\mu` (:func:`companion.cot.theory.fixed_point_rate`); the distance at the rate-derived horizon.
+    """
+    r = th.reduced_flow_converged(eta, k, sigma, tol, lam=lam, num_t=4001)
+    t, v, w = r["t"], r["v"], r["w"]
+    kap = th.v_curvature(sigma, eta, k, lam)
+    t1 = float(np.log(1e3) / kap)
+    w1 = float(np.interp(t1, t, w))
+    eps = separation_parameter(eta, k, sigma, lam)
+    t_half = _first_crossing(t, w, 0.5)
+    t_pred = t1 + th.slow_manifold_time(eta, k, w1, lam=lam) if w1 < 0.5 else float("nan")
+    dist = np.hypot(v + eta, w - 1)
+    sel = (dist > 1e-8) & (dist < 1e-5)
+    rate = float(-np.polyfit(t[sel], np.log(dist[sel]), 1)[0]) if sel.sum() >= 5 else float("nan")
+    return dict(r, kappa=kap, t1=t1, w1=w1, eps=eps, t_half=t_half, t_pred=t_pred, rate=rate,
+                final=float(max(abs(v[-1] + eta), abs(w[-1] - 1))),
+                veq=np.array([th.stage1_v(x, eta, k, lam) for x in w]))
+
+
+def matrix_flow(d: int, n: int, num_S: int, eta: float, k: int, sigma: float, rng: np.random.Generator,
+                tol: float = 1e-6, enter: float = 1e-3, margin: float = 100.0, num_t: int = 121) -> dict:
+    r"""The restricted matrix flow of {prf:ref}`cot-thm-4-1` from the Assumption 4.1 initialisation, on a fixed
+    S sample symmetrised by Hadamard sign flips in the initial eigenbasis U, integrated to a horizon that follows
+    from its own rate: :math:`\mu` is the smallest eigenvalue of the Hessian of the sample loss at
+    :math:`(-\eta I, I)` in the U-diagonal coordinates (central differences of the exact gradient); the flow runs
+    until its distance to :math:`(-\eta I, I)` is below ``enter``, then :math:`\log(\mathrm{enter}\cdot
+    \mathrm{margin}/\mathrm{tol})/\mu` longer.
+
+    Returns:
+        ``dict(t, Vu, Wu, L, mu, T, off, final)`` (Vu, Wu in the basis U; ``off`` the largest off-diagonal entry).
+    """
+    from scipy import integrate
+
+    V0, W0 = th.assumption41_init(d, sigma, rng)
+    U = np.linalg.eigh(V0)[1]
+    S = th.symmetrised_S_sample(th.sample_S(d, n, num_S, rng), U)
+    A = th._A(S, eta, k)
+
+    def diag_grad(p):
+        V, W = (U * p[:d]) @ U.T, (U * p[d:]) @ U.T
+        _, gV, gW = th.restricted_loss_grad(V, W, S, A, eta)
+        return np.concatenate([np.diag(U.T @ gV @ U), np.diag(U.T @ gW @ U)])
+
+    p0 = np.concatenate([-eta * np.ones(d), np.ones(d)])
+    h = 1e-6
+    H = np.array([(diag_grad(p0 + h * e) - diag_grad(p0 - h * e)) / (2 * h) for e in np.eye(2 * d)])
+    mu = float(np.linalg.eigvalsh((H + H.T) / 2)[0])
+    I = np.eye(d)
+
+    def rhs(_t, y):
+        V, W = y[: d * d].reshape(d, d), y[d * d:].reshape(d, d)
+        _, gV, gW = th.restricted_loss_grad(V, W, S, A, eta)
+        return -np.concatenate([gV.ravel(), gW.ravel()])
+
+    def near(_t, y):
+        return max(np.abs(y[: d * d].reshape(d, d) + eta * I).max(), np.abs(y[d * d:].reshape(d, d) - I).max()) - enter
+
+    near.terminal, near.direction = True, -1
+    y0 = np.concatenate([V0.ravel(), W0.ravel()])
+    sol = integrate.solve_ivp(rhs, (0.0, 1e4 / mu), y0, method="DOP853", events=near, rtol=1e-8, atol=1e-11)
+    if not sol.t_events[0].size:
+        raise ValueError("the matrix flow did not reach the construction")
+    T = float(sol.t_events[0][0] + np.log(enter * margin / tol) / mu)
+    t = np.linspace(0.0, T, num_t)
+    sol = integrate.solve_ivp(rhs, (0.0, T), y0, method="DOP853", t_eval=t, rtol=1e-10, atol=1e-13)
+    Vt = sol.y[: d * d].T.reshape(-1, d, d)
+    Wt = sol.y[d * d:].T.reshape(-1, d, d)
+    Vu = np.einsum("ji,tjk,kl->til", U, Vt, U)
+    Wu = np.einsum("ji,tjk,kl->til", U, Wt, U)
+    off = max(float(np.abs(M - np.einsum("tii->ti", M)[:, :, None] * I).max()) for M in (Vu, Wu))
+    L = np.array([th.restricted_loss_grad(V, W, S, A, eta)[0] for V, W in zip(Vt, Wt)])
+    final = float(max(np.abs(Vt[-1] + eta * I).max(), np.abs(Wt[-1] - I).max()))
+    return dict(t=t, Vu=Vu, Wu=Wu, L=L, mu=mu, T=T, off=off, final=final)
