@@ -332,3 +332,19 @@ def matrix_flow(d: int, n: int, num_S: int, eta: float, k: int, sigma: float, rn
     L = np.array([th.restricted_loss_grad(V, W, S, A, eta)[0] for V, W in zip(Vt, Wt)])
     final = float(max(np.abs(Vt[-1] + eta * I).max(), np.abs(Wt[-1] - I).max()))
     return dict(t=t, Vu=Vu, Wu=Wu, L=L, mu=mu, T=T, off=off, final=final)
+
+
+def regime_errors(d_list, c_n: float, c_k: float, num: int, rng: np.random.Generator) -> list[dict]:
+    r"""The regime of {prf:ref}`cot-thm-4-1`, :math:`n = \lceil c_n d\ln d\rceil`, :math:`k = \lceil c_k\ln d\rceil`, with the
+    step :math:`\eta = 2/(\lambda_+ + \lambda_-)` that balances the Marchenko--Pastur edges (:math:`\gamma = d/n`):
+    per d, the Monte-Carlo per-coordinate k-step GD error :math:`\frac1d\E\tr(I-\eta S)^{2k}` with its standard error,
+    and the edge bound :math:`\rho_{\rm MP}^{2k}`."""
+    out = []
+    for d in d_list:
+        n = int(math.ceil(c_n * d * math.log(d)))
+        k = int(math.ceil(c_k * math.log(d)))
+        lo, hi = th.mp_edges(d / n)
+        eta = 2 / (lo + hi)
+        m, se = th.gd_error_mc(k, eta, th.sample_S_eigs(d, n, num, rng))
+        out.append(dict(d=d, n=n, k=k, eta=eta, err=m / d, se=se / d, bound=th.mp_rate(eta, d / n) ** (2 * k)))
+    return out
