@@ -71,19 +71,42 @@ def _dn(d, n, *, n_ge_d: bool = False):
 
 # ----------------------------------------------------------------------------- closed forms
 def eta_star(d: int, n: int) -> float:
-    """Optimal one-step size eta* = n / (n + d + 1) (Theorem 3.1)."""
+    r"""Optimal one-step size of {prf:ref}`cot-thm-3-1`.
+
+    .. math:: \eta^\star = \frac{n}{n+d+1} = \arg\min_\eta \E\tr(I-\eta S)^2 .
+
+    Args:
+        d: dimension (>= 1).  n: examples per prompt (>= 1).
+    Returns:
+        :math:`\eta^\star` (float).
+    """
     d, n = _dn(d, n)
     return n / (n + d + 1)
 
 
 def no_cot_floor(d: int, n: int) -> float:
-    """No-CoT error floor d(d+1)/(n+d+1) = min E||w_hat - w*||^2 over one-layer LSAs (Corollary 3.1)."""
+    r"""No-CoT error floor of {prf:ref}`cot-cor-3-1`, the minimum of :math:`\E\|\hat w - w^\star\|^2` over one-layer LSAs:
+
+    .. math:: d - d\eta^\star = \frac{d(d+1)}{n+d+1}.
+
+    Args:
+        d: dimension.  n: examples per prompt.
+    Returns:
+        The floor (float; no 1/2, summed over the d coordinates).
+    """
     d, n = _dn(d, n)
     return d * (d + 1) / (n + d + 1)
 
 
 def wishart_trace_moment(p: int, d: int, n: int) -> float:
-    """m_p = E tr S^p for S = X X^T/n, x ~ N(0, I_d), p in {0, ..., 4} (exact)."""
+    r"""Exact Wishart trace moment :math:`m_p = \E\tr S^p`, :math:`S = XX^\T/n`, :math:`x \sim N(0, I_d)`, for
+    :math:`p \le 4` ({prf:ref}`cot-thm-3-2`; e.g. :math:`m_2 = d(n+d+1)/n`).
+
+    Args:
+        p: the power, 0..4.  d, n: dimension and examples per prompt.
+    Returns:
+        :math:`m_p` (float).
+    """
     p = integer("p", p, min=0, max=4)
     d, n = _dn(d, n)
     if p == 0:
@@ -98,7 +121,15 @@ def wishart_trace_moment(p: int, d: int, n: int) -> float:
 
 
 def gd_error_exact(k: int, eta: float, d: int, n: int) -> float:
-    """E tr (I - eta S)^{2k} = sum_p C(2k, p) (-eta)^p m_p, exact for k <= 2 (moments up to 4)."""
+    r"""Error of k GD steps ({prf:ref}`cot-thm-3-2`), exact for :math:`k \le 2`:
+
+    .. math:: L_k(\eta) = \E\tr(I-\eta S)^{2k} = \sum_{p=0}^{2k}\binom{2k}{p}(-\eta)^p m_p .
+
+    Args:
+        k: steps, 0..2.  eta: step, >= 0.  d, n: dimension and examples per prompt.
+    Returns:
+        :math:`L_k(\eta)` (float).
+    """
     k = integer("k", k, min=0, max=2)
     eta = real("eta", eta, min=0)
     return float(sum(comb(2 * k, p) * (-eta) ** p * wishart_trace_moment(p, d, n) for p in range(2 * k + 1)))
@@ -168,8 +199,13 @@ def sample_S_eigs(d: int, n: int, num: int, rng: np.random.Generator, Sigma=None
 
 
 def gd_error_mc(k: int, eta: float, eigs: np.ndarray) -> MCEstimate:
-    """Per-prompt k-step GD error tr (I - eta S)^{2k} = E_w* ||w_k - w*||^2, averaged over the prompts
-    whose eigenvalues are the rows of ``eigs``; returns mean, standard error and median."""
+    r"""Monte-Carlo :math:`L_k(\eta)` ({prf:ref}`cot-thm-3-2`): the per-prompt error
+    :math:`\tr(I-\eta S)^{2k} = \E_{w^\star}\|w_k - w^\star\|^2` averaged over the prompts whose spectra are the rows
+    of ``eigs``.
+
+    Returns:
+        :class:`MCEstimate` (mean, standard error over the prompts from :func:`companion.stats.mean_se`, median).
+    """
     k = integer("k", k, min=0)
     eta = real("eta", eta, min=0)
     with np.errstate(over="ignore"):
