@@ -44,3 +44,75 @@ def test_page_sweeps_run(tmp_path):
         assert rows, name
         for r in rows:
             assert r["status"] not in ("missing", "error") and math.isfinite(r["measured"]), (name, r)
+
+
+@pytest.mark.slow
+def test_page_builds_strictly(tmp_path):
+    """book/sweeps.md executed by the strict Jupyter Book build (its sweeps at the test size, on the real
+    notebooks): no warning, no stray stderr, three figures, the timings and commands on the page. The pages
+    it links to are stand-ins holding their labels."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import yaml
+
+    from _util import ROOT
+
+    root = tmp_path / "book"
+    shutil.copytree(ROOT / "book", root / "book")
+    shutil.copytree(ROOT / "notebooks", root / "notebooks")
+    shutil.copy(ROOT / "_config.yml", root / "_config.yml")
+    (root / "book" / "targets.md").write_text(
+        "# Linked pages\n\n" + "".join(f"({label})=\n## {label}\n\n" for label in
+                                       ("mesa-prop4-1", "mesa-thm4-2", "cot-thm3-2")))
+    toc = {"format": "jb-book", "root": "book/intro", "parts": [{"caption": "Pages", "chapters": [
+        {"file": f"book/{f}"} for f in ("notation", "reproduce", "sweeps", "targets", "bibliography")]}]}
+    (root / "_toc.yml").write_text(yaml.safe_dump(toc, sort_keys=False))
+    import os
+
+    env = dict(os.environ, COMPANION_SWEEPS_SIZE="test", COMPANION_ROOT=str(root))
+    jb = str(Path(sys.executable).with_name("jupyter-book"))
+    proc = subprocess.run([jb, "build", str(root), "-n", "-W", "--keep-going"], capture_output=True, text=True,
+                          env=env, timeout=900)
+    log = proc.stdout + proc.stderr
+    warnings = [ln for ln in log.splitlines() if ("WARNING" in ln or "ERROR" in ln or "Exception" in ln)
+                and "Kernel is running over TCP" not in ln]
+    assert proc.returncode == 0 and not warnings, "\n".join(warnings) or log[-4000:]
+    page = (root / "_build" / "html" / "book" / "sweeps.html").read_text()
+    assert page.count('<img alt=') >= 3 or page.count("<img") >= 3
+    for name in SP.SWEEPS:
+        assert SP.SWEEPS[name] in page and (root / "_build" / "sweeps" / name / "results.jsonl").is_file()
+    assert "--scheduler" in page and "&lt;Figure size" not in page
+
+
+def test_cache_guard_drops_the_page_when_a_swept_notebook_changes(tmp_path):
+    """jupyter-cache keys the page by its own code cells: the guard drops its cached execution when a
+    notebook it sweeps changes (and only then), so the page never shows results of an old notebook."""
+    import nbformat
+    from jupyter_cache import get_cache
+    from jupyter_cache.base import CacheBundleIn
+
+    root = tmp_path
+    for nb in SP.SWEEPS.values():
+        (root / "notebooks" / nb).parent.mkdir(parents=True, exist_ok=True)
+        (root / "notebooks" / f"{nb}.md").write_text(f"# {nb}\n")
+    (root / "book").mkdir()
+    (root / SP.PAGE).write_text("# page\n")
+    cache_dir = root / "_build" / ".jupyter_cache"
+
+    def cache_page():
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1 + 1", execution_count=1)])
+        get_cache(str(cache_dir)).cache_notebook_bundle(CacheBundleIn(nb, str(root / SP.PAGE)), check_validity=False)
+
+    def n_records():
+        return len(get_cache(str(cache_dir)).list_cache_records())
+
+    SP.guard_cache(cache_dir, root)  # first build: stamp written
+    cache_page()
+    assert SP.guard_cache(cache_dir, root) is False and n_records() == 1
+    (root / "notebooks" / f"{SP.SWEEPS['mesa_T']}.md").write_text("# changed\n")
+    assert SP.guard_cache(cache_dir, root) is True and n_records() == 0
+    cache_page()
+    assert SP.guard_cache(cache_dir, root) is False and n_records() == 1

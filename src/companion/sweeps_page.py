@@ -51,7 +51,7 @@ SIZES: dict[str, dict[str, dict[str, dict[str, Any]]]] = {
                         fixed=dict(m_sweep=20000, n_rep=8)),
     },
     "cot_k_eta": {
-        "book": dict(grid={"eta": [0.2, 0.4, 0.6]},
+        "book": dict(grid={"eta": [0.15, 0.3, 0.45, 0.6]},
                      fixed=dict(d=10, n=20, k_list=[1, 2, 4, 8, 16, 32], ratios=[2], num_model=2000, num_mc=4000,
                                 mp_levels=3)),
         "test": dict(grid={"eta": [0.3, 0.6]},
@@ -198,13 +198,10 @@ def mesa_laws_rows(table) -> list[dict]:
 
 
 def run_all(out: str | Path, size: str = "book", workers: int = 2, names: list[str] | None = None) -> dict:
-    """Run the sweeps ``names`` (default all) together on one local Dask cluster of ``workers``
-    single-threaded workers, each sweep through :func:`run` with that cluster's address as its scheduler,
-    so that the points of all of them share the workers and no worker idles while another sweep has points
-    left. Returns ``{name: summary}`` (each summary's ``seconds`` is that sweep's wall time, overlapping the
-    others) and ``{"_total": {"seconds": ...}}``."""
+    """Run the sweeps ``names`` (default all) one after the other on one local Dask cluster of ``workers``
+    single-threaded workers (started once, and passed to each :func:`run` as its scheduler), so the cluster's
+    start-up is paid once. Returns ``{name: summary}`` and ``{"_total": {"seconds", "points"}}``."""
     import logging
-    from concurrent.futures import ThreadPoolExecutor
 
     import dask
     from dask.distributed import LocalCluster
@@ -217,13 +214,76 @@ def run_all(out: str | Path, size: str = "book", workers: int = 2, names: list[s
     with dask.config.set({"distributed.scheduler.allowed-failures": ALLOWED_FAILURES}):
         cluster = LocalCluster(n_workers=max(1, int(workers)), threads_per_worker=1, processes=True,
                                dashboard_address=None, silence_logs=logging.ERROR)
+    done: dict[str, dict] = {}
     try:
-        with ThreadPoolExecutor(max_workers=len(names)) as pool:
-            futs = {n: pool.submit(run, n, out / n, size, workers, cluster.scheduler_address) for n in names}
-            done = {n: f.result() for n, f in futs.items()}
+        for n in names:
+            done[n] = run(n, out / n, size, workers, cluster.scheduler_address)
+            done[n]["command"] = command(n, size, out=str(out / n), scheduler=None)
     finally:
         cluster.close()
-    for n in names:
-        done[n]["command"] = command(n, size, out=str(out / n), scheduler=None)
     done["_total"] = {"seconds": time.perf_counter() - t0, "points": sum(done[n]["points"] for n in names)}
     return done
+
+
+PAGE = "book/sweeps.md"
+STAMP = ".companion-sweeps-hash"
+
+
+def notebooks_hash(root: Path | None = None) -> str:
+    """Hash of the notebooks the page sweeps (their text) and of this module's sweep definitions."""
+    import hashlib
+
+    from .paths import repo_root
+
+    root = root or repo_root()
+    h = hashlib.sha256(json.dumps(SIZES, sort_keys=True).encode())
+    for nb in sorted(set(SWEEPS.values())):
+        f = root / "notebooks" / f"{nb}.md"
+        h.update(nb.encode())
+        h.update(f.read_bytes() if f.is_file() else b"missing")
+    return h.hexdigest()
+
+
+def guard_cache(cache_dir: str | Path, root: Path | None = None) -> bool:
+    """Make the book build re-execute the Sweeps page when a notebook it sweeps has changed since the page
+    was cached: jupyter-cache keys a page by its own code cells only, so without this the page would show
+    the results of the old notebooks. Drops the page's cache records; returns True if it dropped any.
+    (Call after :func:`companion.book.guard_cache`, with the same cache directory.)"""
+    from .paths import repo_root
+
+    root = root or repo_root()
+    cache_dir = Path(cache_dir)
+    if not cache_dir.is_absolute():
+        cache_dir = root / cache_dir
+    stamp = cache_dir / STAMP
+    current = notebooks_hash(root)
+    dropped = False
+    if cache_dir.exists() and (not stamp.is_file() or stamp.read_text().strip() != current):
+        from jupyter_cache import get_cache
+
+        cache = get_cache(str(cache_dir))
+        page = str((root / PAGE).resolve())
+        for rec in cache.list_cache_records():
+            if str(rec.uri) == page or str(rec.uri).endswith(PAGE):
+                cache.remove_cache(rec.pk)
+                dropped = True
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(current + "\n")
+    return dropped
+
+
+def fixed_seconds(table) -> list[float]:
+    """Per point: its wall time minus the time its notebook's cells ran (papermill's cell durations in the
+    executed notebook), i.e. the process and kernel start-up and the writing of the results."""
+    import nbformat
+
+    out = []
+    for p in table.points:
+        d = Path(str(p.get("output_dir") or ""))
+        files = list(d.glob("*.ipynb")) if d.is_dir() else []
+        if not files or not isinstance(p.get("seconds"), (int, float)):
+            continue
+        nb = nbformat.read(files[0], as_version=4)
+        cells = sum(float(c.get("metadata", {}).get("papermill", {}).get("duration") or 0.0) for c in nb.cells)
+        out.append(float(p["seconds"]) - cells)
+    return out
