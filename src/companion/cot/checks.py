@@ -318,12 +318,12 @@ def matrix_flow(d: int, n: int, num_S: int, eta: float, k: int, sigma: float, rn
 
     near.terminal, near.direction = True, -1
     y0 = np.concatenate([V0.ravel(), W0.ravel()])
-    sol = integrate.solve_ivp(rhs, (0.0, 1e4 / mu), y0, method="DOP853", events=near, rtol=1e-8, atol=1e-11)
+    sol = integrate.solve_ivp(rhs, (0.0, 1e4 / mu), y0, method="LSODA", events=near, rtol=1e-8, atol=1e-11)
     if not sol.t_events[0].size:
         raise ValueError("the matrix flow did not reach the construction")
     T = float(sol.t_events[0][0] + np.log(enter * margin / tol) / mu)
     t = np.linspace(0.0, T, num_t)
-    sol = integrate.solve_ivp(rhs, (0.0, T), y0, method="DOP853", t_eval=t, rtol=1e-10, atol=1e-13)
+    sol = integrate.solve_ivp(rhs, (0.0, T), y0, method="LSODA", t_eval=t, rtol=1e-10, atol=1e-13)
     Vt = sol.y[: d * d].T.reshape(-1, d, d)
     Wt = sol.y[d * d:].T.reshape(-1, d, d)
     Vu = np.einsum("ji,tjk,kl->til", U, Vt, U)
