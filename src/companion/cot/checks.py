@@ -253,7 +253,7 @@ def separation_parameter(eta: float, k: int, sigma: float, lam=1.0, num: int = 6
                      for w in ws))
 
 
-def stage_analysis(eta: float, k: int, sigma: float, lam=1.0, tol: float = 1e-6) -> dict:
+def stage_analysis(eta: float, k: int, sigma: float, lam=1.0, tol: float = 1e-6, stages: bool = True) -> dict:
     r"""The two stages of the reduced flow ({prf:ref}`cot-thm-4-1`) measured on the ODE and predicted.
 
     * stage 1: the relaxation time of v, :math:`t_1 = \ln(10^3)/\kappa(\sigma)` (v within 0.1 % of
@@ -262,8 +262,11 @@ def stage_analysis(eta: float, k: int, sigma: float, lam=1.0, tol: float = 1e-6)
     * stage 2: the late decay rate fitted on distances in :math:`[10^{-8}, 10^{-5}]` and the predicted rate
       :math:`\mu` (:func:`companion.cot.theory.fixed_point_rate`); the distance at the rate-derived horizon.
     """
-    r = th.reduced_flow_converged(eta, k, sigma, tol, lam=lam, num_t=4001)
+    r = th.reduced_flow_converged(eta, k, sigma, tol, lam=lam, num_t=4001 if stages else 601)
     t, v, w = r["t"], r["v"], r["w"]
+    final = float(max(abs(v[-1] + eta), abs(w[-1] - 1)))
+    if not stages:
+        return dict(r, final=final)
     kap = th.v_curvature(sigma, eta, k, lam)
     t1 = float(np.log(1e3) / kap)
     w1 = float(np.interp(t1, t, w))
@@ -274,8 +277,7 @@ def stage_analysis(eta: float, k: int, sigma: float, lam=1.0, tol: float = 1e-6)
     sel = (dist > 1e-8) & (dist < 1e-5)
     rate = float(-np.polyfit(t[sel], np.log(dist[sel]), 1)[0]) if sel.sum() >= 5 else float("nan")
     return dict(r, kappa=kap, t1=t1, w1=w1, eps=eps, t_half=t_half, t_pred=t_pred, rate=rate,
-                final=float(max(abs(v[-1] + eta), abs(w[-1] - 1))),
-                veq=np.array([th.stage1_v(x, eta, k, lam) for x in w]))
+                final=final, veq=np.array([th.stage1_v(x, eta, k, lam) for x in w]))
 
 
 def matrix_flow(d: int, n: int, num_S: int, eta: float, k: int, sigma: float, rng: np.random.Generator,
