@@ -456,7 +456,7 @@ def looped_two_param_optimum(k: int, eigs: np.ndarray, bracket=(1e-3, 1.5)) -> t
     return c, b, loss
 
 
-def _grid_then_refine(f, bracket, num: int = 60, fv=None) -> float:
+def _grid_then_refine(f, bracket, num: int = 40, fv=None) -> float:
     """Global search on a grid (vectorised through ``fv`` if given), then a bounded scalar refinement between
     the neighbouring grid points (the objectives are polynomials of high degree with far-away spurious regions)."""
     grid = np.linspace(bracket[0], bracket[1], num)
@@ -465,7 +465,7 @@ def _grid_then_refine(f, bracket, num: int = 60, fv=None) -> float:
     vals[~np.isfinite(vals)] = np.inf
     j = int(np.argmin(vals))
     lo, hi = grid[max(j - 1, 0)], grid[min(j + 1, num - 1)]
-    res = optimize.minimize_scalar(f, bounds=(lo, hi), method="bounded", options={"xatol": 1e-12})
+    res = optimize.minimize_scalar(f, bounds=(lo, hi), method="bounded", options={"xatol": 1e-10})
     return float(res.x)
 
 
