@@ -82,7 +82,7 @@ def setup_identities(d: int, n: int, k: int, eta: float, batch: int, seed: int) 
     return dict(
         gd_gap=float((w_cot - W_gd).abs().max()) / scale,
         closed_gap=float((w_cot[:, -1] - prompts.w_star - closed).abs().max()) / scale,
-        loss_rel=abs(float(L_fast) - float(L_direct)) / abs(float(L_direct)),
+        loss_rel=abs(float(L_fast.detach()) - float(L_direct.detach())) / abs(float(L_direct.detach())),
         grad_rel=max(float((a - b).abs().max() / b.abs().max()) for a, b in zip(g_fast, g_direct)),
         L_constr=L_constr, tol=tol, tol_loss=0.5 * k * D * (tol * scale) ** 2, scale=scale,
         Zk=torch.cat([embed(prompts)[0], cot_tokens(w_cot[:1, 1:])[0].T], dim=1).numpy(),
