@@ -121,3 +121,13 @@ def test_ood_row_follows_gd_for_the_construction():
         assert mm <= row["ks"][k]["bound"][0]
     assert row["cond"] == pytest.approx(0.3 * 1.5 * (1 + math.sqrt(3 / 9)) ** 2)
     assert torch.get_num_threads() >= 1
+
+
+def test_reduced_moments_reproduce_the_sampled_loss_and_gradient():
+    lam = th.sample_S_eigs(3, 6, 40, np.random.default_rng(6))
+    A0, A1, A2 = th._reduced_moments(0.4, 5, lam)
+    for v, w in [(-0.1, 0.3), (0.2, -0.7), (-0.4, 1.0)]:
+        P, Q = v * w + 0.4, v + 0.4
+        assert 0.5 * np.sum(P**2 * A2 - 2 * P * Q * A1 + Q**2 * A0) == pytest.approx(th.reduced_loss(v, w, 0.4, 5, lam), rel=1e-12)
+    r = th.reduced_flow_converged(0.4, 5, 0.01, 1e-6, lam=lam, num_t=11)
+    assert r["loss"][0] == pytest.approx(th.reduced_loss(r["v"][0], r["w"][0], 0.4, 5, lam), rel=1e-12)

@@ -112,7 +112,8 @@ def test_kernel_at_d7_matches_the_torch_path():
 _TRAIN = """
 import hashlib, numpy as np
 from companion.mesa.train import RunConfig, train
-r = train(RunConfig(law="gaussian", d=4, T=12, m=3000, m_test=20, a0=0.5, b0=1.5, lr=1e-3, epochs=5, chunk=3000))
+r = train(RunConfig(law="gaussian", d=4, T=12, m=3000, m_test=20, a0=0.5, b0=1.5, lr=1e-3, epochs=5, chunk=3000,
+                    dtype="complex128"))  # complex128: a changed summation order is not rounded away
 print(hashlib.sha256(np.ascontiguousarray(r.W_KQ).tobytes() + np.ascontiguousarray(r.W_PV).tobytes()).hexdigest())
 """
 
