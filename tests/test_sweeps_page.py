@@ -63,7 +63,9 @@ def test_page_builds_strictly(tmp_path):
     root = tmp_path / "book"
     shutil.copytree(ROOT / "book", root / "book")
     shutil.copytree(ROOT / "notebooks", root / "notebooks")
-    shutil.copy(ROOT / "_config.yml", root / "_config.yml")
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    config["execute"]["execute_notebooks"] = "force"  # never an execution cached by an earlier build
+    (root / "_config.yml").write_text(yaml.safe_dump(config, sort_keys=False))
     (root / "book" / "targets.md").write_text(
         "# Linked pages\n\n" + "".join(f"({label})=\n## {label}\n\n" for label in
                                        ("mesa-prop4-1", "mesa-thm4-2", "cot-thm3-2")))
@@ -75,7 +77,7 @@ def test_page_builds_strictly(tmp_path):
     env = dict(os.environ, COMPANION_SWEEPS_SIZE="test", COMPANION_ROOT=str(root))
     jb = str(Path(sys.executable).with_name("jupyter-book"))
     proc = subprocess.run([jb, "build", str(root), "-n", "-W", "--keep-going"], capture_output=True, text=True,
-                          env=env, timeout=900)
+                          env=env, timeout=900, cwd=root)
     log = proc.stdout + proc.stderr
     warnings = [ln for ln in log.splitlines() if ("WARNING" in ln or "ERROR" in ln or "Exception" in ln)
                 and "Kernel is running over TCP" not in ln]

@@ -197,6 +197,16 @@ def mesa_laws_rows(table) -> list[dict]:
     return rows
 
 
+def _shown(path: Path) -> str:
+    """``path`` relative to the book root when it lies inside it (as a reader would type it there)."""
+    from .paths import repo_root
+
+    try:
+        return str(Path(path).absolute().relative_to(repo_root()))
+    except ValueError:
+        return str(path)
+
+
 def run_all(out: str | Path, size: str = "book", workers: int = 2, names: list[str] | None = None) -> dict:
     """Run the sweeps ``names`` (default all) one after the other on one local Dask cluster of ``workers``
     single-threaded workers (started once, and passed to each :func:`run` as its scheduler), so the cluster's
@@ -218,7 +228,7 @@ def run_all(out: str | Path, size: str = "book", workers: int = 2, names: list[s
     try:
         for n in names:
             done[n] = run(n, out / n, size, workers, cluster.scheduler_address)
-            done[n]["command"] = command(n, size, out=str(out / n), scheduler=None)
+            done[n]["command"] = command(n, size, out=_shown(out / n), scheduler=None)
     finally:
         cluster.close()
     done["_total"] = {"seconds": time.perf_counter() - t0, "points": sum(done[n]["points"] for n in names)}
