@@ -62,7 +62,7 @@ def test_a_failing_verdict_fails_the_build_and_passing_results_are_collected(tmp
     status = book.build(root)
     assert status != 0, "a notebook whose verdict fails must fail the build"
     summary = yaml.safe_load((root / "_build" / "results" / "summary.json").read_text())
-    assert summary["notebooks"]["toy_pass"] == {"claims": 1, "failed": []}
+    assert {k: summary["notebooks"]["toy_pass"][k] for k in ("claims", "failed")} == {"claims": 1, "failed": []}
     assert "toy_fail" in summary["missing"] or summary["failed"]
     assert (root / "_build" / "results" / "toy_pass.jsonl").is_file()
     page = (root / "_build" / "html" / "book" / "verdicts.html").read_text()

@@ -1,53 +1,111 @@
-"""Figure style shared by every notebook: static matplotlib, opaque white background (readable on the
-dark theme too), consistent sizes and a colour cycle that survives greyscale printing."""
+"""Figure standard shared by every notebook: static matplotlib, opaque white background (readable on the
+dark theme too), a colour cycle that survives greyscale printing, and sizes chosen for the page.
+
+The standard
+------------
+* **Sized for the column.** The book's text column is about 672 CSS px = 7 inches at 1280 px. Figures are
+  rendered as **SVG** at their true size, so a figure at most :data:`COLUMN_WIDTH` inches wide shows its
+  text at the font size set here: 10 pt labels, 9 pt ticks and legends (never less than
+  :data:`MIN_FONT_PT`). :func:`new_figure` caps the total width at the column, whatever the panel count.
+* **Legends outside the data.** :func:`legend_outside` puts a legend below (or beside) the axes.
+* **Each figure once.** The inline backend would show every open pyplot figure at the end of its cell,
+  besides the captioned ``{glue:figure}``; :func:`use_book_style` switches to the non-interactive Agg
+  backend, so a figure is shown only where it is glued.
+* **Alt text** comes from the figure's caption (``companion.sphinx_ext``): write captions that say what
+  is plotted.
+"""
 
 from __future__ import annotations
 
 import matplotlib
 import matplotlib.pyplot as plt
 
-__all__ = ["use_book_style", "new_figure", "COLORS"]
+__all__ = ["use_book_style", "new_figure", "legend_outside", "COLORS", "COLUMN_WIDTH", "MIN_FONT_PT", "FORMAT"]
 
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf", "#7f7f7f"]
+COLUMN_WIDTH = 7.0  # inches: the text column at 1280 px (672 CSS px at 96 px per inch)
+MIN_FONT_PT = 9.0  # the smallest text of a figure, as displayed
+FORMAT = "svg"  # what the notebooks' figures are rendered as (vector: sharp at any zoom and in the PDF)
+
+STYLE = {
+    "figure.facecolor": "white",
+    "axes.facecolor": "white",
+    "savefig.facecolor": "white",
+    "savefig.transparent": False,
+    "figure.dpi": 96,  # 1 inch = 96 CSS px: an SVG shows at its true size
+    "savefig.dpi": 192,  # rasterised parts (imshow) at 2x
+    "figure.figsize": (COLUMN_WIDTH, 4.0),
+    "figure.max_open_warning": 0,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.prop_cycle": matplotlib.cycler(color=COLORS),
+    "axes.titlesize": 10,
+    "axes.labelsize": 10,
+    "xtick.labelsize": 9,
+    "ytick.labelsize": 9,
+    "legend.fontsize": 9,
+    "legend.title_fontsize": 9,
+    "legend.frameon": False,
+    "figure.titlesize": 11,
+    "font.size": 10,
+    "lines.linewidth": 1.6,
+    "svg.fonttype": "path",  # glyphs as paths: the same on every machine and in the PDF
+    "svg.hashsalt": "companion",  # reproducible SVG ids
+}
 
 
-def _register_png_formatter() -> None:
-    """Make IPython render a Figure (also a glued one) as PNG whatever the matplotlib backend is (e.g.
-    with MPLBACKEND=Agg in the environment, where the inline backend would not register it)."""
+def _register_formatter() -> None:
+    """Make IPython render a Figure (also a glued one) as SVG whatever the matplotlib backend is."""
     try:
         from IPython import get_ipython
         from matplotlib_inline.backend_inline import set_matplotlib_formats
     except ImportError:  # pragma: no cover - IPython and matplotlib-inline come with ipykernel
         return
     if get_ipython() is not None:
-        set_matplotlib_formats("png")
+        set_matplotlib_formats(FORMAT, bbox_inches="tight")
 
 
 def use_book_style() -> None:
-    """Apply the book's rc settings (call once per notebook, in the set-up cell)."""
-    _register_png_formatter()
-    plt.rcParams.update(
-        {
-            "figure.facecolor": "white",
-            "axes.facecolor": "white",
-            "savefig.facecolor": "white",
-            "savefig.transparent": False,
-            "figure.dpi": 110,
-            "savefig.dpi": 150,
-            "figure.figsize": (6.4, 4.0),
-            "axes.grid": True,
-            "grid.alpha": 0.3,
-            "axes.spines.top": False,
-            "axes.spines.right": False,
-            "axes.prop_cycle": matplotlib.cycler(color=COLORS),
-            "legend.frameon": False,
-            "font.size": 10,
-        }
-    )
+    """Apply the book's rc settings and figure format (called by :func:`new_figure`)."""
+    if "inline" in matplotlib.get_backend().lower():
+        plt.switch_backend("agg")  # no automatic display of open figures: each figure once, where glued
+    _register_formatter()
+    plt.rcParams.update(STYLE)
 
 
 def new_figure(ncols: int = 1, nrows: int = 1, width: float = 3.4, height: float = 3.0, **kw):
-    """A figure with ``nrows x ncols`` panels of about ``width x height`` inches each (constrained layout)."""
+    """A figure with ``nrows x ncols`` panels of about ``width x height`` inches each (constrained layout).
+    The whole figure is at most :data:`COLUMN_WIDTH` wide: wider requests are scaled down, keeping each
+    panel's aspect ratio, so the text keeps its size on the page."""
     use_book_style()
-    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), layout="constrained", **kw)
+    total_w, total_h = width * ncols, height * nrows
+    if total_w > COLUMN_WIDTH:
+        scale = COLUMN_WIDTH / total_w
+        total_w, total_h = COLUMN_WIDTH, total_h * scale
+    fig, axes = plt.subplots(nrows, ncols, figsize=(total_w, total_h), layout="constrained", **kw)
     return fig, axes
+
+
+def legend_outside(target, where: str = "below", ncol: int | None = None, **kw):
+    """A legend outside the data of an Axes or of a whole Figure (one legend for all panels, labels
+    de-duplicated): ``"below"`` or ``"right"``. Constrained layout makes room for it."""
+    from matplotlib.figure import Figure
+
+    if isinstance(target, Figure):
+        seen: dict = {}
+        for ax in target.axes:
+            for h, lab in zip(*ax.get_legend_handles_labels()):
+                seen.setdefault(lab, h)
+        labels, handles = list(seen), list(seen.values())
+        ncol = ncol or (max(1, min(len(labels), 4)) if where == "below" else 1)
+        loc = "outside lower center" if where == "below" else "outside right upper"
+        return target.legend(handles, labels, loc=loc, ncol=ncol, **kw)
+    handles, labels = target.get_legend_handles_labels()
+    if where == "below":
+        opts = dict(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=ncol or max(1, min(len(labels), 3)))
+    else:
+        opts = dict(loc="upper left", bbox_to_anchor=(1.02, 1.0), ncol=ncol or 1)
+    opts.update(kw)
+    return target.legend(handles, labels, **opts)
