@@ -12,27 +12,8 @@ import yaml
 from companion import book
 from companion import notebooks as nbs
 
-from _util import FIXTURES, ROOT, read_run
-
-JB = str(Path(sys.executable).with_name("jupyter-book"))
-
-
-def copy_book_frame(dest: Path, toc_notebooks: list[str], execute: str) -> None:
-    """The real _config.yml and book/ pages, with a table of contents listing ``toc_notebooks``."""
-    dest.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(ROOT / "book", dest / "book")
-    config = yaml.safe_load((ROOT / "_config.yml").read_text())
-    config["execute"]["execute_notebooks"] = execute
-    (dest / "_config.yml").write_text(yaml.safe_dump(config, sort_keys=False))
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
-    for part in toc["parts"]:
-        part["chapters"] = [
-            c for c in part["chapters"] if not c["file"].startswith("notebooks/")
-        ]
-    toc["parts"] = [p for p in toc["parts"] if p["chapters"]]
-    toc["parts"].insert(1, {"caption": "Notebooks", "chapters": [{"file": f"notebooks/{n}"} for n in toc_notebooks]})
-    (dest / "_toc.yml").write_text(yaml.safe_dump(toc, sort_keys=False))
-    (dest / "notebooks").mkdir(exist_ok=True)
+from _site import JB, copy_book_frame
+from _util import FIXTURES
 
 
 def test_cache_guard_wipes_the_cache_when_the_package_changes(tmp_path, monkeypatch):
@@ -70,40 +51,33 @@ def test_a_failing_verdict_fails_the_build_and_passing_results_are_collected(tmp
 
 
 @pytest.mark.slow
-def test_the_whole_book_builds_strictly(tmp_path, smoke_runs):
+def test_the_whole_book_builds_strictly(smoke_site):
     """Every notebook, executed with its smoke parameters by the runner, renders into the full book with
     `-n -W` (zero warnings, every reference and glue key resolved), and every verdict is collected.
     (`make book` builds the same pages at the papers' settings.)"""
-    names = nbs.all_notebooks()
-    root = tmp_path / "book"
-    copy_book_frame(root, names, execute="off")
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
-    (root / "_toc.yml").write_text(yaml.safe_dump(toc, sort_keys=False))  # the real table of contents
-    records = []
-    for name in names:
-        code, stderr, out = smoke_runs[name]
-        assert code == 0, f"{name} did not run:\n{stderr}"
-        dest = root / "notebooks" / f"{name}.ipynb"
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(out / f"{Path(name).name}.ipynb", dest)
-        records += read_run(out)["records"]
-    (root / "_build").mkdir()
-    (root / "_build" / book.VERDICT_PAGE).write_text(book.verdict_table(names, records, []))
-    proc = subprocess.run([JB, "build", str(root), "-n", "-W", "--keep-going"], capture_output=True, text=True)
-    log = proc.stdout + proc.stderr
+    assert not smoke_site["not_run"], "notebooks did not run:\n" + "\n".join(
+        f"{n}:\n{e}" for n, e in smoke_site["not_run"].items())
+    log = smoke_site["log"]
     warnings = [line for line in log.splitlines() if "WARNING" in line or "ERROR" in line or "Exception" in line]
-    assert proc.returncode == 0 and not warnings, "\n".join(warnings) or log[-4000:]
-    assert (root / "_build" / "html" / "index.html").is_file()
+    assert smoke_site["returncode"] == 0 and not warnings, "\n".join(warnings) or log[-4000:]
+    html = smoke_site["html"]
+    assert (html / "index.html").is_file()
+    names = nbs.all_notebooks()
     for name in names:
-        page = (root / "_build" / "html" / "notebooks" / f"{name}.html").read_text()
+        page = (html / "notebooks" / f"{name}.html").read_text()
         assert "&lt;Figure size" not in page, f"{name}: a figure rendered as text, not as an image"
-        assert "| claim | quantity |" not in page, f"{name}: the verdict table did not render as a table"
-    summary = book.collect_results(root / "_build", names)
+        assert "cv-table" in page and "| verdict |" not in page, f"{name}: the verdict table did not render"
+    summary = smoke_site["summary"]
     assert not summary["missing"], summary
     assert not summary["failed"], summary
+    # the build's results are published with the site, where the dashboard links them
+    assert (html / "results" / "all.jsonl").is_file() and (html / "results" / "summary.json").is_file()
+    for name in ("CITATION.cff", "LICENSE"):
+        assert (html / name).is_file(), f"{name} is not on the site"
+    assert not (html / "genindex.html").exists() or "genindex" not in (html / "index.html").read_text()
     # every formula must typeset: MathJax errors (e.g. "Double exponent") are invisible to Sphinx
     if os.environ.get("COMPANION_NO_BROWSER") == "1":
         pytest.skip("COMPANION_NO_BROWSER=1: TeX rendering not checked")
     assert book.find_browser(), "Chromium is needed to check the TeX (`make test` installs it; or set COMPANION_NO_BROWSER=1)"
-    bad = book.check_math(root / "_build" / "html")
+    bad = book.check_math(html)
     assert not bad, f"TeX errors: {bad}"

@@ -87,6 +87,43 @@ def alt_from_caption(app, doctree, docname) -> None:
                 img["alt"] = text
 
 
+# ----------------------------------------------------------------------------------------- executed notebooks
+def restore_cached_outputs(app, doctree) -> None:
+    """myst-nb writes ``_build/jupyter_execute/<doc>.ipynb`` from the notebook it *read*; when jupyter-cache
+    supplies the outputs (a page re-read after a Markdown-only change) that file has no outputs, and
+    neither the results collection nor the executed-notebook download would see them. Merge the cached
+    outputs into it."""
+    docname = app.env.docname
+    try:
+        from myst_nb.sphinx_ import NbMetadataCollector
+
+        data = NbMetadataCollector.get_exec_data(app.env, docname)
+    except Exception:  # noqa: BLE001
+        return
+    if not data or data.get("method") != "cache":
+        return
+    path = Path(app.outdir).parent / "jupyter_execute" / f"{docname}.ipynb"
+    if not path.is_file():
+        return
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    if not code or any(c.get("outputs") for c in code):
+        return
+    from jupyter_cache import get_cache
+
+    configured = getattr(getattr(app.env, "mystnb_config", None), "execution_cache_path", "")
+    cache_path = Path(configured or Path(app.outdir).parent / ".jupyter_cache")
+    if not cache_path.is_absolute():
+        cache_path = Path(app.srcdir) / cache_path
+    try:
+        _, merged = get_cache(str(cache_path)).merge_match_into_notebook(nb)
+    except KeyError:
+        return
+    nbformat.write(merged, path)
+
+
 # ----------------------------------------------------------------------------------------- provenance
 def _git(root: Path, *args: str) -> str:
     try:
@@ -251,6 +288,7 @@ def setup(app):
     _encrypted_kernels()
     app.connect("builder-inited", _builder_inited)
     app.connect("env-get-updated", _renumber, priority=900)
+    app.connect("doctree-read", restore_cached_outputs)
     app.connect("doctree-resolved", alt_from_caption)
     app.connect("html-page-context", page_context)
     app.connect("build-finished", _build_finished)
