@@ -1,6 +1,7 @@
 """The strict book build: zero warnings, a raising notebook fails it, results land in _build/results."""
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -13,7 +14,7 @@ from companion import book
 from companion import notebooks as nbs
 
 from _site import JB, copy_book_frame
-from _util import FIXTURES
+from _util import FIXTURES, ROOT
 
 
 def test_cache_guard_wipes_the_cache_when_the_package_changes(tmp_path, monkeypatch):
@@ -81,3 +82,110 @@ def test_the_whole_book_builds_strictly(smoke_site):
     assert book.find_browser(), "Chromium is needed to check the TeX (`make test` installs it; or set COMPANION_NO_BROWSER=1)"
     bad = book.check_math(html)
     assert not bad, f"TeX errors: {bad}"
+
+
+# ---------------------------------------------------------------------------------------------- rendering
+def _records():
+    base = dict(notebook="mesa/prop4_1_gaussian", predicted=0.2, measured=0.21, tolerance=0.02, comparison="abs",
+                error=0.01, passed=True, se=0.005, z=4.0, floor=0.0, parameters={"seed": 1})
+    return [
+        dict(base, claim="ratio_T10_sampling_leak", kind="statistical", status="passed",
+             quantity="trained ratio at T = 10 | vs c*(T)", reason="4 SE over\n\nreplicate seeds",
+             falsifier="T -> infinity constant 1/5", falsifier_value=0.25, z_theory=2.0, z_falsifier=8.0),
+        dict(base, claim="kernel_identity", kind="identity", status="passed", quantity="fast vs naive",
+             reason="round-off", comparison="rel", tolerance=1e-12, se=None, z=None),
+        dict(base, claim="floor_bound", kind="bound", status="not_resolvable", quantity="loss above the floor",
+             reason="round-off", comparison="lower", tolerance=0.0, predicted=3.5773e-14, measured=4.1e-14),
+    ]
+
+
+def test_verdict_table_puts_verdict_and_tolerance_first_and_links_each_claim():
+    from companion.report import verdict_label, verdict_table_markdown
+
+    table = verdict_table_markdown(_records())
+    heads = re.findall(r"<th scope='col'[^>]*>([^<]*)</th>", table)
+    assert heads[:2] == ["verdict", "tolerance"] and "claim" in heads and "kind" in heads
+    assert "\n\n" not in table.strip(), "a blank line would end the HTML block inside the Markdown output"
+    anchor = "#" + verdict_label("mesa/prop4_1_gaussian")
+    assert table.count(f"href='{anchor}'") == 3, "every claim links to its notebook's verdict section"
+    assert "title='trained ratio at T = 10 | vs c*(T)'" in table, "the full text of a claim on hover"
+    assert "4 SE over replicate seeds" in table and "8.0 SE" in table, "the reason and the falsifier's distance"
+    assert table.index("ratio_<wbr>T10") < table.index("kernel_<wbr>identity"), "identities come last"
+    assert "implementation tests" in table
+
+
+def test_tolerances_read_as_short_rules():
+    from companion.report import fmt_number, tolerance_text
+
+    assert tolerance_text({"comparison": "abs", "tolerance": 0.0123}) == "± 0.0123"
+    assert tolerance_text({"comparison": "rel", "tolerance": 1e-12}) == "± 1.00e−12 rel."
+    assert tolerance_text({"comparison": "lower", "tolerance": 0.0}) == "≥ p"
+    assert tolerance_text({"comparison": "upper", "tolerance": 0.5}) == "≤ p + 0.5"
+    assert fmt_number(3.5773e-14) == "3.58e−14" and len(fmt_number(-123456.789)) <= 10
+
+
+def test_dashboard_counts_kinds_and_statuses_and_links_the_results():
+    from companion.report import dashboard_markdown
+
+    page = dashboard_markdown(["mesa/prop4_1_gaussian", "cot/setup"], _records(), ["cot/setup"])
+    assert "**3 claims**" in page and "1 identity, 1 statistical, 1 bound" in page
+    assert "**2 passed**" in page and "**1 not resolvable**" in page
+    assert "../results/all.jsonl" in page and "../results/mesa__prop4_1_gaussian.jsonl" in page
+    assert "href='../notebooks/mesa/prop4_1_gaussian.html#verdict-mesa-prop4-1-gaussian'" in page
+    assert "<script>" in page and "cv-filter" in page
+    assert "No verdict was recorded for cot/setup" in page
+
+
+def test_the_papers_numbers_replace_the_books():
+    from types import SimpleNamespace
+
+    from companion.sphinx_ext import paper_numbers
+
+    env = SimpleNamespace(toc_fignumbers={"notebooks/cot/setup": {
+        "theorem": {"cot-thm-4-1": (12, 1)}, "assumption": {"cot-ass-4-1": (12, 1), "book-own": (12, 2)},
+        "figure": {"fig-cot-setup": (12, 1)},
+        "displaymath": {"equation-cot-sparse": (12, 1), "equation-cot-eq-6": (12, 2), "equation-cot-gd": (12, 3)},
+    }})
+    paper_numbers(env)
+    n = env.toc_fignumbers["notebooks/cot/setup"]
+    assert n["theorem"] == {"cot-thm-4-1": (4, 1)}
+    assert n["assumption"] == {"cot-ass-4-1": (4, 1), "book-own": ()}
+    assert n["figure"] == {}, "figures are named by their captions, not numbered by the book"
+    assert n["displaymath"] == {"equation-cot-sparse": ("B1",), "equation-cot-eq-6": (6,), "equation-cot-gd": ("B2",)}
+
+
+def test_paper_numbering_script_labels_equations_6_and_7_once(tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("paper_numbering", ROOT / "tools" / "paper_numbering.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    setup = tmp_path / "notebooks" / "cot" / "setup.md"
+    setup.parent.mkdir(parents=True)
+    setup.write_text(
+        "The CoT training loss (6) and the evaluation loss (7) are\n\n$$\n"
+        "\\Lcal^{\\rm CoT}(W) = \\tfrac12 \\E \\|r\\|^2,\n\\qquad\n\\Lcal^{\\rm Eval}(W) = \\E \\|e\\|^2 ,\n$$\n\n"
+        "```{code-cell} ipython3\nv.check('x', quantity='CoT loss (6)')\n```\n\nIn $f(6)$ and `(7)` nothing changes.\n"
+    )
+    assert tool.main(["--root", str(tmp_path)]) == 0
+    once = setup.read_text()
+    assert "$$ (cot-eq-6)" in once and "$$ (cot-eq-7)" in once and "\\qquad" not in once
+    assert "loss {eq}`cot-eq-6` and the evaluation loss {eq}`cot-eq-7`" in once
+    assert "quantity='CoT loss (6)'" in once and "$f(6)$" in once and "`(7)`" in once
+    assert tool.main(["--root", str(tmp_path)]) == 0 and setup.read_text() == once, "idempotent"
+
+
+def test_figures_fit_the_column_at_the_books_font_sizes():
+    import matplotlib
+
+    from companion import plotting
+
+    fig, axes = plotting.new_figure(ncols=4, width=3.4, height=3.0)
+    w, h = fig.get_size_inches()
+    assert w <= plotting.COLUMN_WIDTH + 1e-9 and abs(h / w - 3.0 / 13.6) < 1e-9, "scaled to the column, same aspect"
+    rc = matplotlib.rcParams
+    assert min(rc["xtick.labelsize"], rc["ytick.labelsize"], rc["legend.fontsize"], rc["font.size"]) >= plotting.MIN_FONT_PT
+    assert rc["svg.fonttype"] == "none"
+    plotting.legend_outside(fig)
+    assert "inline" not in matplotlib.get_backend()
+    matplotlib.pyplot.close(fig)

@@ -151,9 +151,14 @@ def make_pdf(root: Path, browser: str | None = None, jb_cmd: list[str] | None = 
     jb = jb_cmd or [_jupyter_book()]
     proc = subprocess.run([*jb, "build", str(root), "--builder", "singlehtml"], cwd=root, capture_output=True,
                           text=True)
-    index = root / "_build" / "singlehtml" / "index.html"
-    if proc.returncode != 0 or not index.is_file():
+    single = root / "_build" / "singlehtml"
+    page = single / (_root_doc(root) + ".html")
+    if proc.returncode != 0 or not page.is_file():
         raise RuntimeError(f"single-page build failed:\n{(proc.stdout + proc.stderr)[-3000:]}")
+    # the page is written at the root document's path (book/intro.html) but links _static/ and _images/
+    # as if it were at the top: print a copy at the top
+    index = single / "companion-print.html"
+    shutil.copyfile(page, index)
     out = root / "_build" / "html" / PDF_NAME
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as profile:
@@ -166,6 +171,13 @@ def make_pdf(root: Path, browser: str | None = None, jb_cmd: list[str] | None = 
     if not out.is_file() or out.stat().st_size < 10_000:
         raise RuntimeError(f"Chromium did not print the PDF (exit {proc.returncode}): {proc.stderr[-2000:]}")
     return out
+
+
+def _root_doc(root: Path) -> str:
+    import yaml
+
+    toc = yaml.safe_load((root / "_toc.yml").read_text())
+    return str(toc.get("root", "index"))
 
 
 def _jupyter_book() -> str:
