@@ -189,3 +189,19 @@ def test_figures_fit_the_column_at_the_books_font_sizes():
     plotting.legend_outside(fig)
     assert "inline" not in matplotlib.get_backend()
     matplotlib.pyplot.close(fig)
+
+
+def test_alt_text_is_the_caption_without_tex():
+    from docutils import nodes
+    from docutils.utils import new_document
+    from docutils.frontend import get_default_settings
+    from docutils.parsers.rst import Parser
+
+    from companion.sphinx_ext import alt_from_caption
+
+    doc = new_document("t", get_default_settings(Parser))
+    fig = nodes.figure("", nodes.image(uri="../../_images/abc.svg", alt="../../_images/abc.svg"),
+                       nodes.caption("", r"Fig. 1b (reproduced): Gaussian x_1\sim\Nor(0,\sigma^2I)"))
+    doc += fig
+    alt_from_caption(None, doc, "notebooks/mesa/prop4_1_gaussian")
+    assert next(iter(doc.findall(nodes.image)))["alt"] == "Fig. 1b (reproduced): Gaussian x_1~N(0,σ^2I)"
