@@ -182,7 +182,8 @@ def test_figures_fit_the_column_at_the_books_font_sizes():
 
     fig, axes = plotting.new_figure(ncols=4, width=3.4, height=3.0)
     w, h = fig.get_size_inches()
-    assert w <= plotting.COLUMN_WIDTH + 1e-9 and abs(h / w - 3.0 / 13.6) < 1e-9, "scaled to the column, same aspect"
+    assert w + 2 * plotting.PAD <= plotting.COLUMN_WIDTH + 1e-9 and abs(h / w - 3.0 / 13.6) < 1e-9, \
+        "scaled to the column, same aspect"
     rc = matplotlib.rcParams
     assert min(rc["xtick.labelsize"], rc["ytick.labelsize"], rc["legend.fontsize"], rc["font.size"]) >= plotting.MIN_FONT_PT
     assert rc["svg.fonttype"] == "none"

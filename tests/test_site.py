@@ -94,14 +94,17 @@ _TABLES_JS = """() => Array.from(document.querySelectorAll('table.cv-table')).ma
           column: col.getBoundingClientRect().width};
 })"""
 
+_PRE_JS = """() => Array.from(document.querySelectorAll('article pre')).filter(p => p.scrollWidth > p.clientWidth + 1)
+  .map(p => [p.scrollWidth, p.clientWidth, p.textContent.slice(0, 60)])"""
+
 _IMAGES_JS = """() => Array.from(document.querySelectorAll('article img')).map(i => ({
   src: i.getAttribute('src'), alt: i.getAttribute('alt') || '', width: i.getBoundingClientRect().width,
   inFigure: !!i.closest('figure')}))"""
 
 
 def test_pages_at_1280_px(browser, smoke_site):
-    """Console errors, remote requests, verdict tables wider than the column, images shown twice or with
-    a path for alt text: none on any page."""
+    """Console errors, remote requests, verdict tables wider than the column, code or printed output that
+    scrolls sideways, images shown twice or with a path for alt text: none on any page."""
     html = _site(smoke_site)
     visit = Visit(browser, DESKTOP)
     problems: list[str] = []
@@ -115,6 +118,9 @@ def test_pages_at_1280_px(browser, smoke_site):
                 if t["width"] > t["column"] + 1 or t["scroll"] > t["column"] + 1:
                     problems.append(f"{name}: a verdict table is {t['width']:.0f} px wide (scrolls {t['scroll']} px) "
                                     f"in a {t['column']:.0f} px column")
+            for pre in page.evaluate(_PRE_JS):
+                problems.append(f"{name}: a code or output block scrolls sideways ({pre[0]} px in {pre[1]} px): "
+                                f"{pre[2]!r}")
             images = page.evaluate(_IMAGES_JS)
             seen: dict[str, int] = {}
             for img in images:
@@ -267,3 +273,19 @@ def test_screenshots_at_1280_px_and_on_a_phone(browser, smoke_site):
         for s in shots:
             shutil.copy(s, Path(dest) / s.name)
     print("screenshots:", *shots)
+
+
+def test_the_whole_book_prints_as_one_pdf(smoke_site):
+    """`companion book` prints the single-page build with Chromium (offline); the front page links it."""
+    html = _site(smoke_site)
+    _chromium()
+    pdf = book.make_pdf(smoke_site["root"])
+    assert pdf == html / book.PDF_NAME
+    data = pdf.read_bytes()
+    assert data.startswith(b"%PDF") and len(data) > 200_000
+    pages = len(re.findall(rb"/Type\s*/Page[^s]", data))
+    assert pages >= 20, f"only {pages} pages: the book was not printed whole"
+    printed = (smoke_site["root"] / "_build" / "singlehtml" / "companion-print.html").read_text()
+    for name in nbs.all_notebooks():
+        assert f'id="verdict-{name.replace("/", "-").replace("_", "-")}"' in printed, f"{name} is not in the PDF"
+    assert 'href="../companion.pdf"' in (html / "book" / "intro.html").read_text()

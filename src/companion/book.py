@@ -10,8 +10,14 @@
    stderr, a notebook that raises, e.g. a failed verdict) fails the build.
 3. **Results.** Every verdict table carries its records in the output metadata; they are read back
    from the executed notebooks of *this* build (``_build/jupyter_execute``) and written to
-   ``_build/results/<notebook>.jsonl`` and ``_build/results/all.jsonl``, with a summary. A notebook in
-   the table of contents without records, or any failed claim, makes the command fail.
+   ``_build/results/<notebook>.jsonl`` and ``_build/results/all.jsonl``, with a summary, and published
+   with the site (``_build/html/results/``). A notebook in the table of contents without records, or any
+   failed claim, makes the command fail.
+4. **Checks and the PDF.** Headless Chromium renders every page to catch TeX errors, then prints the whole
+   book (a single-page build from the same doctrees) to ``_build/html/companion.pdf``, offline.
+
+The site itself (the papers' numbering, provenance and executed notebooks per page, alt text, styles) is
+:mod:`companion.sphinx_ext`.
 """
 
 from __future__ import annotations

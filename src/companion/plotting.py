@@ -6,7 +6,9 @@ The standard
 * **Sized for the column.** The book's text column is about 672 CSS px = 7 inches at 1280 px. Figures are
   rendered as **SVG** at their true size, so a figure at most :data:`COLUMN_WIDTH` inches wide shows its
   text at the font size set here: 10 pt labels, 9 pt ticks and legends (never less than
-  :data:`MIN_FONT_PT`). :func:`new_figure` caps the total width at the column, whatever the panel count.
+  :data:`MIN_FONT_PT`). :func:`new_figure` caps the total width at the column (:data:`MAX_WIDTH` plus
+  the padding), whatever the panel count. Never set a smaller font size in a notebook: the site tests
+  measure every figure's text as displayed.
 * **Legends outside the data.** :func:`legend_outside` puts a legend below (or beside) the axes.
 * **Each figure once.** The inline backend would show every open pyplot figure at the end of its cell,
   besides the captioned ``{glue:figure}``; :func:`use_book_style` switches to the non-interactive Agg
@@ -20,10 +22,13 @@ from __future__ import annotations
 import matplotlib
 import matplotlib.pyplot as plt
 
-__all__ = ["use_book_style", "new_figure", "legend_outside", "COLORS", "COLUMN_WIDTH", "MIN_FONT_PT", "FORMAT"]
+__all__ = ["use_book_style", "new_figure", "legend_outside", "COLORS", "COLUMN_WIDTH", "MAX_WIDTH", "MIN_FONT_PT",
+           "FORMAT"]
 
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf", "#7f7f7f"]
 COLUMN_WIDTH = 7.0  # inches: the text column at 1280 px (672 CSS px at 96 px per inch)
+PAD = 0.1  # inches added around the figure on each side when it is rendered (bbox "tight")
+MAX_WIDTH = COLUMN_WIDTH - 2 * PAD  # the widest figure: with its padding it fills the column exactly
 MIN_FONT_PT = 9.0  # the smallest text of a figure, as displayed
 FORMAT = "svg"  # what the notebooks' figures are rendered as (vector: sharp at any zoom and in the PDF)
 
@@ -34,7 +39,8 @@ STYLE = {
     "savefig.transparent": False,
     "figure.dpi": 96,  # 1 inch = 96 CSS px: an SVG shows at its true size
     "savefig.dpi": 192,  # rasterised parts (imshow) at 2x
-    "figure.figsize": (COLUMN_WIDTH, 4.0),
+    "figure.figsize": (MAX_WIDTH, 4.0),
+    "savefig.pad_inches": PAD,
     "figure.max_open_warning": 0,
     "axes.grid": True,
     "grid.alpha": 0.3,
@@ -64,7 +70,7 @@ def _register_formatter() -> None:
     except ImportError:  # pragma: no cover - IPython and matplotlib-inline come with ipykernel
         return
     if get_ipython() is not None:
-        set_matplotlib_formats(FORMAT, bbox_inches="tight")
+        set_matplotlib_formats(FORMAT, bbox_inches="tight", pad_inches=PAD)
 
 
 def use_book_style() -> None:
@@ -77,13 +83,13 @@ def use_book_style() -> None:
 
 def new_figure(ncols: int = 1, nrows: int = 1, width: float = 3.4, height: float = 3.0, **kw):
     """A figure with ``nrows x ncols`` panels of about ``width x height`` inches each (constrained layout).
-    The whole figure is at most :data:`COLUMN_WIDTH` wide: wider requests are scaled down, keeping each
-    panel's aspect ratio, so the text keeps its size on the page."""
+    The whole figure is at most :data:`MAX_WIDTH` wide (with its padding, the column): wider requests are
+    scaled down, keeping each panel's aspect ratio, so the text keeps its size on the page."""
     use_book_style()
     total_w, total_h = width * ncols, height * nrows
-    if total_w > COLUMN_WIDTH:
-        scale = COLUMN_WIDTH / total_w
-        total_w, total_h = COLUMN_WIDTH, total_h * scale
+    if total_w > MAX_WIDTH:
+        scale = MAX_WIDTH / total_w
+        total_w, total_h = MAX_WIDTH, total_h * scale
     fig, axes = plt.subplots(nrows, ncols, figsize=(total_w, total_h), layout="constrained", **kw)
     return fig, axes
 

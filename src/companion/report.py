@@ -337,7 +337,7 @@ def dashboard_markdown(names: list[str], records: list[dict], missing: list[str]
             f"{{ref}}`Verdict section of this notebook <{verdict_label(name)}>` — "
             + ", ".join(f"{cn['kinds'][k]} {k}" for k in KINDS if k in cn["kinds"]) + "; "
             + ", ".join(f"{cn['statuses'][s]} {s.replace('_', ' ')}" for s in STATUSES if s in cn["statuses"])
-            + f" · <a href='../{RESULTS_URL}/{slug(name)}.jsonl' download>{slug(name)}.jsonl</a>",
+            + f" · <a href='../{RESULTS_URL}/{slug(name)}.jsonl' download>{slug(name).replace('_', '&#95;')}.jsonl</a>",
             "",
             verdict_table_html(recs, link_base=href, extra_class="cv-dash"),
             "",
