@@ -102,56 +102,68 @@ _IMAGES_JS = """() => Array.from(document.querySelectorAll('article img')).map(i
   inFigure: !!i.closest('figure')}))"""
 
 
-def test_pages_at_1280_px(browser, smoke_site):
-    """Console errors, remote requests, verdict tables wider than the column, code or printed output that
-    scrolls sideways, images shown twice or with a path for alt text: none on any page."""
+@pytest.fixture(scope="module")
+def desktop(browser, smoke_site):
+    """Every page loaded once at 1280 px: what the tests below look at, per page."""
     html = _site(smoke_site)
     visit = Visit(browser, DESKTOP)
-    problems: list[str] = []
+    seen = {}
     try:
         for path in _pages(html):
             page = visit.open(path)
-            name = path.relative_to(html).as_posix()
-            problems += [f"{name}: {e}" for e in visit.errors]
-            problems += [f"{name}: remote request {u}" for u in visit.remote]
-            for t in page.evaluate(_TABLES_JS):
-                if t["width"] > t["column"] + 1 or t["scroll"] > t["column"] + 1:
-                    problems.append(f"{name}: a verdict table is {t['width']:.0f} px wide (scrolls {t['scroll']} px) "
-                                    f"in a {t['column']:.0f} px column")
-            for pre in page.evaluate(_PRE_JS):
-                problems.append(f"{name}: a code or output block scrolls sideways ({pre[0]} px in {pre[1]} px): "
-                                f"{pre[2]!r}")
-            images = page.evaluate(_IMAGES_JS)
-            seen: dict[str, int] = {}
-            for img in images:
-                seen[img["src"]] = seen.get(img["src"], 0) + 1
-                alt = img["alt"].strip()
-                if not alt or re.search(r"(^|/)[^ ]+\.(png|svg|jpe?g|gif)$", alt) or "_images/" in alt:
-                    problems.append(f"{name}: image {img['src']} has alt text {alt!r} (not its caption)")
-            problems += [f"{name}: image {src} is shown {k} times" for src, k in seen.items() if k > 1]
+            link = page.query_selector("a.companion-executed-download")
+            runtime = page.query_selector(".companion-runtime")
+            seen[path] = {
+                "errors": list(visit.errors), "remote": list(visit.remote),
+                "tables": page.evaluate(_TABLES_JS), "pres": page.evaluate(_PRE_JS),
+                "images": page.evaluate(_IMAGES_JS),
+                "download": link.get_attribute("href") if link else None,
+                "runtime": runtime.inner_text() if runtime else None,
+            }
     finally:
         visit.close()
+    return seen
+
+
+def test_pages_at_1280_px(desktop, smoke_site):
+    """Console errors, remote requests, verdict tables wider than the column, code or printed output that
+    scrolls sideways, images shown twice or with a path for alt text: none on any page."""
+    html = smoke_site["html"]
+    problems: list[str] = []
+    for path, got in desktop.items():
+        name = path.relative_to(html).as_posix()
+        problems += [f"{name}: {e}" for e in got["errors"]]
+        problems += [f"{name}: remote request {u}" for u in got["remote"]]
+        for t in got["tables"]:
+            if t["width"] > t["column"] + 1 or t["scroll"] > t["column"] + 1:
+                problems.append(f"{name}: a verdict table is {t['width']:.0f} px wide (scrolls {t['scroll']} px) "
+                                f"in a {t['column']:.0f} px column")
+        for pre in got["pres"]:
+            problems.append(f"{name}: a code or output block scrolls sideways ({pre[0]} px in {pre[1]} px): "
+                            f"{pre[2]!r}")
+        count: dict[str, int] = {}
+        for img in got["images"]:
+            count[img["src"]] = count.get(img["src"], 0) + 1
+            alt = img["alt"].strip()
+            if not alt or re.search(r"(^|/)[^ ]+\.(png|svg|jpe?g|gif)$", alt) or "_images/" in alt:
+                problems.append(f"{name}: image {img['src']} has alt text {alt!r} (not its caption)")
+        problems += [f"{name}: image {src} is shown {k} times" for src, k in count.items() if k > 1]
     assert not problems, "\n".join(problems)
 
 
-def test_figure_text_is_at_least_9_pt_as_displayed(browser, smoke_site):
+def test_figure_text_is_at_least_9_pt_as_displayed(desktop, smoke_site):
     """companion.plotting's standard: every figure's text (sub- and superscripts of formulas aside) is at
     least 9 pt at its displayed size in the 1280 px layout. Figures are SVG with text kept as text."""
-    html = _site(smoke_site)
-    visit = Visit(browser, DESKTOP)
+    html = smoke_site["html"]
     small = []
-    try:
-        for path in _pages(html):
-            page = visit.open(path)
-            for img in page.evaluate(_IMAGES_JS):
-                if not img["src"].endswith(".svg") or img["width"] <= 0:
-                    continue
-                pt = _smallest_text_pt(path.parent / unquote(img["src"]), img["width"])
-                if pt is not None and pt < MIN_FONT_PT - 0.05:
-                    small.append(f"{path.relative_to(html).as_posix()}: figure {Path(img['src']).name} has text "
-                                 f"at {pt:.1f} pt as displayed")
-    finally:
-        visit.close()
+    for path, got in desktop.items():
+        for img in got["images"]:
+            if not img["src"].endswith(".svg") or img["width"] <= 0:
+                continue
+            pt = _smallest_text_pt(path.parent / unquote(img["src"]), img["width"])
+            if pt is not None and pt < MIN_FONT_PT - 0.05:
+                small.append(f"{path.relative_to(html).as_posix()}: figure {Path(img['src']).name} has text "
+                             f"at {pt:.1f} pt as displayed")
     assert not small, f"text below {MIN_FONT_PT:g} pt (set no font size below companion.plotting's; keep the " \
                       "figure within the column width):\n" + "\n".join(small)
 
@@ -186,35 +198,27 @@ def test_pages_on_a_phone_do_not_scroll_sideways(browser, smoke_site):
     assert not wide, "\n".join(wide)
 
 
-def test_every_notebook_page_offers_its_executed_notebook(browser, smoke_site):
+def test_every_notebook_page_offers_its_executed_notebook(desktop, smoke_site):
     """The download under each notebook's title is the executed notebook of this build: its code cells
-    have outputs and it carries the verdict records."""
-    html = _site(smoke_site)
-    visit = Visit(browser, DESKTOP)
+    have outputs and it carries the verdict records; the page states the measured runtime."""
+    html = smoke_site["html"]
     missing = []
-    try:
-        for name in nbs.all_notebooks():
-            path = html / "notebooks" / f"{name}.html"
-            page = visit.open(path)
-            link = page.query_selector("a.companion-executed-download")
-            if link is None:
-                missing.append(f"{name}: no executed-notebook download")
-                continue
-            target = (path.parent / unquote(urlparse(link.get_attribute("href")).path)).resolve()
-            if not target.is_file():
-                missing.append(f"{name}: the download {link.get_attribute('href')} is not on the site")
-                continue
-            nb = json.loads(target.read_text())
-            code = [c for c in nb["cells"] if c["cell_type"] == "code"]
-            outputs = [o for c in code for o in c.get("outputs", [])]
-            records = [o for o in outputs if METADATA_KEY in (o.get("metadata") or {})]
-            if not outputs or not records:
-                missing.append(f"{name}: the downloaded notebook has no outputs or no verdict records")
-            runtime = page.query_selector(".companion-runtime")
-            if runtime is None or not re.search(r"\d", runtime.inner_text()):
-                missing.append(f"{name}: no measured runtime")
-    finally:
-        visit.close()
+    for name in nbs.all_notebooks():
+        path = html / "notebooks" / f"{name}.html"
+        got = desktop[path]
+        if got["download"] is None:
+            missing.append(f"{name}: no executed-notebook download")
+            continue
+        target = (path.parent / unquote(urlparse(got["download"]).path)).resolve()
+        if not target.is_file():
+            missing.append(f"{name}: the download {got['download']} is not on the site")
+            continue
+        nb = json.loads(target.read_text())
+        outputs = [o for c in nb["cells"] if c["cell_type"] == "code" for o in c.get("outputs", [])]
+        if not outputs or not any(METADATA_KEY in (o.get("metadata") or {}) for o in outputs):
+            missing.append(f"{name}: the downloaded notebook has no outputs or no verdict records")
+        if not got["runtime"] or not re.search(r"\d", got["runtime"]):
+            missing.append(f"{name}: no measured runtime")
     assert not missing, "\n".join(missing)
 
 
