@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import copy
 import datetime as _dt
 import html
 import json
@@ -63,7 +64,16 @@ def paper_numbers(env, docnames=None) -> None:
                     ids[node_id] = (int(m.group(3)), int(m.group(4))) if m else ()
 
 
+def _restore_book_numbers(app, env, docnames):
+    # Sphinx re-writes every page whose numbers differ from the last build's: let it compare its own
+    # numbers (saved below), not the papers', so that a rebuild re-writes only the pages that changed
+    raw = getattr(env, "companion_book_fignumbers", None)
+    if raw is not None:
+        env.toc_fignumbers = copy.deepcopy(raw)
+
+
 def _renumber(app, env):
+    env.companion_book_fignumbers = copy.deepcopy(env.toc_fignumbers)
     paper_numbers(env)
     return []
 
@@ -302,6 +312,7 @@ def _build_finished(app, exc) -> None:
 def setup(app):
     _encrypted_kernels()
     app.connect("builder-inited", _builder_inited)
+    app.connect("env-before-read-docs", _restore_book_numbers)
     app.connect("env-get-updated", _renumber, priority=900)
     app.connect("doctree-read", restore_cached_outputs)
     app.connect("doctree-resolved", alt_from_caption)
