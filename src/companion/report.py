@@ -58,7 +58,9 @@ def fmt_number(x) -> str:
     x = float(x)
     if x == 0:
         return "0"
-    if 1e-3 <= abs(x) < 1e5:
+    if 1e3 <= abs(x) < 1e5:
+        s = f"{x:.0f}"
+    elif 1e-3 <= abs(x) < 1e3:
         s = f"{x:.4g}"
     else:
         mant, exp = f"{x:.2e}".split("e")
@@ -94,7 +96,7 @@ def _falsifier_distance(r: dict) -> str:
         return "—"
     if zf == math.inf:
         return "∞ SE"
-    return f"{zf:.1f} SE" if zf < 1000 else f"{fmt_number(zf)} SE"
+    return f"{zf:.1f} SE" if zf < 100 else f"{fmt_number(zf)} SE"
 
 
 def _details(r: dict) -> str:
@@ -108,7 +110,7 @@ def _details(r: dict) -> str:
         if r.get("z_falsifier") is not None:
             f += f" ({_falsifier_distance(r)} from the measurement"
             if r.get("z_theory") is not None:
-                f += f"; the theory is {r['z_theory']:.1f} SE from it"
+                f += f"; the theory is {_falsifier_distance({'z_falsifier': r['z_theory']})} from it"
             f += ")"
         parts.append(f"<span class='cv-falsifier'><b>Falsifier:</b> {f}</span>")
     if r.get("se") is not None:
