@@ -12,7 +12,7 @@ import yaml
 from _util import ROOT, domain_points, run_cli, smoke_parameters
 
 os.environ.setdefault("COMPANION_ROOT", str(ROOT))
-# a non-inline backend: figures must still render (companion.plotting registers the PNG formatter)
+# a non-inline backend: figures must still render (companion.plotting registers the SVG formatter)
 os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("COMPANION_CACHE_DIR", "off")  # every test computes from scratch
 
