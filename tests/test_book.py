@@ -206,3 +206,23 @@ def test_alt_text_is_the_caption_without_tex():
     doc += fig
     alt_from_caption(None, doc, "notebooks/mesa/prop4_1_gaussian")
     assert next(iter(doc.findall(nodes.image)))["alt"] == "Fig. 1b (reproduced): Gaussian x_1~N(0,σ^2I)"
+
+
+def test_a_figure_is_brought_to_the_standard_before_it_is_shown():
+    import matplotlib.pyplot as plt
+    from matplotlib.text import Text
+
+    from companion import plotting
+
+    plotting.use_book_style()
+    fig, ax = plt.subplots(figsize=(12, 4))  # wider than the column, as a notebook might ask
+    ax.plot([1, 2], label="x")
+    ax.legend(fontsize=6)
+    ax.set_title("t", fontsize=7)
+    ax.tick_params(labelsize=5)
+    plotting.enforce_standard(fig)
+    assert fig.get_size_inches()[0] == pytest.approx(plotting.MAX_WIDTH)
+    assert fig.get_size_inches()[1] == pytest.approx(4 * plotting.MAX_WIDTH / 12)
+    fig.canvas.draw()
+    assert min(t.get_fontsize() for t in fig.findobj(Text)) >= plotting.MIN_FONT_PT
+    plt.close(fig)

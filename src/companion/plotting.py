@@ -13,6 +13,9 @@ The standard
 * **Each figure once.** The inline backend would show every open pyplot figure at the end of its cell,
   besides the captioned ``{glue:figure}``; :func:`use_book_style` switches to the non-interactive Agg
   backend, so a figure is shown only where it is glued.
+* **Enforced when shown.** Every figure IPython displays (also a glued one) passes
+  :func:`enforce_standard` first: a figure wider than the column is scaled down and text set smaller
+  than :data:`MIN_FONT_PT` is raised to it.
 * **Alt text** comes from the figure's caption (``companion.sphinx_ext``): write captions that say what
   is plotted.
 """
@@ -22,7 +25,7 @@ from __future__ import annotations
 import matplotlib
 import matplotlib.pyplot as plt
 
-__all__ = ["use_book_style", "new_figure", "legend_outside", "COLORS", "COLUMN_WIDTH", "MAX_WIDTH", "MIN_FONT_PT",
+__all__ = ["use_book_style", "new_figure", "legend_outside", "enforce_standard", "COLORS", "COLUMN_WIDTH", "MAX_WIDTH", "MIN_FONT_PT",
            "FORMAT"]
 
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf", "#7f7f7f"]
@@ -62,15 +65,44 @@ STYLE = {
 }
 
 
+def enforce_standard(fig) -> None:
+    """Bring a figure to the standard before it is shown: at most :data:`MAX_WIDTH` wide (scaled down with
+    its aspect ratio) and no text below :data:`MIN_FONT_PT` (a smaller size set in a notebook is raised).
+    Sub- and superscripts inside formulas keep their relative size."""
+    from matplotlib.text import Text
+
+    w, h = fig.get_size_inches()
+    if w > MAX_WIDTH + 1e-9:
+        fig.set_size_inches(MAX_WIDTH, h * MAX_WIDTH / w)
+    for t in fig.findobj(Text):
+        if t.get_fontsize() < MIN_FONT_PT:
+            t.set_fontsize(MIN_FONT_PT)
+
+
 def _register_formatter() -> None:
-    """Make IPython render a Figure (also a glued one) as SVG whatever the matplotlib backend is."""
+    """Make IPython render a Figure (also a glued one) as SVG whatever the matplotlib backend is, brought
+    to the standard first (:func:`enforce_standard`)."""
     try:
         from IPython import get_ipython
+        from matplotlib.figure import Figure
         from matplotlib_inline.backend_inline import set_matplotlib_formats
     except ImportError:  # pragma: no cover - IPython and matplotlib-inline come with ipykernel
         return
-    if get_ipython() is not None:
-        set_matplotlib_formats(FORMAT, bbox_inches="tight", pad_inches=PAD)
+    ip = get_ipython()
+    if ip is None:
+        return
+    set_matplotlib_formats(FORMAT, bbox_inches="tight", pad_inches=PAD)
+    formatter = ip.display_formatter.formatters["image/svg+xml"]
+    render = formatter.lookup_by_type(Figure)
+    if getattr(render, "_companion_standard", False):
+        return
+
+    def render_standard(fig):
+        enforce_standard(fig)
+        return render(fig)
+
+    render_standard._companion_standard = True
+    formatter.for_type(Figure, render_standard)
 
 
 def use_book_style() -> None:
