@@ -74,6 +74,12 @@ def enforce_standard(fig) -> None:
     w, h = fig.get_size_inches()
     if w > MAX_WIDTH + 1e-9:
         fig.set_size_inches(MAX_WIDTH, h * MAX_WIDTH / w)
+    for ax in fig.axes:  # tick labels made at draw time follow the axis' tick settings
+        for name, axis in (("x", ax.xaxis), ("y", ax.yaxis)):
+            for which in ("major", "minor"):
+                labels = axis.get_ticklabels(which=which)
+                if labels and min(t.get_fontsize() for t in labels) < MIN_FONT_PT:
+                    ax.tick_params(axis=name, which=which, labelsize=MIN_FONT_PT)
     for t in fig.findobj(Text):
         if t.get_fontsize() < MIN_FONT_PT:
             t.set_fontsize(MIN_FONT_PT)
