@@ -83,6 +83,17 @@ def enforce_standard(fig) -> None:
     for t in fig.findobj(Text):
         if t.get_fontsize() < MIN_FONT_PT:
             t.set_fontsize(MIN_FONT_PT)
+    # what sticks out of the figure (a legend or a label outside) widens the rendered image: shrink the
+    # figure by that much, so the image is not scaled down on the page
+    for _ in range(3):
+        try:
+            extent = fig.get_tightbbox(fig.canvas.get_renderer()).width
+        except Exception:  # noqa: BLE001 - a canvas without a renderer: leave the size
+            return
+        if extent <= MAX_WIDTH + 0.01:
+            return
+        w, h = fig.get_size_inches()
+        fig.set_size_inches(max(w - (extent - MAX_WIDTH) - 0.02, 1.0), h)
 
 
 def _register_formatter() -> None:
