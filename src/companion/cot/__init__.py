@@ -3,13 +3,15 @@
 * :mod:`companion.cot.data`   -- prompts, the GD trajectory, the embedding Z0 and CoT tokens (torch);
 * :mod:`companion.cot.model`  -- the LSA, autoregressive CoT inference, the fast teacher-forced loss (6),
   the evaluation loss (7), the no-CoT and looped models;
-* :mod:`companion.cot.train`  -- full-parameter training and the restricted gradient flow;
-* :mod:`companion.cot.theory` -- closed forms, Monte Carlo, Marchenko--Pastur, reduced ODE, looped optimum.
+* :mod:`companion.cot.train`  -- full-parameter training (Adam/GD on fresh prompts, float64);
+* :mod:`companion.cot.theory` -- closed forms, Monte Carlo, Marchenko--Pastur, the reduced ODE and its rates, the
+  restricted matrix flow, the (importance-weighted) looped optimum;
+* :mod:`companion.cot.checks` -- the per-theorem measurements behind the notebooks' verdicts, with standard errors.
 """
 
 from __future__ import annotations
 
-from . import data, model, theory, train
+from . import checks, data, model, theory, train
 from .data import Prompts, cot_tokens, embed, gd_trajectory, make_generator, sample_prompts
 from .model import (
     blocks,
@@ -29,7 +31,7 @@ from .model import (
 )
 
 __all__ = [
-    "data", "model", "theory", "train",
+    "checks", "data", "model", "theory", "train",
     "Prompts", "cot_tokens", "embed", "gd_trajectory", "make_generator", "sample_prompts",
     "blocks", "construction", "cot_inference", "eval_loss", "looped_predict", "lsa", "no_cot_predict",
     "outcome_loss", "per_prompt_error", "cot_effective_blocks", "no_cot_effective_matrix", "sparse_parameters", "teacher_forced_loss",

@@ -17,6 +17,7 @@ import numpy as np
 from scipy import integrate, optimize
 
 from companion.params import ParameterError, integer, real, require
+from companion.stats import mean_se
 
 __all__ = [
     "eta_star",
@@ -29,11 +30,24 @@ __all__ = [
     "gd_error_mc",
     "gd_error_mp",
     "gd_error_samples",
-    "median_se",
     "mp_edges",
     "mp_density",
+    "mp_integral",
+    "mp_moment",
+    "mp_rate",
     "one_step_ood_error",
     "one_step_optimal_V",
+    "fixed_point_rate",
+    "reduced_flow_converged",
+    "v_curvature",
+    "slow_manifold_time",
+    "wishart_is_sample",
+    "looped_is_loss",
+    "looped_is_optimum",
+    "assumption41_init",
+    "restricted_loss_grad",
+    "restricted_flow",
+    "symmetrised_S_sample",
     "stage1_v",
     "reduced_loss",
     "reduced_grad",
@@ -57,19 +71,42 @@ def _dn(d, n, *, n_ge_d: bool = False):
 
 # ----------------------------------------------------------------------------- closed forms
 def eta_star(d: int, n: int) -> float:
-    """Optimal one-step size eta* = n / (n + d + 1) (Theorem 3.1)."""
+    r"""Optimal one-step size of {prf:ref}`cot-thm-3-1`.
+
+    .. math:: \eta^\star = \frac{n}{n+d+1} = \arg\min_\eta \E\tr(I-\eta S)^2 .
+
+    Args:
+        d: dimension (>= 1).  n: examples per prompt (>= 1).
+    Returns:
+        :math:`\eta^\star` (float).
+    """
     d, n = _dn(d, n)
     return n / (n + d + 1)
 
 
 def no_cot_floor(d: int, n: int) -> float:
-    """No-CoT error floor d(d+1)/(n+d+1) = min E||w_hat - w*||^2 over one-layer LSAs (Corollary 3.1)."""
+    r"""No-CoT error floor of {prf:ref}`cot-cor-3-1`, the minimum of :math:`\E\|\hat w - w^\star\|^2` over one-layer LSAs:
+
+    .. math:: d - d\eta^\star = \frac{d(d+1)}{n+d+1}.
+
+    Args:
+        d: dimension.  n: examples per prompt.
+    Returns:
+        The floor (float; no 1/2, summed over the d coordinates).
+    """
     d, n = _dn(d, n)
     return d * (d + 1) / (n + d + 1)
 
 
 def wishart_trace_moment(p: int, d: int, n: int) -> float:
-    """m_p = E tr S^p for S = X X^T/n, x ~ N(0, I_d), p in {0, ..., 4} (exact)."""
+    r"""Exact Wishart trace moment :math:`m_p = \E\tr S^p`, :math:`S = XX^\T/n`, :math:`x \sim N(0, I_d)`, for
+    :math:`p \le 4` ({prf:ref}`cot-thm-3-2`; e.g. :math:`m_2 = d(n+d+1)/n`).
+
+    Args:
+        p: the power, 0..4.  d, n: dimension and examples per prompt.
+    Returns:
+        :math:`m_p` (float).
+    """
     p = integer("p", p, min=0, max=4)
     d, n = _dn(d, n)
     if p == 0:
@@ -84,7 +121,15 @@ def wishart_trace_moment(p: int, d: int, n: int) -> float:
 
 
 def gd_error_exact(k: int, eta: float, d: int, n: int) -> float:
-    """E tr (I - eta S)^{2k} = sum_p C(2k, p) (-eta)^p m_p, exact for k <= 2 (moments up to 4)."""
+    r"""Error of k GD steps ({prf:ref}`cot-thm-3-2`), exact for :math:`k \le 2`:
+
+    .. math:: L_k(\eta) = \E\tr(I-\eta S)^{2k} = \sum_{p=0}^{2k}\binom{2k}{p}(-\eta)^p m_p .
+
+    Args:
+        k: steps, 0..2.  eta: step, >= 0.  d, n: dimension and examples per prompt.
+    Returns:
+        :math:`L_k(\eta)` (float).
+    """
     k = integer("k", k, min=0, max=2)
     eta = real("eta", eta, min=0)
     return float(sum(comb(2 * k, p) * (-eta) ** p * wishart_trace_moment(p, d, n) for p in range(2 * k + 1)))
@@ -154,14 +199,19 @@ def sample_S_eigs(d: int, n: int, num: int, rng: np.random.Generator, Sigma=None
 
 
 def gd_error_mc(k: int, eta: float, eigs: np.ndarray) -> MCEstimate:
-    """Per-prompt k-step GD error tr (I - eta S)^{2k} = E_w* ||w_k - w*||^2, averaged over the prompts
-    whose eigenvalues are the rows of ``eigs``; returns mean, standard error and median."""
+    r"""Monte-Carlo :math:`L_k(\eta)` ({prf:ref}`cot-thm-3-2`): the per-prompt error
+    :math:`\tr(I-\eta S)^{2k} = \E_{w^\star}\|w_k - w^\star\|^2` averaged over the prompts whose spectra are the rows
+    of ``eigs``.
+
+    Returns:
+        :class:`MCEstimate` (mean, standard error over the prompts from :func:`companion.stats.mean_se`, median).
+    """
     k = integer("k", k, min=0)
     eta = real("eta", eta, min=0)
     with np.errstate(over="ignore"):
         per = np.sum((1.0 - eta * np.asarray(eigs)) ** (2 * k), axis=-1)
-    num = per.shape[0]
-    return MCEstimate(float(per.mean()), float(per.std(ddof=1) / np.sqrt(num)), float(np.median(per)), num)
+    mean, se = mean_se(per)
+    return MCEstimate(mean, se, float(np.median(per)), per.shape[0])
 
 
 def gd_error_samples(k: int, eta: float, eigs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -176,25 +226,17 @@ def gd_error_samples(k: int, eta: float, eigs: np.ndarray, rng: np.random.Genera
         return np.sum((1.0 - eta * eigs) ** (2 * k) * z**2, axis=-1)
 
 
-def median_se(x: np.ndarray) -> float:
-    """Standard error of the sample median from order statistics (distribution-free): the median's rank has
-    binomial standard deviation sqrt(N)/2, so SE ~ (q(1/2 + 1/(2 sqrt N)) - q(1/2 - 1/(2 sqrt N))) / 2.
-    Infinite entries (divergent prompts) are allowed."""
-    x = np.asarray(x, dtype=float)
-    x = x[~np.isnan(x)]
-    N = len(x)
-    h = 0.5 / np.sqrt(N)
-    lo, hi = np.quantile(x, [0.5 - h, 0.5 + h], method="inverted_cdf")
-    return float((hi - lo) / 2)
-
-
 # ----------------------------------------------------------------------------- Marchenko--Pastur
 def mp_edges(gamma: float) -> tuple[float, float]:
-    gamma = real("gamma", gamma, min=0, max=1, min_open=True, max_open=True)
+    r"""Edges :math:`\lambda_\pm = (1 \pm \sqrt\gamma)^2` of the Marchenko--Pastur law, :math:`0 < \gamma \le 1`
+    (:math:`\gamma = 1`, i.e. n = d, has :math:`\lambda_- = 0`)."""
+    gamma = real("gamma", gamma, min=0, max=1, min_open=True)
     return (1 - np.sqrt(gamma)) ** 2, (1 + np.sqrt(gamma)) ** 2
 
 
 def mp_density(lam, gamma: float):
+    r"""Marchenko--Pastur density :math:`\sqrt{(\lambda_+-\lambda)(\lambda-\lambda_-)}/(2\pi\gamma\lambda)` on
+    :math:`[\lambda_-, \lambda_+]` (zero outside), :math:`0 < \gamma \le 1`."""
     lo, hi = mp_edges(gamma)
     lam = np.asarray(lam, dtype=float)
     inside = (lam > lo) & (lam < hi)
@@ -203,27 +245,77 @@ def mp_density(lam, gamma: float):
     return out
 
 
-def gd_error_mp(k: int, eta: float, gamma: float) -> float:
-    """Large-d limit of L_k(eta)/d: the integral of (1 - eta lambda)^{2k} against MP(gamma), gamma = d/n < 1."""
-    k = integer("k", k, min=0)
-    eta = real("eta", eta, min=0)
+def mp_integral(f, gamma: float) -> float:
+    r"""Integral of ``f`` against the Marchenko--Pastur law MP(:math:`\gamma`), :math:`0 < \gamma \le 1`.
+
+    With :math:`\lambda = m + r\cos\theta` (:math:`m, r` the centre and half-width of the support) the density
+    times :math:`d\lambda` becomes :math:`r^2\sin^2\theta/(2\pi\gamma\lambda)\,d\theta`, which is smooth on
+    :math:`[0, \pi]` also at :math:`\gamma = 1` (n = d), where :math:`\lambda_- = 0` and the density itself has
+    a :math:`\lambda^{-1/2}` singularity. Gauss--Kronrod quadrature (epsrel 1e-12)."""
     lo, hi = mp_edges(gamma)
-    val, _ = integrate.quad(lambda x: (1 - eta * x) ** (2 * k) * mp_density(np.array([x]), gamma)[0], lo, hi,
-                            epsabs=1e-13, epsrel=1e-11, limit=200)
+    m, r = (hi + lo) / 2, (hi - lo) / 2
+
+    def g(theta):
+        lam = m + r * np.cos(theta)
+        if lam <= 0:  # gamma = 1, theta = pi: the integrand's limit is (1 - cos theta)/pi * f(0) = 2 f(0)/pi
+            return 2.0 * float(f(0.0)) / np.pi
+        return r**2 * np.sin(theta) ** 2 / (2 * np.pi * gamma * lam) * float(f(lam))
+
+    val, _ = integrate.quad(g, 0.0, np.pi, epsabs=1e-14, epsrel=1e-12, limit=400)
     return float(val)
 
 
+def mp_moment(p: int, gamma: float) -> float:
+    r"""Moment :math:`\int\lambda^p\,d\mathrm{MP}_\gamma = \sum_{r=0}^{p-1}\frac{\gamma^r}{r+1}\binom pr\binom{p-1}r`
+    (Narayana polynomials; 1 for p = 0), the limit of :math:`m_p/d` ({prf:ref}`cot-thm-3-2`)."""
+    p = integer("p", p, min=0)
+    gamma = real("gamma", gamma, min=0, max=1, min_open=True)
+    if p == 0:
+        return 1.0
+    return float(sum(gamma**r / (r + 1) * comb(p, r) * comb(p - 1, r) for r in range(p)))
+
+
+def gd_error_mp(k: int, eta: float, gamma: float) -> float:
+    r"""Large-d limit of :math:`L_k(\eta)/d` ({prf:ref}`cot-thm-3-2`):
+
+    .. math:: \lim_{d\to\infty,\ d/n\to\gamma} \tfrac1d\,\E\tr(I-\eta S)^{2k} = \int (1-\eta\lambda)^{2k}\,d\mathrm{MP}_\gamma(\lambda),
+              \qquad 0 < \gamma \le 1 .
+
+    Args:
+        k: GD steps, >= 0.  eta: step, >= 0.  gamma: d/n in (0, 1] (gamma = 1 is n = d).
+    Returns:
+        The integral (float).
+    """
+    k = integer("k", k, min=0)
+    eta = real("eta", eta, min=0)
+    return mp_integral(lambda x: (1 - eta * x) ** (2 * k), gamma)
+
+
+def mp_rate(eta: float, gamma: float) -> float:
+    r"""Geometric rate :math:`\rho = \max(|1-\eta\lambda_-|, |1-\eta\lambda_+|)` of k-step GD on a spectrum inside
+    the Marchenko--Pastur support, so that :math:`\tr(I-\eta S)^{2k} \le d\rho^{2k}` there."""
+    lo, hi = mp_edges(gamma)
+    return float(max(abs(1 - eta * lo), abs(1 - eta * hi)))
+
+
 # ----------------------------------------------------------------------------- OOD, one-step predictors
-def one_step_ood_error(V, Sigma, n: int) -> float:
-    """E||w_hat - w*||^2 for w_hat = -V S w*, S = X X^T/n, x ~ N(0, Sigma), w* ~ N(0, I):
-    ||I + V Sigma||_F^2 + (tr(V Sigma^2 V^T) + tr(V Sigma V^T) tr Sigma) / n."""
+def one_step_ood_error(V, Sigma, n: int, factor: float = 1.0) -> float:
+    r"""Error of the one-step predictor :math:`\hat w = -VS\wstar`, :math:`x \sim N(0, \Sigma)`, :math:`\wstar \sim N(0, I)`
+    ({prf:ref}`cot-thm-4-2`, eq. ``cot-ood-one-step``):
+
+    .. math:: \E\|\hat w-\wstar\|^2 = \|I+V\Sigma\|_F^2 + \tfrac{c}{n}\bigl[\tr(V\Sigma^2V^\T)+\tr(V\Sigma V^\T)\tr\Sigma\bigr],
+
+    with :math:`c = 1` (``factor``); :math:`c = 2` is the printed form of Javanmard et al., Lemma A.1, kept as the
+    falsifier of the page.
+    """
     V = np.asarray(V, dtype=float)
     d = V.shape[0]
     Sigma = _check_sigma(Sigma, d)
     n = integer("n", n, min=1)
     I = np.eye(d)
     return float(
-        np.sum((I + V @ Sigma) ** 2) + (np.trace(V @ Sigma @ Sigma @ V.T) + np.trace(V @ Sigma @ V.T) * np.trace(Sigma)) / n
+        np.sum((I + V @ Sigma) ** 2)
+        + factor * (np.trace(V @ Sigma @ Sigma @ V.T) + np.trace(V @ Sigma @ V.T) * np.trace(Sigma)) / n
     )
 
 
@@ -364,7 +456,7 @@ def looped_two_param_optimum(k: int, eigs: np.ndarray, bracket=(1e-3, 1.5)) -> t
     return c, b, loss
 
 
-def _grid_then_refine(f, bracket, num: int = 60, fv=None) -> float:
+def _grid_then_refine(f, bracket, num: int = 40, fv=None) -> float:
     """Global search on a grid (vectorised through ``fv`` if given), then a bounded scalar refinement between
     the neighbouring grid points (the objectives are polynomials of high degree with far-away spurious regions)."""
     grid = np.linspace(bracket[0], bracket[1], num)
@@ -373,7 +465,7 @@ def _grid_then_refine(f, bracket, num: int = 60, fv=None) -> float:
     vals[~np.isfinite(vals)] = np.inf
     j = int(np.argmin(vals))
     lo, hi = grid[max(j - 1, 0)], grid[min(j + 1, num - 1)]
-    res = optimize.minimize_scalar(f, bounds=(lo, hi), method="bounded", options={"xatol": 1e-12})
+    res = optimize.minimize_scalar(f, bounds=(lo, hi), method="bounded", options={"xatol": 1e-10})
     return float(res.x)
 
 
@@ -386,3 +478,234 @@ def one_step_optimal_V(Sigma, n: int) -> np.ndarray:
     n = integer("n", n, min=1)
     Gamma = (n + 1) / n * Sigma + np.trace(Sigma) / n * np.eye(d)
     return -np.linalg.inv(Gamma)
+
+
+# ----------------------------------------------------------------------------- restricted matrix flow (Theorem 4.1)
+def assumption41_init(d: int, sigma: float, rng: np.random.Generator, spread: float = 2.0) -> tuple[np.ndarray, np.ndarray]:
+    """Assumption 4.1 (as reconstructed in this book): V31(0) = W13(0) = U diag(s) U^T with a random
+    orthogonal U and eigenvalues s_j uniform in [sigma, spread * sigma]."""
+    d = integer("d", d, min=1)
+    sigma = real("sigma", sigma, min=0, min_open=True)
+    spread = real("spread", spread, min=1)
+    Q, R = np.linalg.qr(rng.standard_normal((d, d)))
+    U = Q * np.sign(np.diag(R))
+    s = rng.uniform(sigma, spread * sigma, size=d)
+    M = (U * s) @ U.T
+    return M.copy(), M.copy()
+
+
+def _A(S: np.ndarray, eta: float, k: int) -> np.ndarray:
+    """A_i(S) = I - (I - eta S)^i for i = 0..k-1, shape (k, N, d, d)."""
+    N, d, _ = S.shape
+    I = np.eye(d)
+    M = I - eta * S
+    out = np.empty((k, N, d, d))
+    P = np.broadcast_to(I, S.shape).copy()
+    for i in range(k):
+        out[i] = I - P
+        P = P @ M
+    return out
+
+
+def restricted_loss_grad(V: np.ndarray, W: np.ndarray, S: np.ndarray, A: np.ndarray, eta: float):
+    """Loss (6) on the sparse manifold (W24 = -1) estimated on the S sample, and its gradients:
+    L = 1/2 sum_i mean_S ||(V S W + eta S) A_i - (V + eta I) S||_F^2."""
+    d = V.shape[0]
+    VS = V @ S  # (N, d, d)
+    B = VS @ W + eta * S  # (N, d, d)
+    M = B @ A - (VS + eta * S)  # (k, N, d, d)
+    N = S.shape[0]
+    loss = 0.5 * np.sum(M**2) / N
+    # dL/dV = mean sum_i M_i (S W A_i - S)^T ;  dL/dW = mean sum_i (V S)^T M_i A_i^T
+    C = S @ W @ A - S  # (k, N, d, d)
+    gV = M.transpose(2, 0, 1, 3).reshape(d, -1) @ C.transpose(2, 0, 1, 3).reshape(d, -1).T / N
+    MA = np.sum(M @ A.transpose(0, 1, 3, 2), axis=0)  # (N, d, d)
+    gW = VS.reshape(-1, d).T @ MA.reshape(-1, d) / N
+    return loss, gV, gW
+
+
+def restricted_flow(V0: np.ndarray, W0: np.ndarray, S: np.ndarray, eta: float, k: int, T: float,
+                    num_t: int = 201, rtol: float = 1e-8, atol: float = 1e-10, method: str = "LSODA"):
+    """Gradient flow d(V, W)/dt = -grad L on the fixed S sample from (V0, W0); returns t, V(t), W(t), L(t)."""
+    eta = real("eta", eta, min=0, min_open=True)
+    k = integer("k", k, min=2)
+    T = real("T", T, min=0, min_open=True)
+    d = V0.shape[0]
+    require(S.ndim == 3 and S.shape[1:] == (d, d), "S", f"must have shape (N, {d}, {d}); got {S.shape}")
+    A = _A(S, eta, k)
+
+    def rhs(_t, y):
+        V, W = y[: d * d].reshape(d, d), y[d * d :].reshape(d, d)
+        _, gV, gW = restricted_loss_grad(V, W, S, A, eta)
+        return -np.concatenate([gV.ravel(), gW.ravel()])
+
+    t = np.linspace(0.0, T, num_t)
+    sol = integrate.solve_ivp(rhs, (0.0, T), np.concatenate([V0.ravel(), W0.ravel()]), method=method,
+                              t_eval=t, rtol=rtol, atol=atol)
+    if not sol.success or not np.all(np.isfinite(sol.y)):
+        raise ParameterError("eta", f"the restricted flow failed ({sol.message})")
+    Vt = sol.y[: d * d].T.reshape(-1, d, d)
+    Wt = sol.y[d * d :].T.reshape(-1, d, d)
+    L = np.array([restricted_loss_grad(V, W, S, A, eta)[0] for V, W in zip(Vt, Wt)])
+    return t, Vt, Wt, L
+
+
+def symmetrised_S_sample(S: np.ndarray, U: np.ndarray) -> np.ndarray:
+    """Augment an S sample by the sign flips S -> (U J U^T) S (U J U^T), J = diag(h) for the rows h of a
+    Hadamard matrix (size the next power of two >= d, first d columns). The law of S is invariant under these
+    maps, and averaging over them makes every off-diagonal entry (in the basis U) of a product of S's with
+    U-diagonal matrices vanish exactly, so the restricted flow keeps V, W diagonal in U exactly, not only
+    in expectation."""
+    from scipy.linalg import hadamard
+
+    d = U.shape[0]
+    m = 1
+    while m < d:
+        m *= 2
+    H = hadamard(m)[:, :d].astype(float)
+    Sp = np.einsum("ji,bjk,kl->bil", U, S, U)
+    Ss = np.concatenate([h[:, None] * Sp * h[None, :] for h in H])
+    return np.einsum("ij,bjk,lk->bil", U, Ss, U)
+
+
+# ----------------------------------------------------------------------------- rates and stage times (Theorem 4.1)
+def fixed_point_rate(eta: float, k: int, lam=1.0) -> float:
+    r"""Slowest local rate :math:`\mu` of the reduced flow at its zero :math:`(v, w) = (-\eta, 1)`
+    ({prf:ref}`cot-thm-4-1`): the smallest eigenvalue of the Hessian
+
+    .. math:: H = \sum_{i<k}\E_\lambda\bigl[\lambda^2\,g_i g_i^\T\bigr],\qquad g_i = (a_i - 1,\ -\eta a_i),
+
+    (:math:`q_i = 0` there, so only the Gauss--Newton term remains). Near the zero the distance decays like
+    :math:`e^{-\mu t}` in the Euclidean norm (H is symmetric).
+    """
+    lam = np.asarray(lam, dtype=float)
+    a = _a(lam, eta, k)
+    g = np.stack([a - 1.0, -eta * a])  # (2, k, ...)
+    w = (lam**2 * np.ones_like(a)).reshape(k, -1)
+    g = g.reshape(2, k, -1)
+    H = np.einsum("pim,qim,im->pq", g, g, w) / w.shape[1]
+    return float(np.linalg.eigvalsh(H)[0])
+
+
+def reduced_flow_converged(eta: float, k: int, sigma: float, tol: float, lam=1.0, enter: float = 1e-3,
+                           margin: float = 100.0, num_t: int = 801):
+    r"""The reduced flow integrated to a horizon that follows from its rate ({prf:ref}`cot-thm-4-1`).
+
+    The flow is integrated until its distance to :math:`(-\eta, 1)` falls below ``enter`` (time :math:`t_2`, the
+    end of stage 2's approach), then for :math:`\log(\mathrm{enter}\cdot\mathrm{margin}/\mathrm{tol})/\mu` more, with
+    :math:`\mu` from :func:`fixed_point_rate`: the linearised flow then predicts a distance ``tol / margin``.
+
+    Returns:
+        ``dict(t, v, w, loss, T, t2, mu)``.
+    """
+    mu = fixed_point_rate(eta, k, lam)
+    A0, A1, A2 = _reduced_moments(eta, k, lam)
+
+    def rhs(_t, y):
+        v, w = y
+        P, Q = v * w + eta, v + eta
+        return [-float(np.sum(P * w * A2 - (w * Q + P) * A1 + Q * A0)), -float(np.sum(v * (P * A2 - Q * A1)))]
+
+    def near(_t, y):
+        return max(abs(y[0] + eta), abs(y[1] - 1)) - enter
+
+    near.terminal, near.direction = True, -1
+    T_cap = 1e3 / mu + 1e3 / max(sigma, 1e-6)
+    sol = integrate.solve_ivp(rhs, (0.0, T_cap), [sigma, sigma], method="LSODA", events=near, rtol=1e-10, atol=1e-13)
+    if not sol.t_events[0].size:
+        raise ParameterError("sigma", f"the reduced flow did not reach the construction by t = {T_cap:.3g}")
+    t2 = float(sol.t_events[0][0])
+    T = t2 + np.log(enter * margin / tol) / mu
+    t = np.linspace(0.0, T, num_t)
+    sol = integrate.solve_ivp(rhs, (0.0, T), [sigma, sigma], method="LSODA", t_eval=t, rtol=1e-11, atol=1e-14)
+    v, w = sol.y
+    P, Q = (v * w + eta)[:, None], (v + eta)[:, None]
+    loss = 0.5 * np.sum(P**2 * A2 - 2 * P * Q * A1 + Q**2 * A0, axis=1)
+    return dict(t=t, v=v, w=w, loss=loss, T=float(T), t2=t2, mu=mu)
+
+
+def _reduced_moments(eta: float, k: int, lam=1.0):
+    r"""The eigenvalue averages that the reduced loss needs, once: :math:`A_0 = \E\lambda^2`,
+    :math:`A_1^{(i)} = \E[\lambda^2 a_i]`, :math:`A_2^{(i)} = \E[\lambda^2 a_i^2]` (:math:`i < k`), so that
+    :math:`\ell = \tfrac12\sum_i [P^2A_2^{(i)} - 2PQA_1^{(i)} + Q^2A_0]` with :math:`P = vw+\eta`, :math:`Q = v+\eta`
+    costs O(k) per evaluation instead of O(k x sample)."""
+    lam = np.asarray(lam, dtype=float)
+    a = _a(lam, eta, k).reshape(k, -1)
+    l2 = (lam**2 * np.ones(lam.shape)).reshape(-1)
+    return float(l2.mean()), (l2 * a).mean(axis=1), (l2 * a**2).mean(axis=1)
+
+
+def v_curvature(w: float, eta: float, k: int, lam=1.0) -> float:
+    r"""Curvature :math:`\kappa(w) = \partial_v^2\ell = \sum_i\E[\lambda^2 (w a_i - 1)^2]` of the reduced loss in
+    :math:`v`: the fast relaxation rate of stage 1."""
+    lam = np.asarray(lam, dtype=float)
+    c = w * _a(lam, eta, k) - 1.0
+    val = lam**2 * c**2
+    return float(np.sum(val.mean(axis=tuple(range(1, val.ndim))) if val.ndim > 1 else val))
+
+
+def slow_manifold_time(eta: float, k: int, sigma: float, w_target: float = 0.5, lam=1.0) -> float:
+    r"""Stage-1 time predicted by the slow-manifold reduction: with :math:`v = v_{\rm eq}(w)` (stage-1
+    quasi-equilibrium, :func:`stage1_v`), :math:`\dot w = -\partial_w\ell(v_{\rm eq}(w), w)`; the time for w to
+    go from :math:`\sigma` to ``w_target``, :math:`\int_\sigma^{w_{\rm target}} dw / |\dot w|`."""
+
+    def rate(w):
+        return -reduced_grad(stage1_v(w, eta, k, lam), w, eta, k, lam)[1]
+
+    val, _ = integrate.quad(lambda w: 1.0 / rate(w), sigma, w_target, epsrel=1e-10, limit=200)
+    return float(val)
+
+
+# ----------------------------------------------------------------------------- heavy-tail-aware looped optimum
+def wishart_is_sample(d: int, n: int, num: int, rng: np.random.Generator, tau: float = 1.6):
+    r"""Spectra of S drawn from the defensive mixture :math:`q = \tfrac12 W(I) + \tfrac12 W(\tau I)` with the
+    exact importance weights :math:`p/q` of the target Wishart law :math:`p = W(I)` (``num`` draws).
+
+    The density ratio of the two Wishart laws of :math:`nS` is
+    :math:`p_\tau/p_1 = \tau^{-nd/2}\exp\bigl(\tfrac n2(1-\tau^{-1})\tr S\bigr)`, so
+    :math:`p/q = 2/(1 + p_\tau/p_1)` is bounded by 2 (a defensive mixture: the variance never exceeds twice
+    plain Monte Carlo's) while the large-eigenvalue tail, which dominates :math:`\E\tr(I-cS)^{2k}` at large
+    k, is sampled :math:`\tau` times wider.
+
+    Returns:
+        ``(eigs, weights)``: shapes (num, d) and (num,), ``weights.mean()`` ~ 1.
+    """
+    half = num // 2
+    e1 = sample_S_eigs(d, n, num - half, rng)
+    e2 = tau * sample_S_eigs(d, n, half, rng)
+    eigs = np.concatenate([e1, e2])
+    tr = eigs.sum(axis=1)
+    log_ratio = -0.5 * n * d * np.log(tau) + 0.5 * n * (1 - 1 / tau) * tr
+    weights = 2.0 / (1.0 + np.exp(np.minimum(log_ratio, 700.0)))
+    return eigs, weights
+
+
+def looped_is_loss(c, k: int, eigs: np.ndarray, weights: np.ndarray):
+    """Importance-weighted E tr(I - cS)^{2k} and its standard error (scalar c)."""
+    per = weights * np.sum(_ipow(1.0 - float(c) * eigs, 2 * k), axis=-1)
+    return mean_se(per)
+
+
+def looped_is_optimum(k: int, eigs: np.ndarray, weights: np.ndarray, bracket=(1e-3, 1.5)):
+    r"""Heavy-tail-aware looped optimum :math:`c_k = \arg\min_c \E\tr(I-cS)^{2k}` ({prf:ref}`cot-prop-looped`) on an
+    importance-weighted spectrum sample (:func:`wishart_is_sample`), with the delta-method standard error
+    :math:`\mathrm{SE}(\hat c) = \mathrm{SE}(\hat F'(c))/\hat F''(c)` from the weighted per-sample derivatives.
+
+    Returns:
+        ``(c, c_se, loss, loss_se)``.
+    """
+    k = integer("k", k, min=1)
+    e = np.asarray(eigs, dtype=float)
+    wts = np.asarray(weights, dtype=float)
+
+    def F(c):
+        return np.mean(wts * np.sum(_ipow(1.0 - np.asarray(c, dtype=float)[..., None, None] * e, 2 * k),
+                                             axis=-1), axis=-1)
+
+    c = _grid_then_refine(lambda x: float(F(x)), bracket, fv=F)
+    base = 1.0 - c * e
+    d1 = wts * np.sum(-2 * k * e * _ipow(base, 2 * k - 1), axis=-1)
+    d2 = wts * np.sum(2 * k * (2 * k - 1) * e**2 * _ipow(base, 2 * k - 2), axis=-1)
+    c_se = mean_se(d1)[1] / d2.mean()
+    loss, loss_se = looped_is_loss(c, k, e, wts)
+    return float(c), float(c_se), loss, loss_se

@@ -1,5 +1,6 @@
-"""Training: full-parameter Adam/GD from random initialisation (fresh prompts every step, float64), and
-the restricted gradient flow on (V31, W13) with W24 = -1 under the Assumption 4.1 initialisation."""
+"""Training: full-parameter Adam/GD from random initialisation (fresh prompts every step, float64).
+
+The restricted gradient flow of {prf:ref}`cot-thm-4-1` is theory and lives in :mod:`companion.cot.theory`."""
 
 from __future__ import annotations
 
@@ -8,15 +9,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from scipy import integrate
 
 from companion.cache import cached
-from companion.params import ParameterError, choice, integer, real, require
+from companion.params import ParameterError, choice, integer, real
 
 from .data import gd_trajectory, make_generator, sample_prompts
 from .model import eval_loss, outcome_loss, per_prompt_error, cot_inference, teacher_forced_loss, no_cot_predict, looped_predict
 
-__all__ = ["TrainResult", "train_full", "cached_train_full", "symmetrised_S_sample", "evaluate", "assumption41_init", "restricted_loss_grad", "restricted_flow"]
+__all__ = ["TrainResult", "train_full", "cached_train_full", "evaluate"]
 
 
 @dataclass
@@ -121,94 +121,6 @@ def _train_full(objective, d, n, k, eta, steps, lr, batch, seed, init_scale, opt
                        dict(objective=objective, d=d, n=n, k=k, eta=eta, steps=steps, lr=lr, batch=batch, seed=seed))
 
 
-# ----------------------------------------------------------------------------- restricted flow
-def assumption41_init(d: int, sigma: float, rng: np.random.Generator, spread: float = 2.0) -> tuple[np.ndarray, np.ndarray]:
-    """Assumption 4.1 (as reconstructed in this book): V31(0) = W13(0) = U diag(s) U^T with a random
-    orthogonal U and eigenvalues s_j uniform in [sigma, spread * sigma]."""
-    d = integer("d", d, min=1)
-    sigma = real("sigma", sigma, min=0, min_open=True)
-    spread = real("spread", spread, min=1)
-    Q, R = np.linalg.qr(rng.standard_normal((d, d)))
-    U = Q * np.sign(np.diag(R))
-    s = rng.uniform(sigma, spread * sigma, size=d)
-    M = (U * s) @ U.T
-    return M.copy(), M.copy()
-
-
-def _A(S: np.ndarray, eta: float, k: int) -> np.ndarray:
-    """A_i(S) = I - (I - eta S)^i for i = 0..k-1, shape (k, N, d, d)."""
-    N, d, _ = S.shape
-    I = np.eye(d)
-    M = I - eta * S
-    out = np.empty((k, N, d, d))
-    P = np.broadcast_to(I, S.shape).copy()
-    for i in range(k):
-        out[i] = I - P
-        P = P @ M
-    return out
-
-
-def restricted_loss_grad(V: np.ndarray, W: np.ndarray, S: np.ndarray, A: np.ndarray, eta: float):
-    """Loss (6) on the sparse manifold (W24 = -1) estimated on the S sample, and its gradients:
-    L = 1/2 sum_i mean_S ||(V S W + eta S) A_i - (V + eta I) S||_F^2."""
-    d = V.shape[0]
-    VS = V @ S  # (N, d, d)
-    B = VS @ W + eta * S  # (N, d, d)
-    M = B @ A - (VS + eta * S)  # (k, N, d, d)
-    N = S.shape[0]
-    loss = 0.5 * np.sum(M**2) / N
-    # dL/dV = mean sum_i M_i (S W A_i - S)^T ;  dL/dW = mean sum_i (V S)^T M_i A_i^T
-    C = S @ W @ A - S  # (k, N, d, d)
-    gV = M.transpose(2, 0, 1, 3).reshape(d, -1) @ C.transpose(2, 0, 1, 3).reshape(d, -1).T / N
-    MA = np.sum(M @ A.transpose(0, 1, 3, 2), axis=0)  # (N, d, d)
-    gW = VS.reshape(-1, d).T @ MA.reshape(-1, d) / N
-    return loss, gV, gW
-
-
-def restricted_flow(V0: np.ndarray, W0: np.ndarray, S: np.ndarray, eta: float, k: int, T: float,
-                    num_t: int = 201, rtol: float = 1e-8, atol: float = 1e-10, method: str = "LSODA"):
-    """Gradient flow d(V, W)/dt = -grad L on the fixed S sample from (V0, W0); returns t, V(t), W(t), L(t)."""
-    eta = real("eta", eta, min=0, min_open=True)
-    k = integer("k", k, min=2)
-    T = real("T", T, min=0, min_open=True)
-    d = V0.shape[0]
-    require(S.ndim == 3 and S.shape[1:] == (d, d), "S", f"must have shape (N, {d}, {d}); got {S.shape}")
-    A = _A(S, eta, k)
-
-    def rhs(_t, y):
-        V, W = y[: d * d].reshape(d, d), y[d * d :].reshape(d, d)
-        _, gV, gW = restricted_loss_grad(V, W, S, A, eta)
-        return -np.concatenate([gV.ravel(), gW.ravel()])
-
-    t = np.linspace(0.0, T, num_t)
-    sol = integrate.solve_ivp(rhs, (0.0, T), np.concatenate([V0.ravel(), W0.ravel()]), method=method,
-                              t_eval=t, rtol=rtol, atol=atol)
-    if not sol.success or not np.all(np.isfinite(sol.y)):
-        raise ParameterError("eta", f"the restricted flow failed ({sol.message})")
-    Vt = sol.y[: d * d].T.reshape(-1, d, d)
-    Wt = sol.y[d * d :].T.reshape(-1, d, d)
-    L = np.array([restricted_loss_grad(V, W, S, A, eta)[0] for V, W in zip(Vt, Wt)])
-    return t, Vt, Wt, L
-
-
 # ----------------------------------------------------------------------------- run cache
 #: :func:`train_full` through the book's content-addressed run cache (:mod:`companion.cache`).
 cached_train_full = cached(train_full)
-
-
-def symmetrised_S_sample(S: np.ndarray, U: np.ndarray) -> np.ndarray:
-    """Augment an S sample by the sign flips S -> (U J U^T) S (U J U^T), J = diag(h) for the rows h of a
-    Hadamard matrix (size the next power of two >= d, first d columns). The law of S is invariant under these
-    maps, and averaging over them makes every off-diagonal entry (in the basis U) of a product of S's with
-    U-diagonal matrices vanish exactly, so the restricted flow keeps V, W diagonal in U exactly, not only
-    in expectation."""
-    from scipy.linalg import hadamard
-
-    d = U.shape[0]
-    m = 1
-    while m < d:
-        m *= 2
-    H = hadamard(m)[:, :d].astype(float)
-    Sp = np.einsum("ji,bjk,kl->bil", U, S, U)
-    Ss = np.concatenate([h[:, None] * Sp * h[None, :] for h in H])
-    return np.einsum("ij,bjk,lk->bil", U, Ss, U)
