@@ -13,7 +13,7 @@ from _util import ROOT, domain_points, run_cli, smoke_parameters
 
 # A hermetic test environment: a developer's own settings never leak into the tests.
 os.environ["COMPANION_ROOT"] = str(ROOT)
-# a non-inline backend: figures must still render (companion.plotting registers the PNG formatter)
+# a non-inline backend: figures must still render (companion.plotting registers the SVG formatter)
 os.environ["MPLBACKEND"] = "Agg"
 os.environ["COMPANION_CACHE_DIR"] = "off"  # every test computes from scratch
 for _var in ("COMPANION_RESULTS_DIR", "COMPANION_MAX_BYTES", "COMPANION_THREADS", "PYTHONHASHSEED"):
@@ -64,3 +64,14 @@ def domain_runs(tmp_path_factory):
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         return dict(pool.map(one, jobs))
+
+
+@pytest.fixture(scope="session")
+def smoke_site(smoke_runs, tmp_path_factory):
+    """The whole book built once per session from the smoke runs (``tests/_site.py``): shared by the
+    strict-build test and the browser tests of the site."""
+    from companion.notebooks import all_notebooks
+
+    from _site import build_smoke_site
+
+    return build_smoke_site(tmp_path_factory.mktemp("site") / "book", all_notebooks(), smoke_runs)

@@ -1,6 +1,7 @@
 """The strict book build: zero warnings, a raising notebook fails it, results land in _build/results."""
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -12,37 +13,8 @@ import yaml
 from companion import book
 from companion import notebooks as nbs
 
-from _util import FIXTURES, ROOT, read_run
-
-JB = str(Path(sys.executable).with_name("jupyter-book"))
-
-# pages that run sweeps of the real notebooks when executed (tests/test_sweeps_page.py builds them); the
-# frames below hold no real notebooks, so they leave these pages out of their tables of contents
-SWEEP_PAGES = {"book/sweeps"}
-
-
-def _without_sweep_pages(toc: dict) -> dict:
-    for part in toc["parts"]:
-        part["chapters"] = [c for c in part["chapters"] if c["file"] not in SWEEP_PAGES]
-    return toc
-
-
-def copy_book_frame(dest: Path, toc_notebooks: list[str], execute: str) -> None:
-    """The real _config.yml and book/ pages, with a table of contents listing ``toc_notebooks``."""
-    dest.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(ROOT / "book", dest / "book")
-    config = yaml.safe_load((ROOT / "_config.yml").read_text())
-    config["execute"]["execute_notebooks"] = execute
-    (dest / "_config.yml").write_text(yaml.safe_dump(config, sort_keys=False))
-    toc = _without_sweep_pages(yaml.safe_load((ROOT / "_toc.yml").read_text()))
-    for part in toc["parts"]:
-        part["chapters"] = [
-            c for c in part["chapters"] if not c["file"].startswith("notebooks/")
-        ]
-    toc["parts"] = [p for p in toc["parts"] if p["chapters"]]
-    toc["parts"].insert(1, {"caption": "Notebooks", "chapters": [{"file": f"notebooks/{n}"} for n in toc_notebooks]})
-    (dest / "_toc.yml").write_text(yaml.safe_dump(toc, sort_keys=False))
-    (dest / "notebooks").mkdir(exist_ok=True)
+from _site import JB, copy_book_frame
+from _util import FIXTURES, ROOT
 
 
 def test_cache_guard_wipes_the_cache_when_the_package_changes(tmp_path, monkeypatch):
@@ -72,7 +44,7 @@ def test_a_failing_verdict_fails_the_build_and_passing_results_are_collected(tmp
     status = book.build(root)
     assert status != 0, "a notebook whose verdict fails must fail the build"
     summary = yaml.safe_load((root / "_build" / "results" / "summary.json").read_text())
-    assert summary["notebooks"]["toy_pass"] == {"claims": 1, "failed": []}
+    assert {k: summary["notebooks"]["toy_pass"][k] for k in ("claims", "failed")} == {"claims": 1, "failed": []}
     assert "toy_fail" in summary["missing"] or summary["failed"]
     assert (root / "_build" / "results" / "toy_pass.jsonl").is_file()
     page = (root / "_build" / "html" / "book" / "verdicts.html").read_text()
@@ -80,40 +52,177 @@ def test_a_failing_verdict_fails_the_build_and_passing_results_are_collected(tmp
 
 
 @pytest.mark.slow
-def test_the_whole_book_builds_strictly(tmp_path, smoke_runs):
+def test_the_whole_book_builds_strictly(smoke_site):
     """Every notebook, executed with its smoke parameters by the runner, renders into the full book with
     `-n -W` (zero warnings, every reference and glue key resolved), and every verdict is collected.
     (`make book` builds the same pages at the papers' settings.)"""
-    names = nbs.all_notebooks()
-    root = tmp_path / "book"
-    copy_book_frame(root, names, execute="off")
-    toc = _without_sweep_pages(yaml.safe_load((ROOT / "_toc.yml").read_text()))
-    (root / "_toc.yml").write_text(yaml.safe_dump(toc, sort_keys=False))  # the real table of contents
-    records = []
-    for name in names:
-        code, stderr, out = smoke_runs[name]
-        assert code == 0, f"{name} did not run:\n{stderr}"
-        dest = root / "notebooks" / f"{name}.ipynb"
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(out / f"{Path(name).name}.ipynb", dest)
-        records += read_run(out)["records"]
-    (root / "_build").mkdir()
-    (root / "_build" / book.VERDICT_PAGE).write_text(book.verdict_table(names, records, []))
-    proc = subprocess.run([JB, "build", str(root), "-n", "-W", "--keep-going"], capture_output=True, text=True)
-    log = proc.stdout + proc.stderr
+    assert not smoke_site["not_run"], "notebooks did not run:\n" + "\n".join(
+        f"{n}:\n{e}" for n, e in smoke_site["not_run"].items())
+    log = smoke_site["log"]
     warnings = [line for line in log.splitlines() if "WARNING" in line or "ERROR" in line or "Exception" in line]
-    assert proc.returncode == 0 and not warnings, "\n".join(warnings) or log[-4000:]
-    assert (root / "_build" / "html" / "index.html").is_file()
+    assert smoke_site["returncode"] == 0 and not warnings, "\n".join(warnings) or log[-4000:]
+    html = smoke_site["html"]
+    assert (html / "index.html").is_file()
+    names = nbs.all_notebooks()
     for name in names:
-        page = (root / "_build" / "html" / "notebooks" / f"{name}.html").read_text()
+        page = (html / "notebooks" / f"{name}.html").read_text()
         assert "&lt;Figure size" not in page, f"{name}: a figure rendered as text, not as an image"
-        assert "| claim | quantity |" not in page, f"{name}: the verdict table did not render as a table"
-    summary = book.collect_results(root / "_build", names)
+        assert "cv-table" in page and "| verdict |" not in page, f"{name}: the verdict table did not render"
+    summary = smoke_site["summary"]
     assert not summary["missing"], summary
     assert not summary["failed"], summary
+    # the build's results are published with the site, where the dashboard links them
+    assert (html / "results" / "all.jsonl").is_file() and (html / "results" / "summary.json").is_file()
+    for name in ("CITATION.cff", "LICENSE"):
+        assert (html / name).is_file(), f"{name} is not on the site"
+    assert not (html / "genindex.html").exists() or "genindex" not in (html / "index.html").read_text()
     # every formula must typeset: MathJax errors (e.g. "Double exponent") are invisible to Sphinx
     if os.environ.get("COMPANION_NO_BROWSER") == "1":
         pytest.skip("COMPANION_NO_BROWSER=1: TeX rendering not checked")
     assert book.find_browser(), "Chromium is needed to check the TeX (`make test` installs it; or set COMPANION_NO_BROWSER=1)"
-    bad = book.check_math(root / "_build" / "html")
+    bad = book.check_math(html)
     assert not bad, f"TeX errors: {bad}"
+
+
+# ---------------------------------------------------------------------------------------------- rendering
+def _records():
+    base = dict(notebook="mesa/prop4_1_gaussian", predicted=0.2, measured=0.21, tolerance=0.02, comparison="abs",
+                error=0.01, passed=True, se=0.005, z=4.0, floor=0.0, parameters={"seed": 1})
+    return [
+        dict(base, claim="ratio_T10_sampling_leak", kind="statistical", status="passed",
+             quantity="trained ratio at T = 10 | vs c*(T)", reason="4 SE over\n\nreplicate seeds",
+             falsifier="T -> infinity constant 1/5", falsifier_value=0.25, z_theory=2.0, z_falsifier=8.0),
+        dict(base, claim="kernel_identity", kind="identity", status="passed", quantity="fast vs naive",
+             reason="round-off", comparison="rel", tolerance=1e-12, se=None, z=None),
+        dict(base, claim="floor_bound", kind="bound", status="not_resolvable", quantity="loss above the floor",
+             reason="round-off", comparison="lower", tolerance=0.0, predicted=3.5773e-14, measured=4.1e-14),
+    ]
+
+
+def test_verdict_table_puts_verdict_and_tolerance_first_and_links_each_claim():
+    from companion.report import verdict_label, verdict_table_markdown
+
+    table = verdict_table_markdown(_records())
+    heads = re.findall(r"<th scope='col'[^>]*>([^<]*)</th>", table)
+    assert heads[:2] == ["verdict", "tolerance"] and "claim" in heads and "kind" in heads
+    assert "\n\n" not in table.strip(), "a blank line would end the HTML block inside the Markdown output"
+    anchor = "#" + verdict_label("mesa/prop4_1_gaussian")
+    assert table.count(f"href='{anchor}'") == 3, "every claim links to its notebook's verdict section"
+    assert "title='trained ratio at T = 10 | vs c*(T)'" in table, "the full text of a claim on hover"
+    assert "4 SE over replicate seeds" in table and "8.0 SE" in table, "the reason and the falsifier's distance"
+    assert table.index("ratio_<wbr>T10") < table.index("kernel_<wbr>identity"), "identities come last"
+    assert "implementation tests" in table
+
+
+def test_tolerances_read_as_short_rules():
+    from companion.report import fmt_number, tolerance_text
+
+    assert tolerance_text({"comparison": "abs", "tolerance": 0.0123}) == "± 0.0123"
+    assert tolerance_text({"comparison": "rel", "tolerance": 1e-12}) == "± 1.00e−12 rel."
+    assert tolerance_text({"comparison": "lower", "tolerance": 0.0}) == "≥ p"
+    assert tolerance_text({"comparison": "upper", "tolerance": 0.5}) == "≤ p + 0.5"
+    assert fmt_number(3.5773e-14) == "3.58e−14" and len(fmt_number(-123456.789)) <= 10
+
+
+def test_dashboard_counts_kinds_and_statuses_and_links_the_results():
+    from companion.report import dashboard_markdown
+
+    page = dashboard_markdown(["mesa/prop4_1_gaussian", "cot/setup"], _records(), ["cot/setup"])
+    assert "**3 claims**" in page and "1 identity, 1 statistical, 1 bound" in page
+    assert "**2 passed**" in page and "**1 not resolvable**" in page
+    assert "../results/all.jsonl" in page and "../results/mesa__prop4_1_gaussian.jsonl" in page
+    assert "href='../notebooks/mesa/prop4_1_gaussian.html#verdict-mesa-prop4-1-gaussian'" in page
+    assert "<script>" in page and "cv-filter" in page
+    assert "No verdict was recorded for cot/setup" in page
+
+
+def test_the_papers_numbers_replace_the_books():
+    from types import SimpleNamespace
+
+    from companion.sphinx_ext import paper_numbers
+
+    env = SimpleNamespace(toc_fignumbers={"notebooks/cot/setup": {
+        "theorem": {"cot-thm-4-1": (12, 1)}, "assumption": {"cot-ass-4-1": (12, 1), "book-own": (12, 2)},
+        "figure": {"fig-cot-setup": (12, 1)},
+        "displaymath": {"equation-cot-sparse": (12, 1), "equation-cot-eq-6": (12, 2), "equation-cot-gd": (12, 3)},
+    }})
+    paper_numbers(env)
+    n = env.toc_fignumbers["notebooks/cot/setup"]
+    assert n["theorem"] == {"cot-thm-4-1": (4, 1)}
+    assert n["assumption"] == {"cot-ass-4-1": (4, 1), "book-own": ()}
+    assert n["figure"] == {}, "figures are named by their captions, not numbered by the book"
+    assert n["displaymath"] == {"equation-cot-sparse": ("B1",), "equation-cot-eq-6": (6,), "equation-cot-gd": ("B2",)}
+
+
+def test_paper_numbering_script_labels_equations_6_and_7_once(tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("paper_numbering", ROOT / "tools" / "paper_numbering.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    setup = tmp_path / "notebooks" / "cot" / "setup.md"
+    setup.parent.mkdir(parents=True)
+    setup.write_text(
+        "The CoT training loss (6) and the evaluation loss (7) are\n\n$$\n"
+        "\\Lcal^{\\rm CoT}(W) = \\tfrac12 \\E \\|r\\|^2,\n\\qquad\n\\Lcal^{\\rm Eval}(W) = \\E \\|e\\|^2 ,\n$$\n\n"
+        "```{code-cell} ipython3\nv.check('x', quantity='CoT loss (6)')\n```\n\nIn $f(6)$ and `(7)` nothing changes.\n"
+    )
+    assert tool.main(["--root", str(tmp_path)]) == 0
+    once = setup.read_text()
+    assert "$$ (cot-eq-6)" in once and "$$ (cot-eq-7)" in once and "\\qquad" not in once
+    assert "loss {eq}`cot-eq-6` and the evaluation loss {eq}`cot-eq-7`" in once
+    assert "quantity='CoT loss (6)'" in once and "$f(6)$" in once and "`(7)`" in once
+    assert tool.main(["--root", str(tmp_path)]) == 0 and setup.read_text() == once, "idempotent"
+
+
+def test_figures_fit_the_column_at_the_books_font_sizes():
+    import matplotlib
+
+    from companion import plotting
+
+    fig, axes = plotting.new_figure(ncols=4, width=3.4, height=3.0)
+    w, h = fig.get_size_inches()
+    assert w + 2 * plotting.PAD <= plotting.COLUMN_WIDTH + 1e-9 and abs(h / w - 3.0 / 13.6) < 1e-9, \
+        "scaled to the column, same aspect"
+    rc = matplotlib.rcParams
+    assert min(rc["xtick.labelsize"], rc["ytick.labelsize"], rc["legend.fontsize"], rc["font.size"]) >= plotting.MIN_FONT_PT
+    assert rc["svg.fonttype"] == "none"
+    plotting.legend_outside(fig)
+    assert "inline" not in matplotlib.get_backend()
+    matplotlib.pyplot.close(fig)
+
+
+def test_alt_text_is_the_caption_without_tex():
+    from docutils import nodes
+    from docutils.utils import new_document
+    from docutils.frontend import get_default_settings
+    from docutils.parsers.rst import Parser
+
+    from companion.sphinx_ext import alt_from_caption
+
+    doc = new_document("t", get_default_settings(Parser))
+    fig = nodes.figure("", nodes.image(uri="../../_images/abc.svg", alt="../../_images/abc.svg"),
+                       nodes.caption("", r"Fig. 1b (reproduced): Gaussian x_1\sim\Nor(0,\sigma^2I)"))
+    doc += fig
+    alt_from_caption(None, doc, "notebooks/mesa/prop4_1_gaussian")
+    assert next(iter(doc.findall(nodes.image)))["alt"] == "Fig. 1b (reproduced): Gaussian x_1~N(0,σ^2I)"
+
+
+def test_a_figure_is_brought_to_the_standard_before_it_is_shown():
+    import matplotlib.pyplot as plt
+    from matplotlib.text import Text
+
+    from companion import plotting
+
+    plotting.use_book_style()
+    fig, ax = plt.subplots(figsize=(12, 4))  # wider than the column, as a notebook might ask
+    ax.plot([1, 2], label="x")
+    ax.legend(fontsize=6)
+    ax.set_title("t", fontsize=7)
+    ax.tick_params(labelsize=5)
+    plotting.enforce_standard(fig)
+    assert fig.get_size_inches()[0] == pytest.approx(plotting.MAX_WIDTH)
+    assert fig.get_size_inches()[1] == pytest.approx(4 * plotting.MAX_WIDTH / 12)
+    fig.canvas.draw()
+    assert min(t.get_fontsize() for t in fig.findobj(Text)) >= plotting.MIN_FONT_PT
+    plt.close(fig)

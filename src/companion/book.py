@@ -10,8 +10,14 @@
    stderr, a notebook that raises, e.g. a failed verdict) fails the build.
 3. **Results.** Every verdict table carries its records in the output metadata; they are read back
    from the executed notebooks of *this* build (``_build/jupyter_execute``) and written to
-   ``_build/results/<notebook>.jsonl`` and ``_build/results/all.jsonl``, with a summary. A notebook in
-   the table of contents without records, or any failed claim, makes the command fail.
+   ``_build/results/<notebook>.jsonl`` and ``_build/results/all.jsonl``, with a summary, and published
+   with the site (``_build/html/results/``). A notebook in the table of contents without records, or any
+   failed claim, makes the command fail.
+4. **Checks and the PDF.** Headless Chromium renders every page to catch TeX errors, then prints the whole
+   book (a single-page build from the same doctrees) to ``_build/html/companion.pdf``, offline.
+
+The site itself (the papers' numbering, provenance and executed notebooks per page, alt text, styles) is
+:mod:`companion.sphinx_ext`.
 """
 
 from __future__ import annotations
@@ -30,7 +36,8 @@ from . import notebooks as nbs
 from .paths import repo_root
 from .verdict import METADATA_KEY, slug
 
-__all__ = ["code_hash", "guard_cache", "collect_results", "verdict_table", "find_browser", "check_math", "build"]
+__all__ = ["code_hash", "guard_cache", "collect_results", "publish_results", "verdict_table", "find_browser",
+           "check_math", "make_pdf", "build", "PDF_NAME", "CHROMIUM_FLAGS"]
 
 CACHE_DIR = Path("_build/.jupyter_cache")
 HASH_FILE = ".companion-code-hash"
@@ -104,7 +111,22 @@ def collect_results(build_dir: Path, names: list[str] | None = None) -> dict:
     summary.update(counts(everything))
     (results / "summary.json").write_text(json.dumps(summary, indent=2))
     (build_dir / VERDICT_PAGE).write_text(verdict_table(names, everything, summary["missing"]))
+    publish_results(build_dir)
     return summary
+
+
+def publish_results(build_dir: Path) -> Path | None:
+    """Copy ``build_dir/results`` into the site (``html/results/``), where the "Every claim" page links it."""
+    from .report import RESULTS_URL
+
+    html_dir = build_dir / "html"
+    if not (build_dir / "results").is_dir() or not html_dir.is_dir():
+        return None
+    dest = html_dir / RESULTS_URL
+    if dest.exists():
+        shutil.rmtree(dest)
+    shutil.copytree(build_dir / "results", dest)
+    return dest
 
 
 VERDICT_PAGE = "verdicts.md"  # included by book/verdicts.md from ../_build/verdicts.md
@@ -115,6 +137,58 @@ def verdict_table(names: list[str], records: list[dict], missing: list[str]) -> 
     from .report import dashboard_markdown
 
     return dashboard_markdown(names, records, missing)
+
+
+PDF_NAME = "companion.pdf"  # the whole book, at the root of the site (linked from the front page)
+# Headless Chromium on a closed network: no background requests (they fail slowly here), no GPU, no sandbox
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def make_pdf(root: Path, browser: str | None = None, jb_cmd: list[str] | None = None) -> Path:
+    """The whole book as one PDF, offline: a single-page HTML build from the doctrees of the HTML build
+    (nothing is executed or re-read), printed by headless Chromium once MathJax has typeset it.
+    Written to ``_build/html/companion.pdf``."""
+    import tempfile
+
+    browser = browser or find_browser()
+    if browser is None:
+        raise FileNotFoundError("no Chromium found to print the PDF (install Debian's 'chromium')")
+    jb = jb_cmd or [_jupyter_book()]
+    proc = subprocess.run([*jb, "build", str(root), "--builder", "singlehtml"], cwd=root, capture_output=True,
+                          text=True)
+    single = root / "_build" / "singlehtml"
+    page = single / (_root_doc(root) + ".html")
+    if proc.returncode != 0 or not page.is_file():
+        raise RuntimeError(f"single-page build failed:\n{(proc.stdout + proc.stderr)[-3000:]}")
+    # the page is written at the root document's path (book/intro.html) but links _static/ and _images/
+    # as if it were at the top: print a copy at the top
+    index = single / "companion-print.html"
+    shutil.copyfile(page, index)
+    out = root / "_build" / "html" / PDF_NAME
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as profile:
+        proc = subprocess.run(
+            [browser, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--virtual-time-budget=60000",
+             "--run-all-compositor-stages-before-draw", "--no-pdf-header-footer", f"--print-to-pdf={out}",
+             index.as_uri()],
+            capture_output=True, text=True, timeout=600,
+        )
+    if not out.is_file() or out.stat().st_size < 10_000:
+        raise RuntimeError(f"Chromium did not print the PDF (exit {proc.returncode}): {proc.stderr[-2000:]}")
+    return out
+
+
+def _root_doc(root: Path) -> str:
+    import yaml
+
+    toc = yaml.safe_load((root / "_toc.yml").read_text())
+    return str(toc.get("root", "index"))
+
+
+def _jupyter_book() -> str:
+    jb = Path(sys.executable).with_name("jupyter-book")
+    return str(jb) if jb.exists() else "jupyter-book"
 
 
 def find_browser() -> str | None:
@@ -145,9 +219,8 @@ def check_math(html_dir: Path, pages: list[str] | None = None, browser: str | No
             continue
         with tempfile.TemporaryDirectory() as profile:
             proc = subprocess.run(
-                [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 f"--user-data-dir={profile}", "--virtual-time-budget=20000", "--dump-dom", f.as_uri()],
+                [browser, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--virtual-time-budget=20000", "--dump-dom",
+             f.as_uri()],
                 capture_output=True, text=True, timeout=120,
             )
         found = re.findall(r'data-mjx-error="([^"]*)"', proc.stdout)
@@ -175,8 +248,7 @@ def build(root: Path | None = None, *, strict: bool = True, force: bool = False,
 
     # compile the fused mesa kernels once, before the notebooks (numba caches them on disk; a no-op after)
     print(f"companion book: mesa kernels ready in {kernels.warm_up():.1f} s", flush=True)
-    jb = Path(sys.executable).with_name("jupyter-book")
-    cmd = [str(jb) if jb.exists() else "jupyter-book", "build", str(root)]
+    cmd = [_jupyter_book(), "build", str(root)]
     if strict:
         cmd += ["-n", "-W", "--keep-going"]
     cmd += list(extra_args)
@@ -210,6 +282,14 @@ def build(root: Path | None = None, *, strict: bool = True, force: bool = False,
         status = 1 if bad else 0
     elif status == 0:
         print("companion book: no Chromium found; the TeX of the pages was not checked", file=sys.stderr)
+    if status == 0 and find_browser():
+        t1 = time.perf_counter()
+        try:
+            pdf = make_pdf(root)
+            print(f"companion book: {pdf.relative_to(root)} printed in {time.perf_counter() - t1:.0f} s")
+        except (RuntimeError, subprocess.TimeoutExpired) as exc:
+            print(f"companion book: the PDF failed: {exc}", file=sys.stderr)
+            status = 1
     if status == 0:
         print(f"companion book: open {root / '_build' / 'html' / 'index.html'}")
     return status

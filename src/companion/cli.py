@@ -76,10 +76,17 @@ def cmd_run(args) -> int:
     if not args.quiet:
         n = len(result.records)
         passed = sum(1 for r in result.records if r.get("passed"))
-        print(f"{result.notebook}: {passed}/{n} claims passed in {result.seconds:.1f} s -> {result.output_dir}")
+        print(f"{result.notebook}: {passed}/{n} claims hold in {result.seconds:.1f} s -> {result.output_dir}")
         for r in result.records:
-            print(f"    {'ok  ' if r.get('passed') else 'FAIL'} {r.get('claim')}: measured {_num(r.get('measured'))} "
-                  f"predicted {_num(r.get('predicted'))} ({r.get('comparison')} tol {_num(r.get('tolerance'))})")
+            status = r.get("status") or ("passed" if r.get("passed") else "failed")
+            tag = {"passed": "ok  ", "not_resolvable": "n.r.", "not_applicable": "n.a."}.get(status, "FAIL")
+            if status == "not_applicable":
+                print(f"    {tag} {r.get('claim')} [{r.get('kind')}]: {r.get('reason')}")
+                continue
+            print(f"    {tag} {r.get('claim')} [{r.get('kind')}]: measured {_num(r.get('measured'))} "
+                  f"predicted {_num(r.get('predicted'))} ({r.get('comparison')} tol {_num(r.get('tolerance'))})"
+                  + (f"; falsifier {_num(r.get('falsifier_value'))} at {_num(r.get('z_falsifier'))} SE"
+                     if r.get("z_falsifier") is not None else ""))
     return 0 if result.ok else 1
 
 

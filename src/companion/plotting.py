@@ -1,53 +1,167 @@
-"""Figure style shared by every notebook: static matplotlib, opaque white background (readable on the
-dark theme too), consistent sizes and a colour cycle that survives greyscale printing."""
+"""Figure standard shared by every notebook: static matplotlib, opaque white background (readable on the
+dark theme too), a colour cycle that survives greyscale printing, and sizes chosen for the page.
+
+The standard
+------------
+* **Sized for the column.** The book's text column is about 672 CSS px = 7 inches at 1280 px. Figures are
+  rendered as **SVG** at their true size, so a figure at most :data:`COLUMN_WIDTH` inches wide shows its
+  text at the font size set here: 10 pt labels, 9 pt ticks and legends (never less than
+  :data:`MIN_FONT_PT`). :func:`new_figure` caps the total width at the column (:data:`MAX_WIDTH` plus
+  the padding), whatever the panel count. Never set a smaller font size in a notebook: the site tests
+  measure every figure's text as displayed.
+* **Legends outside the data.** :func:`legend_outside` puts a legend below (or beside) the axes.
+* **Each figure once.** The inline backend would show every open pyplot figure at the end of its cell,
+  besides the captioned ``{glue:figure}``; :func:`use_book_style` switches to the non-interactive Agg
+  backend, so a figure is shown only where it is glued.
+* **Enforced when shown.** Every figure IPython displays (also a glued one) passes
+  :func:`enforce_standard` first: a figure wider than the column is scaled down and text set smaller
+  than :data:`MIN_FONT_PT` is raised to it.
+* **Alt text** comes from the figure's caption (``companion.sphinx_ext``): write captions that say what
+  is plotted.
+"""
 
 from __future__ import annotations
 
 import matplotlib
 import matplotlib.pyplot as plt
 
-__all__ = ["use_book_style", "new_figure", "COLORS"]
+__all__ = ["use_book_style", "new_figure", "legend_outside", "enforce_standard", "COLORS", "COLUMN_WIDTH", "MAX_WIDTH", "MIN_FONT_PT",
+           "FORMAT"]
 
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf", "#7f7f7f"]
+COLUMN_WIDTH = 7.0  # inches: the text column at 1280 px (672 CSS px at 96 px per inch)
+PAD = 0.1  # inches added around the figure on each side when it is rendered (bbox "tight")
+MARGIN = 0.1  # inches kept free: the SVG renderer measures text a little wider than the layout does
+MAX_WIDTH = COLUMN_WIDTH - 2 * PAD - MARGIN  # the widest figure: with its padding it fits the column
+MIN_FONT_PT = 9.0  # the smallest text of a figure, as displayed
+FORMAT = "svg"  # what the notebooks' figures are rendered as (vector: sharp at any zoom and in the PDF)
+
+STYLE = {
+    "figure.facecolor": "white",
+    "axes.facecolor": "white",
+    "savefig.facecolor": "white",
+    "savefig.transparent": False,
+    "figure.dpi": 96,  # 1 inch = 96 CSS px: an SVG shows at its true size
+    "savefig.dpi": 192,  # rasterised parts (imshow) at 2x
+    "figure.figsize": (MAX_WIDTH, 4.0),
+    "savefig.pad_inches": PAD,
+    "figure.max_open_warning": 0,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.prop_cycle": matplotlib.cycler(color=COLORS),
+    "axes.titlesize": 10,
+    "axes.labelsize": 10,
+    "xtick.labelsize": 9,
+    "ytick.labelsize": 9,
+    "legend.fontsize": 9,
+    "legend.title_fontsize": 9,
+    "legend.frameon": False,
+    "figure.titlesize": 11,
+    "font.size": 10,
+    "lines.linewidth": 1.6,
+    "svg.fonttype": "none",  # text as text: sharp, searchable, and its size checkable by the site tests
+    "svg.hashsalt": "companion",  # reproducible SVG ids
+}
 
 
-def _register_png_formatter() -> None:
-    """Make IPython render a Figure (also a glued one) as PNG whatever the matplotlib backend is (e.g.
-    with MPLBACKEND=Agg in the environment, where the inline backend would not register it)."""
+def enforce_standard(fig) -> None:
+    """Bring a figure to the standard before it is shown: at most :data:`MAX_WIDTH` wide (scaled down with
+    its aspect ratio) and no text below :data:`MIN_FONT_PT` (a smaller size set in a notebook is raised).
+    Sub- and superscripts inside formulas keep their relative size."""
+    from matplotlib.text import Text
+
+    w, h = fig.get_size_inches()
+    if w > MAX_WIDTH + 1e-9:
+        fig.set_size_inches(MAX_WIDTH, h * MAX_WIDTH / w)
+    for ax in fig.axes:  # tick labels made at draw time follow the axis' tick settings
+        for name, axis in (("x", ax.xaxis), ("y", ax.yaxis)):
+            for which in ("major", "minor"):
+                labels = axis.get_ticklabels(which=which)
+                if labels and min(t.get_fontsize() for t in labels) < MIN_FONT_PT:
+                    ax.tick_params(axis=name, which=which, labelsize=MIN_FONT_PT)
+    for t in fig.findobj(Text):
+        if t.get_fontsize() < MIN_FONT_PT:
+            t.set_fontsize(MIN_FONT_PT)
+    # what sticks out of the figure (a legend or a label outside) widens the rendered image: shrink the
+    # figure by that much, so the image is not scaled down on the page
+    for _ in range(3):
+        try:
+            extent = fig.get_tightbbox(fig.canvas.get_renderer()).width
+        except Exception:  # noqa: BLE001 - a canvas without a renderer: leave the size
+            return
+        if extent <= MAX_WIDTH + 0.01:
+            return
+        w, h = fig.get_size_inches()
+        fig.set_size_inches(max(w - (extent - MAX_WIDTH) - 0.02, 1.0), h)
+
+
+def _register_formatter() -> None:
+    """Make IPython render a Figure (also a glued one) as SVG whatever the matplotlib backend is, brought
+    to the standard first (:func:`enforce_standard`)."""
     try:
         from IPython import get_ipython
+        from matplotlib.figure import Figure
         from matplotlib_inline.backend_inline import set_matplotlib_formats
     except ImportError:  # pragma: no cover - IPython and matplotlib-inline come with ipykernel
         return
-    if get_ipython() is not None:
-        set_matplotlib_formats("png")
+    ip = get_ipython()
+    if ip is None:
+        return
+    set_matplotlib_formats(FORMAT, bbox_inches="tight", pad_inches=PAD)
+    formatter = ip.display_formatter.formatters["image/svg+xml"]
+    render = formatter.lookup_by_type(Figure)
+    if getattr(render, "_companion_standard", False):
+        return
+
+    def render_standard(fig):
+        enforce_standard(fig)
+        return render(fig)
+
+    render_standard._companion_standard = True
+    formatter.for_type(Figure, render_standard)
 
 
 def use_book_style() -> None:
-    """Apply the book's rc settings (call once per notebook, in the set-up cell)."""
-    _register_png_formatter()
-    plt.rcParams.update(
-        {
-            "figure.facecolor": "white",
-            "axes.facecolor": "white",
-            "savefig.facecolor": "white",
-            "savefig.transparent": False,
-            "figure.dpi": 110,
-            "savefig.dpi": 150,
-            "figure.figsize": (6.4, 4.0),
-            "axes.grid": True,
-            "grid.alpha": 0.3,
-            "axes.spines.top": False,
-            "axes.spines.right": False,
-            "axes.prop_cycle": matplotlib.cycler(color=COLORS),
-            "legend.frameon": False,
-            "font.size": 10,
-        }
-    )
+    """Apply the book's rc settings and figure format (called by :func:`new_figure`)."""
+    if "inline" in matplotlib.get_backend().lower():
+        plt.switch_backend("agg")  # no automatic display of open figures: each figure once, where glued
+    _register_formatter()
+    plt.rcParams.update(STYLE)
 
 
 def new_figure(ncols: int = 1, nrows: int = 1, width: float = 3.4, height: float = 3.0, **kw):
-    """A figure with ``nrows x ncols`` panels of about ``width x height`` inches each (constrained layout)."""
+    """A figure with ``nrows x ncols`` panels of about ``width x height`` inches each (constrained layout).
+    The whole figure is at most :data:`MAX_WIDTH` wide (with its padding, the column): wider requests are
+    scaled down, keeping each panel's aspect ratio, so the text keeps its size on the page."""
     use_book_style()
-    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), layout="constrained", **kw)
+    total_w, total_h = width * ncols, height * nrows
+    if total_w > MAX_WIDTH:
+        scale = MAX_WIDTH / total_w
+        total_w, total_h = MAX_WIDTH, total_h * scale
+    fig, axes = plt.subplots(nrows, ncols, figsize=(total_w, total_h), layout="constrained", **kw)
     return fig, axes
+
+
+def legend_outside(target, where: str = "below", ncol: int | None = None, **kw):
+    """A legend outside the data of an Axes or of a whole Figure (one legend for all panels, labels
+    de-duplicated): ``"below"`` or ``"right"``. Constrained layout makes room for it."""
+    from matplotlib.figure import Figure
+
+    if isinstance(target, Figure):
+        seen: dict = {}
+        for ax in target.axes:
+            for h, lab in zip(*ax.get_legend_handles_labels()):
+                seen.setdefault(lab, h)
+        labels, handles = list(seen), list(seen.values())
+        ncol = ncol or (max(1, min(len(labels), 4)) if where == "below" else 1)
+        loc = "outside lower center" if where == "below" else "outside right upper"
+        return target.legend(handles, labels, loc=loc, ncol=ncol, **kw)
+    handles, labels = target.get_legend_handles_labels()
+    if where == "below":
+        opts = dict(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=ncol or max(1, min(len(labels), 3)))
+    else:
+        opts = dict(loc="upper left", bbox_to_anchor=(1.02, 1.0), ncol=ncol or 1)
+    opts.update(kw)
+    return target.legend(handles, labels, **opts)

@@ -1,17 +1,39 @@
 """Verdict records rendered for a reader: the table under each notebook's verdict and the "Every claim"
-dashboard of a build. One home for both (the notebook table and the dashboard share the row format)."""
+dashboard of a build. One home for both (the notebook table and the dashboard share the row format).
+
+Both are raw HTML inside Markdown (a CommonMark HTML block: no blank line inside), so that the table can
+fit the text column: the verdict and the tolerance come first, the claim id is short (its full text is
+in its ``title``), and the quantity, the reason and the falsifier sit in a full-width details row under
+each claim. The classes are styled by ``companion/_static/companion.css`` (registered by
+:mod:`companion.sphinx_ext`); on a phone the rows stack. The dashboard carries a small inline script
+(no network) that filters and sorts the claims.
+"""
 
 from __future__ import annotations
 
+import html
+import math
 from collections import Counter
 
 from .verdict import EVIDENCE_KINDS, KINDS, STATUSES
 
-__all__ = ["verdict_label", "verdict_table_markdown", "dashboard_markdown", "counts"]
+__all__ = ["verdict_label", "verdict_table_markdown", "verdict_table_html", "dashboard_markdown", "counts",
+           "fmt_number", "tolerance_text", "RESULTS_URL"]
 
-_SYM = {"abs": "±", "rel": "± rel.", "upper": "≤ pred. +", "lower": "≥ pred. −"}
-_STATUS = {"passed": "passed", "failed": "**FAILED**", "not_resolvable": "not resolvable",
+RESULTS_URL = "results"  # the build's JSON lines, published under _build/html/results/
+
+_STATUS = {"passed": "passed", "failed": "FAILED", "not_resolvable": "not resolvable",
            "not_applicable": "not applicable"}
+_COLUMNS = [  # (key for sorting, header, title of the header)
+    ("status", "verdict", "passed, FAILED, not resolvable (the falsifier is not rejected) or not applicable"),
+    ("tolerance", "tolerance", "± t: |measured − predicted| ≤ t (rel.: t·|predicted|); ≤ p + t, ≥ p − t: bounds on "
+     "the measured value (p: the predicted bound)"),
+    ("claim", "claim", "the claim id; hover for what it measures"),
+    ("kind", "kind", "identity (implementation test), numerics, statistical, bound or qualitative"),
+    ("predicted", "predicted", "the theory's value (the bound, for a bound)"),
+    ("measured", "measured", "the simulation's value"),
+    ("z_falsifier", "falsifier", "distance of the measurement from the falsifier's value, in standard errors"),
+]
 
 
 def verdict_label(notebook: str) -> str:
@@ -19,64 +41,271 @@ def verdict_label(notebook: str) -> str:
     return "verdict-" + notebook.strip("/").replace("/", "-").replace("_", "-")
 
 
-def _cell(text) -> str:
-    """Text safe inside a Markdown table cell (a quantity may contain |x| or line breaks)."""
-    return str(text).replace("|", "\\|").replace("\n", " ")
+def claim_anchor(notebook: str, claim: str) -> str:
+    """The HTML id of one claim's row in its notebook's table, e.g. ``claim-mesa-setup-mean_x1``."""
+    return "claim-" + notebook.strip("/").replace("/", "-").replace("_", "-") + "-" + claim
 
 
-def _fmt(x) -> str:
-    if x is None:
+def _esc(text) -> str:
+    # also no blank line may appear inside the HTML block: Markdown would end the block there
+    return html.escape(" ".join(str(text).split()), quote=True)
+
+
+def fmt_number(x) -> str:
+    """A number in at most about 9 characters: 4 significant digits, scientific outside [1e-3, 1e5)."""
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
         return "—"
+    x = float(x)
     if x == 0:
         return "0"
-    if 1e-3 <= abs(x) < 1e5:
-        return f"{x:.6g}"
-    return f"{x:.3e}"
+    if 1e3 <= abs(x) < 1e5:
+        s = f"{x:.0f}"
+    elif 1e-3 <= abs(x) < 1e3:
+        s = f"{x:.4g}"
+    else:
+        mant, exp = f"{x:.2e}".split("e")
+        s = f"{mant}e{int(exp)}"
+    return s.replace("-", "−")
 
 
-def _tol(r: dict) -> str:
-    if r.get("tolerance") is None:
+def tolerance_text(r: dict) -> str:
+    """The acceptance rule of a record in a few characters: ``± 0.012`` (absolute), ``± 1e−9 rel.``,
+    ``≤ p + 0.01`` / ``≥ p`` (bounds, p the predicted bound)."""
+    tol = r.get("tolerance")
+    if tol is None:
         return "—"
-    return f"{_SYM.get(r.get('comparison'), r.get('comparison'))} {r['tolerance']:.3g}"
+    cmp = r.get("comparison")
+    t = fmt_number(tol)
+    if cmp == "abs":
+        return f"± {t}"
+    if cmp == "rel":
+        return f"± {t} rel."
+    sign = "≤" if cmp == "upper" else "≥"
+    if tol == 0:
+        return f"{sign} p"
+    return f"{sign} p {'+' if cmp == 'upper' else '−'} {t}"
 
 
-def _falsifier(r: dict) -> str:
-    f = r.get("falsifier")
-    if not f:
-        return "—"
+def _status(r: dict) -> str:
+    return r.get("status") or ("passed" if r.get("passed") else "failed")
+
+
+def _falsifier_distance(r: dict) -> str:
     zf = r.get("z_falsifier")
-    fv = r.get("falsifier_value")
-    val = f" = {_fmt(fv)}" if fv is not None else ""
-    dist = f" ({zf:.1f} SE away)" if zf is not None and r.get("z") is not None else ""
-    return _cell(f"{f}{val}{dist}")
+    if zf is None:
+        return "—"
+    if zf == math.inf:
+        return "∞ SE"
+    return f"{zf:.1f} SE" if zf < 100 else f"{fmt_number(zf)} SE"
 
 
-def _row(r: dict) -> str:
-    return (f"| {_STATUS.get(r.get('status'), r.get('status'))} | `{r['claim']}` | {r.get('kind', '?')} "
-            f"| {_fmt(r.get('predicted'))} | {_fmt(r.get('measured'))} | {_tol(r)} | {_falsifier(r)} "
-            f"| {_cell(r.get('quantity', ''))}: {_cell(r.get('reason', ''))} |")
+def _details(r: dict) -> str:
+    parts = [f"<span class='cv-quantity'>{_esc(r.get('quantity', ''))}</span>"]
+    if r.get("reason"):
+        parts.append(f"<span class='cv-reason'><b>Why:</b> {_esc(r['reason'])}</span>")
+    if r.get("falsifier"):
+        f = _esc(r["falsifier"])
+        if r.get("falsifier_value") is not None:
+            f += f" = {fmt_number(r['falsifier_value'])}"
+        if r.get("z_falsifier") is not None:
+            f += f" ({_falsifier_distance(r)} from the measurement"
+            if r.get("z_theory") is not None:
+                f += f"; the theory is {_falsifier_distance({'z_falsifier': r['z_theory']})} from it"
+            f += ")"
+        parts.append(f"<span class='cv-falsifier'><b>Falsifier:</b> {f}</span>")
+    if r.get("se") is not None:
+        parts.append(f"<span class='cv-se'>SE {fmt_number(r['se'])}, z = {fmt_number(r.get('z'))}"
+                     + (f", floor {fmt_number(r['floor'])}" if r.get("floor") else "") + "</span>")
+    return " ".join(parts)
 
 
-_HEAD = ["| verdict | claim | kind | predicted | measured | tolerance | falsifier | what, and why this tolerance |",
-         "|---|---|---|---|---|---|---|---|"]
+def _sort_value(r: dict, key: str) -> str:
+    if key == "status":
+        return str(STATUSES.index(_status(r)) if _status(r) in STATUSES else 9)
+    if key == "kind":
+        return str(KINDS.index(r["kind"]) if r.get("kind") in KINDS else 9)
+    if key in ("claim",):
+        return _esc(r.get("claim", ""))
+    v = r.get("error" if key == "tolerance" else key)
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return ""
+    return repr(float(v))
+
+
+def _claim_rows(r: dict, href: str) -> str:
+    st = _status(r)
+    claim = r.get("claim", "?")
+    short = _esc(claim).replace("_", "_<wbr>")
+    nb = r.get("notebook", "")
+    data = " ".join(f"data-{k.replace('_', '-')}='{_sort_value(r, k)}'" for k, _, _ in _COLUMNS)
+    cells = [
+        f"<td class='cv-status' data-label='verdict'><span class='cv-badge cv-{st}'>{_STATUS.get(st, st)}</span></td>",
+        f"<td class='cv-tol' data-label='tolerance'>{tolerance_text(r)}</td>",
+        f"<td class='cv-claim' data-label='claim'><a href='{_esc(href)}' title='{_esc(r.get('quantity', ''))}'>"
+        f"<code>{short}</code></a></td>",
+        f"<td class='cv-kind' data-label='kind'>{_esc(r.get('kind', '?'))}</td>",
+        f"<td class='cv-num' data-label='predicted'>{fmt_number(r.get('predicted'))}</td>",
+        f"<td class='cv-num' data-label='measured'>{fmt_number(r.get('measured'))}</td>",
+        f"<td class='cv-num' data-label='falsifier'>{_falsifier_distance(r)}</td>",
+    ]
+    return (f"<tbody class='cv-claim-group cv-row-{st}' id='{_esc(claim_anchor(nb, claim))}' "
+            f"data-notebook='{_esc(nb)}' data-kind-name='{_esc(r.get('kind', '?'))}' "
+            f"data-status-name='{_esc(st)}' {data}>"
+            f"<tr class='cv-main'>{''.join(cells)}</tr>"
+            f"<tr class='cv-details'><td colspan='{len(_COLUMNS)}'>{_details(r)}</td></tr></tbody>")
+
+
+def _head() -> str:
+    ths = "".join(f"<th scope='col' data-sort='{k.replace('_', '-')}' title='{_esc(t)}'>{h}</th>"
+                  for k, h, t in _COLUMNS)
+    cols = "".join(f"<col class='cv-col-{k.replace('_', '-')}'>" for k, _, _ in _COLUMNS)
+    return f"<colgroup>{cols}</colgroup><thead><tr>{ths}</tr></thead>"
+
+
+def _ordered(records: list[dict]) -> list[dict]:
+    """Evidence first (by kind in the order of KINDS), implementation identities last."""
+    order = {k: i for i, k in enumerate(KINDS)}
+    return sorted(records, key=lambda r: (r.get("kind") == "identity", order.get(r.get("kind"), 99)))
+
+
+def verdict_table_html(records: list[dict], link_base: str = "", group_by_kind: bool = True,
+                       extra_class: str = "") -> str:
+    """The verdict table of one notebook as one HTML block. Each claim links to its notebook's verdict
+    section at ``link_base`` (``""``: this page); with ``group_by_kind`` a header row opens each kind."""
+    rows = []
+    current = None
+    for r in _ordered(records):
+        kind = r.get("kind", "?")
+        if group_by_kind and kind != current:
+            current = kind
+            n = sum(1 for x in records if x.get("kind", "?") == kind)
+            note = " — implementation tests, not evidence for the paper" if kind == "identity" else ""
+            rows.append(f"<tbody class='cv-kind-head' data-kind-name='{_esc(kind)}'><tr><th colspan='{len(_COLUMNS)}'>"
+                        f"{_esc(kind)} ({n}){note}</th></tr></tbody>")
+        href = f"{link_base}#{verdict_label(r.get('notebook', ''))}"
+        rows.append(_claim_rows(r, href))
+    cls = f"cv-table {extra_class}".strip()
+    return f"<div class='cv-wrap'><table class='{cls}'>{_head()}{''.join(rows)}</table></div>"
 
 
 def verdict_table_markdown(records: list[dict]) -> str:
-    """The verdict table of one notebook: evidence first, implementation identities last."""
-    ev = [r for r in records if r.get("kind") != "identity"]
-    ids = [r for r in records if r.get("kind") == "identity"]
-    return "\n".join(_HEAD + [_row(r) for r in ev + ids])
+    """The verdict table of one notebook (Markdown holding one raw HTML block): evidence first,
+    implementation identities last; each claim links to this page's verdict section."""
+    return verdict_table_html(records) + "\n"
 
 
 def counts(records: list[dict]) -> dict:
     """Claims per kind and per status."""
     return {"kinds": dict(Counter(r.get("kind", "?") for r in records)),
-            "statuses": dict(Counter(r.get("status", "passed" if r.get("passed") else "failed") for r in records))}
+            "statuses": dict(Counter(_status(r) for r in records))}
+
+
+def _summary_table(records: list[dict]) -> str:
+    """Claims per kind (rows) and status (columns)."""
+    kinds = [k for k in KINDS if any(r.get("kind") == k for r in records)]
+    kinds += sorted({r.get("kind", "?") for r in records} - set(kinds))
+    table = Counter((r.get("kind", "?"), _status(r)) for r in records)
+    head = "".join(f"<th scope='col'>{_esc(s.replace('_', ' '))}</th>" for s in STATUSES) + "<th scope='col'>all</th>"
+    body = []
+    for k in kinds + ["all"]:
+        cells = []
+        for s in STATUSES:
+            n = sum(v for (kk, ss), v in table.items() if ss == s and (k == "all" or kk == k))
+            cells.append(f"<td class='cv-num{' cv-fail' if s == 'failed' and n else ''}'>{n}</td>")
+        tot = sum(v for (kk, _), v in table.items() if k == "all" or kk == k)
+        label = _esc(k) + (" <small>(not evidence)</small>" if k == "identity" else "")
+        cls = " class='cv-total'" if k == "all" else ""
+        body.append(f"<tr{cls}><th scope='row'>{label}</th>{''.join(cells)}"
+                    f"<td class='cv-num'>{tot}</td></tr>")
+    return (f"<div class='cv-wrap cv-wrap-summary'><table class='cv-summary'><thead><tr><th scope='col'>kind</th>{head}</tr></thead>"
+            f"<tbody>{''.join(body)}</tbody></table></div>")
+
+
+def _filter_bar(names: list[str]) -> str:
+    kinds = "".join(f"<option value='{k}'>{k}</option>" for k in KINDS)
+    stats = "".join(f"<option value='{s}'>{s.replace('_', ' ')}</option>" for s in STATUSES)
+    nbs = "".join(f"<option value='{_esc(n)}'>{_esc(n)}</option>" for n in names)
+    return ("<form class='cv-filter' id='cv-filter' onsubmit='return false'>"
+            "<label>search <input type='search' id='cv-q' placeholder='claim, quantity, reason…'></label>"
+            f"<label>kind <select id='cv-kind'><option value=''>all</option>{kinds}</select></label>"
+            f"<label>verdict <select id='cv-status'><option value=''>all</option>{stats}</select></label>"
+            f"<label>notebook <select id='cv-nb'><option value=''>all</option>{nbs}</select></label>"
+            "<span id='cv-shown' aria-live='polite'></span>"
+            "<span class='cv-hint'>Click a column header to sort the claims of each group.</span></form>")
+
+
+# Filtering and sorting, inline and offline (no library).
+_SCRIPT = """<script>
+(function () {
+  function ready(f) { if (document.readyState !== 'loading') f(); else document.addEventListener('DOMContentLoaded', f); }
+  ready(function () {
+    var q = document.getElementById('cv-q'), kind = document.getElementById('cv-kind'),
+        st = document.getElementById('cv-status'), nb = document.getElementById('cv-nb'),
+        shown = document.getElementById('cv-shown');
+    if (!q) return;
+    var claims = Array.prototype.slice.call(document.querySelectorAll('table.cv-dash tbody.cv-claim-group'));
+    function apply() {
+      var text = q.value.trim().toLowerCase(), n = 0;
+      claims.forEach(function (b) {
+        var ok = (!text || b.textContent.toLowerCase().indexOf(text) >= 0 || b.id.toLowerCase().indexOf(text) >= 0) &&
+                 (!kind.value || b.dataset.kindName === kind.value) &&
+                 (!st.value || b.dataset.statusName === st.value) &&
+                 (!nb.value || b.dataset.notebook === nb.value);
+        b.hidden = !ok; if (ok) n++;
+      });
+      document.querySelectorAll('table.cv-dash tbody.cv-kind-head').forEach(function (h) {
+        var b = h.nextElementSibling, any = false;
+        while (b && b.classList.contains('cv-claim-group')) { if (!b.hidden) any = true; b = b.nextElementSibling; }
+        h.hidden = !any;
+      });
+      document.querySelectorAll('table.cv-dash').forEach(function (t) {
+        var s = t.closest('section'); if (s) s.hidden = !t.querySelector('tbody.cv-claim-group:not([hidden])');
+      });
+      shown.textContent = n + ' of ' + claims.length + ' claims shown';
+    }
+    [q, kind, st, nb].forEach(function (el) { el.addEventListener('input', apply); el.addEventListener('change', apply); });
+    document.querySelectorAll('table.cv-dash thead th[data-sort]').forEach(function (th) {
+      th.tabIndex = 0;
+      function sort() {
+        var key = th.dataset.sort.replace(/-([a-z])/g, function (m, c) { return c.toUpperCase(); });
+        var table = th.closest('table'), asc = th.getAttribute('aria-sort') !== 'ascending';
+        table.querySelectorAll('thead th').forEach(function (o) { o.removeAttribute('aria-sort'); });
+        th.setAttribute('aria-sort', asc ? 'ascending' : 'descending');
+        var runs = [], run = null;
+        Array.prototype.forEach.call(table.tBodies, function (b) {
+          if (b.classList.contains('cv-claim-group')) { if (!run) { run = []; runs.push(run); } run.push(b); }
+          else run = null;
+        });
+        function val(b) { var v = b.dataset[key]; var x = parseFloat(v); return v === '' ? null : (isNaN(x) ? v : x); }
+        runs.forEach(function (r) {
+          var anchor = r[r.length - 1].nextSibling;
+          r.sort(function (a, b) {
+            var x = val(a), y = val(b);
+            if (x === null) return y === null ? 0 : 1; if (y === null) return -1;
+            var c = (typeof x === 'number' && typeof y === 'number') ? x - y : String(x).localeCompare(String(y));
+            return asc ? c : -c;
+          });
+          r.forEach(function (b) { table.insertBefore(b, anchor); });
+        });
+      }
+      th.addEventListener('click', sort);
+      th.addEventListener('keydown', function (e) { if (e.key === 'Enter' || e.key === ' ') { e.preventDefault(); sort(); } });
+    });
+    apply();
+  });
+})();
+</script>"""
+
+
+def notebook_href(name: str, from_dir: str = "book") -> str:
+    """Relative URL of a notebook's page from a page in ``from_dir`` (the dashboard lives in book/)."""
+    depth = len([p for p in from_dir.split("/") if p])
+    return "../" * depth + f"notebooks/{name}.html"
 
 
 def dashboard_markdown(names: list[str], records: list[dict], missing: list[str]) -> str:
-    """MyST for the "Every claim" page: a summary line per kind and status, then per notebook the claims
-    grouped by kind, each notebook linked to its verdict section."""
+    """MyST for the "Every claim" page: a summary of claims per kind and status, a filter bar, then per
+    notebook one table of its claims grouped by kind; each claim links to its notebook's verdict section."""
     c = counts(records)
     ev = sum(v for k, v in c["kinds"].items() if k in EVIDENCE_KINDS)
     kinds = ", ".join(f"{c['kinds'][k]} {k}" for k in KINDS if k in c["kinds"])
@@ -87,21 +316,33 @@ def dashboard_markdown(names: list[str], records: list[dict], missing: list[str]
         f"{c['kinds'].get('identity', 0)} identities are implementation tests"
         + (f". No verdict was recorded for {', '.join(missing)}." if missing else "."),
         "",
+        f"The records of this build, one JSON object per claim: <a class='cv-results-link' "
+        f"href='../{RESULTS_URL}/all.jsonl' download>all.jsonl</a> (every claim), "
+        f"<a href='../{RESULTS_URL}/summary.json'>summary.json</a>, and one file per notebook (linked below).",
+        "",
+        _summary_table(records),
+        "",
+        _filter_bar([n for n in names if n not in missing]),
+        "",
     ]
+    from .verdict import slug
+
     for name in names:
         recs = [r for r in records if r.get("notebook") == name]
         if not recs:
             continue
         cn = counts(recs)
+        href = notebook_href(name)
         lines += [
             f"## {name}",
             "",
-            f"{{ref}}`Verdict of this notebook <{verdict_label(name)}>` — "
+            f"{{ref}}`Verdict section of this notebook <{verdict_label(name)}>` — "
             + ", ".join(f"{cn['kinds'][k]} {k}" for k in KINDS if k in cn["kinds"]) + "; "
-            + ", ".join(f"{cn['statuses'][s]} {s.replace('_', ' ')}" for s in STATUSES if s in cn["statuses"]),
+            + ", ".join(f"{cn['statuses'][s]} {s.replace('_', ' ')}" for s in STATUSES if s in cn["statuses"])
+            + f" · <a href='../{RESULTS_URL}/{slug(name)}.jsonl' download>{slug(name).replace('_', '&#95;')}.jsonl</a>",
+            "",
+            verdict_table_html(recs, link_base=href, extra_class="cv-dash"),
             "",
         ]
-        order = {k: i for i, k in enumerate(KINDS)}
-        rows = sorted(recs, key=lambda r: (r.get("kind") == "identity", order.get(r.get("kind"), 99)))
-        lines += _HEAD + [_row(r) for r in rows] + [""]
-    return "\n".join(lines) + "\n"
+    lines += [_SCRIPT, ""]
+    return "\n".join(lines)

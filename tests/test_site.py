@@ -1,0 +1,295 @@
+"""The built site as a reader meets it, in headless Chromium (Debian's, driven by playwright; never a
+downloaded browser) with the network blocked: no console error, no remote request, verdict tables within
+the column at 1280 px, no horizontal overflow on a phone, every image once with alt text from its caption,
+figure text at least 9 pt as displayed, and on every notebook page a download of the executed notebook.
+Two screenshots (1280 px and phone width) are kept under the site's ``_build/screenshots``."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import pytest
+
+from companion import book
+from companion import notebooks as nbs
+from companion.plotting import MIN_FONT_PT
+from companion.verdict import METADATA_KEY
+
+pytestmark = pytest.mark.slow
+
+DESKTOP = {"width": 1280, "height": 900}
+PHONE = {"width": 390, "height": 844}
+
+
+def _chromium() -> str:
+    if os.environ.get("COMPANION_NO_BROWSER") == "1":
+        pytest.skip("COMPANION_NO_BROWSER=1: the site is not checked in a browser")
+    path = book.find_browser()
+    if path is None:
+        pytest.fail("Chromium is needed for the site tests (`make test` installs Debian's chromium)")
+    return path
+
+
+@pytest.fixture(scope="module")
+def browser():
+    sync_api = pytest.importorskip("playwright.sync_api")
+    executable = _chromium()
+    with sync_api.sync_playwright() as p:
+        # never a downloaded browser: the system's Chromium, and no background networking
+        b = p.chromium.launch(executable_path=executable, args=[f for f in book.CHROMIUM_FLAGS if f != "--headless"])
+        yield b
+        b.close()
+
+
+class Visit:
+    """One browser context (viewport) with the network blocked; remembers console errors and requests."""
+
+    def __init__(self, browser, viewport):
+        self.context = browser.new_context(viewport=viewport)
+        self.errors: list[str] = []
+        self.remote: list[str] = []
+        self.context.route("**/*", self._route)
+        self.page = self.context.new_page()
+        self.page.on("console", lambda m: self.errors.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+        self.page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
+
+    def _route(self, route):
+        url = route.request.url
+        if url.startswith(("file:", "data:", "blob:", "about:")):
+            route.continue_()
+        else:
+            self.remote.append(url)
+            route.abort()
+
+    def open(self, path: Path):
+        self.errors.clear()
+        self.remote.clear()
+        self.page.goto(path.as_uri(), wait_until="load")
+        self.page.wait_for_timeout(300)
+        return self.page
+
+    def close(self):
+        self.context.close()
+
+
+def _pages(html: Path) -> list[Path]:
+    return [html / "book" / "intro.html", html / "book" / "verdicts.html",
+            *[html / "notebooks" / f"{n}.html" for n in nbs.all_notebooks()]]
+
+
+def _site(smoke_site) -> Path:
+    if smoke_site["returncode"] != 0 or smoke_site["not_run"]:
+        pytest.fail("the smoke site did not build (see test_the_whole_book_builds_strictly)")
+    return smoke_site["html"]
+
+
+_TABLES_JS = """() => Array.from(document.querySelectorAll('table.cv-table')).map(t => {
+  const col = t.closest('article') || t.parentElement;
+  return {width: t.getBoundingClientRect().width, scroll: t.parentElement.scrollWidth,
+          column: col.getBoundingClientRect().width};
+})"""
+
+_PRE_JS = """() => Array.from(document.querySelectorAll('article pre')).filter(p => p.scrollWidth > p.clientWidth + 1)
+  .map(p => [p.scrollWidth, p.clientWidth, p.textContent.slice(0, 60)])"""
+
+_IMAGES_JS = """() => Array.from(document.querySelectorAll('article img')).map(i => ({
+  src: i.getAttribute('src'), alt: i.getAttribute('alt') || '', width: i.getBoundingClientRect().width,
+  inFigure: !!i.closest('figure')}))"""
+
+
+@pytest.fixture(scope="module")
+def desktop(browser, smoke_site):
+    """Every page loaded once at 1280 px: what the tests below look at, per page."""
+    html = _site(smoke_site)
+    visit = Visit(browser, DESKTOP)
+    seen = {}
+    try:
+        for path in _pages(html):
+            page = visit.open(path)
+            link = page.query_selector("a.companion-executed-download")
+            runtime = page.query_selector(".companion-runtime")
+            seen[path] = {
+                "errors": list(visit.errors), "remote": list(visit.remote),
+                "tables": page.evaluate(_TABLES_JS), "pres": page.evaluate(_PRE_JS),
+                "images": page.evaluate(_IMAGES_JS),
+                "download": link.get_attribute("href") if link else None,
+                "runtime": runtime.inner_text() if runtime else None,
+            }
+    finally:
+        visit.close()
+    return seen
+
+
+def test_pages_at_1280_px(desktop, smoke_site):
+    """Console errors, remote requests, verdict tables wider than the column, code or printed output that
+    scrolls sideways, images shown twice or with a path for alt text: none on any page."""
+    html = smoke_site["html"]
+    problems: list[str] = []
+    for path, got in desktop.items():
+        name = path.relative_to(html).as_posix()
+        problems += [f"{name}: {e}" for e in got["errors"]]
+        problems += [f"{name}: remote request {u}" for u in got["remote"]]
+        for t in got["tables"]:
+            if t["width"] > t["column"] + 1 or t["scroll"] > t["column"] + 1:
+                problems.append(f"{name}: a verdict table is {t['width']:.0f} px wide (scrolls {t['scroll']} px) "
+                                f"in a {t['column']:.0f} px column")
+        for pre in got["pres"]:
+            problems.append(f"{name}: a code or output block scrolls sideways ({pre[0]} px in {pre[1]} px): "
+                            f"{pre[2]!r}")
+        count: dict[str, int] = {}
+        for img in got["images"]:
+            count[img["src"]] = count.get(img["src"], 0) + 1
+            alt = img["alt"].strip()
+            if not alt or re.search(r"(^|/)[^ ]+\.(png|svg|jpe?g|gif)$", alt) or "_images/" in alt:
+                problems.append(f"{name}: image {img['src']} has alt text {alt!r} (not its caption)")
+        problems += [f"{name}: image {src} is shown {k} times" for src, k in count.items() if k > 1]
+    assert not problems, "\n".join(problems)
+
+
+def test_figure_text_is_at_least_9_pt_as_displayed(desktop, smoke_site):
+    """companion.plotting's standard: every figure's text (sub- and superscripts of formulas aside) is at
+    least 9 pt at its displayed size in the 1280 px layout. Figures are SVG with text kept as text."""
+    html = smoke_site["html"]
+    small = []
+    for path, got in desktop.items():
+        for img in got["images"]:
+            if not img["src"].endswith(".svg") or img["width"] <= 0:
+                continue
+            pt = _smallest_text_pt(path.parent / unquote(img["src"]), img["width"])
+            if pt is not None and pt < MIN_FONT_PT - 0.05:
+                small.append(f"{path.relative_to(html).as_posix()}: figure {Path(img['src']).name} has text "
+                             f"at {pt:.1f} pt as displayed")
+    assert not small, f"text below {MIN_FONT_PT:g} pt (set no font size below companion.plotting's; keep the " \
+                      "figure within the column width):\n" + "\n".join(small)
+
+
+def _smallest_text_pt(svg: Path, shown_px: float) -> float | None:
+    """The smallest font size of an SVG figure (matplotlib, text kept as text) as displayed, in pt. A size
+    that is 0.7 times another size of the figure is a formula's sub- or superscript and does not count."""
+    if not svg.is_file():
+        return None
+    text = svg.read_text(errors="replace")
+    m = re.search(r'viewBox="[-\d.]+ [-\d.]+ ([\d.]+) [\d.]+"', text)
+    if not m:
+        return None
+    scale = shown_px / float(m.group(1))  # CSS px per SVG unit
+    sizes = {float(s) for s in re.findall(r"font(?:-size)?:\s*(?:[a-z]+\s+)*([\d.]+)px", text)}
+    body = [s for s in sizes if not any(abs(s / 0.7 - t) <= 0.03 * t for t in sizes)]
+    return min(body) * scale * 0.75 if body else None
+
+
+def test_pages_on_a_phone_do_not_scroll_sideways(browser, smoke_site):
+    html = _site(smoke_site)
+    visit = Visit(browser, PHONE)
+    wide = []
+    try:
+        for path in _pages(html):
+            page = visit.open(path)
+            w = page.evaluate("() => [document.documentElement.scrollWidth, document.documentElement.clientWidth]")
+            if w[0] > w[1] + 1:
+                wide.append(f"{path.relative_to(html).as_posix()}: {w[0]} px wide on a {w[1]} px screen")
+    finally:
+        visit.close()
+    assert not wide, "\n".join(wide)
+
+
+def test_every_notebook_page_offers_its_executed_notebook(desktop, smoke_site):
+    """The download under each notebook's title is the executed notebook of this build: its code cells
+    have outputs and it carries the verdict records; the page states the measured runtime."""
+    html = smoke_site["html"]
+    missing = []
+    for name in nbs.all_notebooks():
+        path = html / "notebooks" / f"{name}.html"
+        got = desktop[path]
+        if got["download"] is None:
+            missing.append(f"{name}: no executed-notebook download")
+            continue
+        target = (path.parent / unquote(urlparse(got["download"]).path)).resolve()
+        if not target.is_file():
+            missing.append(f"{name}: the download {got['download']} is not on the site")
+            continue
+        nb = json.loads(target.read_text())
+        outputs = [o for c in nb["cells"] if c["cell_type"] == "code" for o in c.get("outputs", [])]
+        if not outputs or not any(METADATA_KEY in (o.get("metadata") or {}) for o in outputs):
+            missing.append(f"{name}: the downloaded notebook has no outputs or no verdict records")
+        if not got["runtime"] or not re.search(r"\d", got["runtime"]):
+            missing.append(f"{name}: no measured runtime")
+    assert not missing, "\n".join(missing)
+
+
+def test_the_dashboard_filters_and_links_each_claim_to_its_verdict(browser, smoke_site):
+    html = _site(smoke_site)
+    visit = Visit(browser, DESKTOP)
+    try:
+        page = visit.open(html / "book" / "verdicts.html")
+        total = len(smoke_site["records"])
+        assert page.locator("table.cv-dash tbody.cv-claim-group").count() == total
+        page.select_option("#cv-kind", "identity")
+        shown = page.locator("table.cv-dash tbody.cv-claim-group:not([hidden])")
+        n_identity = sum(1 for r in smoke_site["records"] if r["kind"] == "identity")
+        assert shown.count() == n_identity
+        page.select_option("#cv-kind", "")
+        page.fill("#cv-q", "no claim has this text")
+        assert shown.count() == 0
+        page.fill("#cv-q", "")
+        # each claim links to its notebook's verdict section, which exists
+        for a in page.locator("table.cv-dash td.cv-claim a").all()[:400]:
+            href = a.get_attribute("href")
+            file, _, anchor = href.partition("#")
+            target = (html / "book" / file).resolve()
+            assert target.is_file(), href
+            assert f'id="{anchor}"' in target.read_text(), f"{href}: no verdict section with that id"
+        # the JSON lines it names are published
+        for a in page.locator("a[href$='.jsonl']").all():
+            assert (html / "book" / a.get_attribute("href")).resolve().is_file(), a.get_attribute("href")
+        # sorting by the falsifier's distance keeps every claim
+        page.locator("table.cv-dash thead th[data-sort='z-falsifier']").first.click()
+        assert page.locator("table.cv-dash tbody.cv-claim-group").count() == total
+    finally:
+        visit.close()
+
+
+def test_screenshots_at_1280_px_and_on_a_phone(browser, smoke_site):
+    """Kept as artifacts (``_build/screenshots`` of the test site; also copied to $COMPANION_SCREENSHOTS)."""
+    html = _site(smoke_site)
+    out = smoke_site["root"] / "_build" / "screenshots"
+    out.mkdir(parents=True, exist_ok=True)
+    shots = []
+    for label, viewport in (("1280", DESKTOP), ("phone", PHONE)):
+        visit = Visit(browser, viewport)
+        try:
+            page = visit.open(html / "notebooks" / "mesa" / "thm4_1_emergence.html")
+            page.locator("table.cv-table").first.scroll_into_view_if_needed()
+            shots.append(out / f"verdict-table-{label}.png")
+            page.screenshot(path=str(shots[-1]))
+        finally:
+            visit.close()
+    for s in shots:
+        assert s.stat().st_size > 10_000
+    dest = os.environ.get("COMPANION_SCREENSHOTS")
+    if dest:
+        Path(dest).mkdir(parents=True, exist_ok=True)
+        for s in shots:
+            shutil.copy(s, Path(dest) / s.name)
+    print("screenshots:", *shots)
+
+
+def test_the_whole_book_prints_as_one_pdf(smoke_site):
+    """`companion book` prints the single-page build with Chromium (offline); the front page links it."""
+    html = _site(smoke_site)
+    _chromium()
+    pdf = book.make_pdf(smoke_site["root"])
+    assert pdf == html / book.PDF_NAME
+    data = pdf.read_bytes()
+    assert data.startswith(b"%PDF") and len(data) > 200_000
+    pages = len(re.findall(rb"/Type\s*/Page[^s]", data))
+    assert pages >= 20, f"only {pages} pages: the book was not printed whole"
+    printed = (smoke_site["root"] / "_build" / "singlehtml" / "companion-print.html").read_text()
+    for name in nbs.all_notebooks():
+        assert f'id="verdict-{name.replace("/", "-").replace("_", "-")}"' in printed, f"{name} is not in the PDF"
+    assert 'href="../companion.pdf"' in (html / "book" / "intro.html").read_text()
