@@ -57,10 +57,9 @@ def test_page_builds_strictly(tmp_path):
     from pathlib import Path
 
     import yaml
+    from _site import copy_book_frame
 
     from _util import ROOT
-
-    from _site import copy_book_frame
 
     root = tmp_path / "book"
     copy_book_frame(root, [], execute="force")  # the real book/ pages and config; never a cached execution
