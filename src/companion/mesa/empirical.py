@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from companion import params as P_
+from companion import stats as S
 from companion.mesa.data import ARData
 
 __all__ = ["diagonal_stats", "diagonal_gd", "sampling_spread", "jackknife_ab", "exact_population"]
@@ -100,8 +101,8 @@ def sampling_spread(data: ARData, a0: float, b0: float, lr: float, epochs: int, 
     Q_loo = (Qb.sum(0)[None] - Qb) / (G - 1)
     P_loo = (Pb.sum(0)[None] - Pb) / (G - 1)
     per = diagonal_gd(a0, b0, lr, epochs, Q_loo, P_loo)
-    se = np.sqrt((G - 1) / G * ((per - per.mean(0)) ** 2).sum(0))
-    return full, se
+    _, se = S.jackknife_se(full, per, axis=0)
+    return full, np.asarray(se)
 
 
 def jackknife_ab(a0, b0, lr: float, epochs: int, stats, scale: float = 1.0):
@@ -114,18 +115,21 @@ def jackknife_ab(a0, b0, lr: float, epochs: int, stats, scale: float = 1.0):
     _, a_f, b_f = diagonal_gd(a0, b0, lr, epochs, Qb.mean(0), Pb.mean(0), return_ab=True)
     _, a_l, b_l = diagonal_gd(a0, b0, lr, epochs, (Qb.sum(0)[None] - Qb) / (G - 1), (Pb.sum(0)[None] - Pb) / (G - 1),
                               return_ab=True)
-    jk = lambda v: np.sqrt((G - 1) / G * ((v - v.mean(0)) ** 2).sum(0))  # noqa: E731
+    def jk(v):
+        return np.asarray(S.jackknife_se(v.mean(0), v, axis=0)[1])
+
     return dict(a=a_f, b=b_f, ab=a_f * b_f, se_a=jk(a_l), se_b=jk(b_l), se_ab=jk(a_l * b_l),
                 se_a_mean=jk(a_l.mean(1)), se_b_mean=jk(b_l.mean(1)))
 
 
-def exact_population(law: str, d: int, T: int, scale: float = 1.0):
+def exact_population(law: str, d: int, T: int, scale: float = 1.0, gh_nodes: int = 7):
     """A weighted data set whose weighted mean is the exact population expectation.
 
     Phases on the grid 2 pi l / G with G = 6(T-2)+1: every per-sequence loss and gradient is a
     trigonometric polynomial with frequencies at most 6(T-2) per coordinate, so the grid average is exact.
-    x_1 is averaged over its atoms (sparse, Rademacher, full-one) or a 7-point Gauss-Hermite rule per
-    coordinate (Gaussian; exact for the degree <= 12 polynomials in x_1 that occur).
+    x_1 is averaged over its atoms (sparse, Rademacher, full-one) or a ``gh_nodes``-point Gauss-Hermite rule
+    per coordinate (Gaussian; exact for polynomials of degree <= 2 gh_nodes - 1 per coordinate: 7 nodes cover
+    the degree-12 squared gradients, 4 nodes the degree-6 losses and gradients).
     Returns (ARData in complex128, weights). Size G^d x atoms: keep d and T small."""
     import itertools
 
@@ -142,7 +146,7 @@ def exact_population(law: str, d: int, T: int, scale: float = 1.0):
         atoms = np.array(list(itertools.product([-1.0, 1.0], repeat=d)))
         w = np.ones(len(atoms))
     elif law == "gaussian":
-        nodes, wts = np.polynomial.hermite_e.hermegauss(7)
+        nodes, wts = np.polynomial.hermite_e.hermegauss(P_.integer("gh_nodes", gh_nodes, min=1, max=12))
         atoms = np.array(list(itertools.product(nodes, repeat=d)))
         w = np.prod(np.array(list(itertools.product(wts, repeat=d))), axis=1)
     else:

@@ -322,19 +322,28 @@ def split_tables(theta: np.ndarray, x1: np.ndarray, positions: np.ndarray, real_
 def warm_up(dims=(5,)) -> float:
     """Compile the kernels (or load them from numba's on-disk cache) for coordinate dimensions ``dims`` in
     both dtypes, so that the first training run does not pay the compilation (about 10-20 s per version
-    on a 2-core machine; loading a cached version takes well under a second). Returns the seconds spent."""
+    on a 2-core machine; loading a cached version takes well under a second). Returns the seconds spent.
+
+    Numpy in, numpy out: the inputs are built here with the dtypes :mod:`companion.mesa.model` passes
+    (this module imports nothing of the model, so there is no import loop)."""
     import time
 
-    import torch
-
-    from companion.mesa.data import generate
-    from companion.mesa.model import loss_grad_fast
-
     t0 = time.perf_counter()
+    rng = np.random.default_rng(0)
+    m, T = 3, 5
+    pos = np.arange(2, T)
     for d in dims:
-        for dt in (torch.complex64, torch.complex128):
-            data = generate("gaussian", 3, d, 5, 1.0, rng=0, dtype=dt)
-            loss_grad_fast(data, torch.zeros(2 * d, 2 * d, dtype=dt), torch.zeros(d, 2 * d, dtype=dt))
+        theta = rng.uniform(0.0, 2 * np.pi, (m, d))
+        x1 = rng.standard_normal((m, d)).astype(complex)
+        lam = np.exp(1j * theta)
+        prod = lam[:, :, None] * lam.conj()[:, None, :]
+        K = np.where(np.eye(d, dtype=bool), 0.0, 1.0 / np.where(np.eye(d, dtype=bool), 2.0, prod - 1.0))
+        for cdt, rdt in ((np.complex64, np.float32), (np.complex128, np.float64)):
+            sweep(*split_tables(theta, x1, pos, rdt), pos.astype(rdt), (1.0 / (pos - 1)).astype(rdt),
+                  np.zeros((2 * d, 2 * d), cdt), np.zeros((d, 2 * d), cdt), np.ascontiguousarray(x1.astype(cdt)),
+                  np.ascontiguousarray(lam.astype(cdt)), np.ascontiguousarray(K.astype(cdt)), np.full(m, 1.0 / m, rdt), 1,
+                  np.empty(m), np.zeros((m, 2 * d, 2 * d), np.complex128), np.zeros((m, d, 2 * d), np.complex128),
+                  np.empty((1, 1, 1, 1), rdt), (0,) * d)
     return time.perf_counter() - t0
 
 

@@ -1,4 +1,4 @@
-"""The paper-scale run configurations (spec §5; Table 1 step sizes), shared by the notebooks' defaults,
+"""The paper-scale run configurations (Table 1 step sizes of the reference code), shared by the notebooks' defaults,
 the benchmark and any pre-computation of the run cache."""
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""Exact population theory of the mesa paper (spec §3-§4), as formulated and verified in this book.
+"""Exact population theory of the mesa paper, as formulated and verified in this book
+({prf:ref}`mesa-thm-4-1`, {prf:ref}`mesa-thm-4-2`, {prf:ref}`mesa-prop-4-1`, {prf:ref}`mesa-prop-4-2`,
+{prf:ref}`mesa-thm-4-3`).
 
 Notation: N = T - 2 prediction positions, H = H_{T-2} = sum_{s<=T-2} 1/s, per-coordinate moments
 m2 = E x_j^2, m4 = E x_j^4, m6 = E x_j^6, m24 = E x_j^2 x_k^4 (j != k) of the initial token, and
@@ -68,7 +70,13 @@ class Moments:
 
 
 def moments(law: str, scale: float = 1.0, d: int = 5) -> Moments:
-    """Exact moments of the built-in laws (spec §3.3)."""
+    """Exact moments of the built-in laws (the table of {ref}`mesa-thm4-1`).
+
+    Args:
+        law: one of ``EXACT_LAWS``; scale: sigma or c; d: dimension.
+    Returns:
+        :class:`Moments` with m2, m4, m6, m24 and the odd cross moments of {prf:ref}`mesa-prop-4-2`.
+    """
     law = P.choice("law", law, list(EXACT_LAWS))
     s = P.real("scale", scale, min=0, min_open=True)
     d = P.integer("d", d, min=1)
@@ -115,7 +123,13 @@ def _mom(law_or_moments, scale, d) -> Moments:
 
 
 def alpha_beta(law, scale: float, d: int, T: int) -> tuple[float, float]:
-    """alpha = N m6 + (d-1) H_{T-2} m24, beta = N m4 (N = T-2)."""
+    r"""The coefficients of the reduced loss ({prf:ref}`mesa-thm-4-1`).
+
+    .. math:: \alpha = N m_6 + (d-1) H_{T-2}\, m_{24},\qquad \beta = N m_4,\qquad N = T-2 .
+
+    Returns:
+        ``(alpha, beta)``.
+    """
     d = P.integer("d", d, min=1)
     T = P.integer("T", T, min=3)
     mo = _mom(law, scale, d)
@@ -124,13 +138,19 @@ def alpha_beta(law, scale: float, d: int, T: int) -> tuple[float, float]:
 
 
 def c_star(law, scale: float, d: int, T: int) -> float:
-    """The limit of ab (Theorem 4.1): beta / alpha = m4 / (m6 + (d-1) H_{T-2} m24 / (T-2))."""
+    r"""The limit of ab ({prf:ref}`mesa-thm-4-1`).
+
+    .. math:: c^* = \frac{\beta}{\alpha} = \frac{m_4}{m_6 + (d-1) H_{T-2} m_{24}/(T-2)} .
+    """
     al, be = alpha_beta(law, scale, d, T)
     return be / al
 
 
 def masked_full_one_c_star(d: int, T: int) -> float:
-    """(T-2) / ((T-2) + (d-1) H_{T-2}), the Theorem 4.3 limit for x_1 = 1."""
+    r"""The masked limit for :math:`x_1=\mathbf 1` ({prf:ref}`mesa-thm-4-3`).
+
+    .. math:: c^* = \frac{T-2}{(T-2) + (d-1) H_{T-2}} .
+    """
     N = P.integer("T", T, min=3) - 2
     return N / (N + (P.integer("d", d, min=1) - 1) * harmonic(N))
 
@@ -185,7 +205,11 @@ def gradient_flow(a0: float, b0: float, tau, alpha: float, beta: float, rtol: fl
 
 
 def population_loss(law, scale: float, d: int, T: int, c) -> np.ndarray:
-    """L(c) = (d/2)(alpha c^2 - 2 beta c + N m2): the AR loss summed over t = 2..T-1 at ab = c."""
+    r"""The population AR loss on the diagonal manifold at ab = c, summed over t = 2..T-1
+    ({prf:ref}`mesa-thm-4-1`).
+
+    .. math:: L(c) = \frac d2\big(\alpha c^2 - 2\beta c + N m_2\big) .
+    """
     al, be = alpha_beta(law, scale, d, T)
     mo = _mom(law, scale, d)
     c = np.asarray(c, dtype=float)
@@ -193,7 +217,14 @@ def population_loss(law, scale: float, d: int, T: int, c) -> np.ndarray:
 
 
 def position_loss(law, scale: float, d: int, t, c) -> np.ndarray:
-    """Population loss at prediction position t (context x_1..x_t): (d/2)[c^2 (m6 + (d-1) m24/(t-1)) - 2c m4 + m2]."""
+    r"""Population loss at prediction position t (context x_1..x_t, {prf:ref}`mesa-prop-4-1`).
+
+    .. math:: \ell_t(c) = \frac d2\Big[c^2\Big(m_6 + \frac{(d-1)m_{24}}{t-1}\Big) - 2c\,m_4 + m_2\Big] .
+
+    Args:
+        t: prediction position(s), t >= 2 (the context has t - 1 pairs).
+        c: the product ab.
+    """
     mo = _mom(law, scale, d)
     t = np.asarray(t, dtype=float)
     return d / 2 * (c**2 * (mo.m6 + (d - 1) * mo.m24 / (t - 1)) - 2 * c * mo.m4 + mo.m2)
@@ -230,11 +261,16 @@ def check_stability(lr: float, alpha: float, beta: float, a0: float, b0: float) 
 
 
 def offdiag_gradient(law, scale: float, d: int, T: int, a: float, b: float) -> tuple[float, float]:
-    """Population gradient on an off-diagonal red-block entry (j != k) at the diagonal point (aI, bI).
+    r"""Population gradient on an off-diagonal red-block entry (j != k) at the diagonal point (aI, bI).
 
-    Returns (dL/dW_PV[j, k], dL/dW_KQ[d+j, k]) (spec §3.2; Prop 4.2):
-        PV: a^2 b H E[x_j^3 x_k^3]
-        KQ: a b^2 (H (E[x_j^3 x_k^3] + E[x_j x_k^5]) + H2 (d-2) E[x_j x_k^3 x_n^2]) - b H E[x_j x_k^3]
+    {prf:ref}`mesa-prop-4-2`:
+
+    .. math:: \partial L/\partial W^{PV}_{jk} = a^2 b H\,E[x_j^3x_k^3],\qquad
+              \partial L/\partial (W^{KQ}_{21})_{jk} = ab^2\big(H(E[x_j^3x_k^3]+E[x_jx_k^5])
+              + H^{(2)}(d-2)E[x_jx_k^3x_n^2]\big) - bH\,E[x_jx_k^3] .
+
+    Returns:
+        ``(dL/dW_PV[j, k], dL/dW_KQ[d+j, k])``.
     """
     d = P.integer("d", d, min=2)
     mo = _mom(law, scale, d)

@@ -1,0 +1,53 @@
+"""The parameter-cell defaults of the mesa notebooks are the paper's settings kept in companion.mesa.paper."""
+
+import ast
+
+import pytest
+
+from companion import notebooks as nbs
+from companion.mesa import paper
+
+
+def _defaults(name):
+    out = {}
+    for k, spec in nbs.parameters(f"mesa/{name}").items():
+        v = spec.default
+        out[k] = ast.literal_eval(v) if isinstance(v, str) and k != "results_dir" and spec.type != "str" else v
+    return out
+
+
+TRAINING = ["thm4_1_emergence", "prop4_1_gaussian", "thm4_2_capability", "prop4_2_beyond", "thm4_3_masking",
+            "appendix_experiments"]
+
+
+@pytest.mark.parametrize("name", TRAINING)
+def test_common_settings(name):
+    p = _defaults(name)
+    for k in ("d", "T", "m", "m_test", "epochs", "seed"):
+        assert p[k] == paper.COMMON[k], (name, k)
+
+
+def test_table1_and_inits():
+    g = [s for s, _ in paper.TABLE1["gaussian"]], [lr for _, lr in paper.TABLE1["gaussian"]]
+    sp = [s for s, _ in paper.TABLE1["sparse"]], [lr for _, lr in paper.TABLE1["sparse"]]
+    inits = [a for a, _ in paper.INITS], [b for _, b in paper.INITS]
+    for name in ("thm4_1_emergence", "prop4_1_gaussian"):
+        p = _defaults(name)
+        assert (p["sigmas"], p["lrs_gauss"]) == g and (p["a0s"], p["b0s"]) == inits
+    for name in ("thm4_1_emergence", "thm4_2_capability"):
+        p = _defaults(name)
+        assert (p["cs"], p["lrs_sparse"]) == sp and (p["a0s"], p["b0s"]) == inits
+    for name in ("prop4_2_beyond", "thm4_3_masking"):
+        p = _defaults(name)
+        assert p["lr"] == paper.TABLE1["full_one"][0][1] and (p["a0s"], p["b0s"]) == inits
+    p = _defaults("thm4_2_capability")
+    probes = dict((law, lr) for law, _, lr in paper.PROBES)
+    probes.update(gaussian=dict(paper.TABLE1["gaussian"])[1.0], sparse=dict(paper.TABLE1["sparse"])[1.0])
+    assert p["probe_lrs"] == [probes[law] for law in p["probe_laws"]]
+
+
+def test_appendix_settings():
+    p = _defaults("appendix_experiments")
+    assert p["sigma_ws"] == paper.FIG5["sigma_ws"] and p["epochs_fig5"] == paper.FIG5["epochs"]
+    assert p["lr"] == paper.FIG5["lr"] == dict(paper.TABLE1["gaussian"])[1.0]
+    assert list(zip(p["a0s"], p["b0s"])) == paper.INITS + paper.APPENDIX_INITS
