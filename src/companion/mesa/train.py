@@ -18,8 +18,8 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import torch
 
-from companion.cache import import_closure as _import_closure
 from companion import params as P
+from companion.cache import import_closure as _import_closure
 from companion.mesa import theory
 from companion.mesa.data import ARData, check_law, generate
 from companion.mesa.model import loss_fast, loss_grad_fast, ratio_entries
