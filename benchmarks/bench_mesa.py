@@ -27,15 +27,15 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from companion.mesa.data import generate, embed  # noqa: E402
-from companion.mesa.model import loss_grad_fast  # noqa: E402
 from test_mesa_reference import naive_loss_and_grad  # noqa: E402
+
+from companion.mesa.data import embed, generate  # noqa: E402
+from companion.mesa.model import loss_grad_fast  # noqa: E402
 
 
 def prefix_loop_loss_and_grad(data, W_KQ, W_PV):
@@ -81,7 +81,7 @@ def epoch_benchmark(m: int, T: int, d: int, n_naive: int, n_loop: int, repeats: 
         for backend, parts in (("fused", [data]), ("torch", chunks)):
 
             def epoch():
-                return [loss_grad_fast(c, A, P, backend=backend) for c in parts]
+                return [loss_grad_fast(c, A, P, backend=backend) for c in parts]  # noqa: B023 - called at once
 
             epoch()  # warm-up: compiles / loads the kernel, builds the cached position tables
             t, _ = timed(epoch, repeats)

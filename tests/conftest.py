@@ -70,8 +70,8 @@ def domain_runs(tmp_path_factory):
 def smoke_site(smoke_runs, tmp_path_factory):
     """The whole book built once per session from the smoke runs (``tests/_site.py``): shared by the
     strict-build test and the browser tests of the site."""
-    from companion.notebooks import all_notebooks
-
     from _site import build_smoke_site
+
+    from companion.notebooks import all_notebooks
 
     return build_smoke_site(tmp_path_factory.mktemp("site") / "book", all_notebooks(), smoke_runs)

@@ -2,18 +2,14 @@
 
 import os
 import re
-import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import yaml
+from _site import copy_book_frame
 
 from companion import book
 from companion import notebooks as nbs
 
-from _site import JB, copy_book_frame
 from _util import FIXTURES, ROOT
 
 
@@ -194,9 +190,9 @@ def test_figures_fit_the_column_at_the_books_font_sizes():
 
 def test_alt_text_is_the_caption_without_tex():
     from docutils import nodes
-    from docutils.utils import new_document
     from docutils.frontend import get_default_settings
     from docutils.parsers.rst import Parser
+    from docutils.utils import new_document
 
     from companion.sphinx_ext import alt_from_caption
 

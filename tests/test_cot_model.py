@@ -9,9 +9,22 @@ import numpy as np
 import pytest
 import torch
 
-from companion.cot import (construction, cot_inference, cot_tokens, embed, eval_loss, gd_trajectory,
-                           looped_predict, make_generator, no_cot_predict, outcome_loss, sample_prompts,
-                           sparse_parameters, teacher_forced_loss, teacher_forced_loss_direct)
+from companion.cot import (
+    construction,
+    cot_inference,
+    cot_tokens,
+    embed,
+    eval_loss,
+    gd_trajectory,
+    looped_predict,
+    make_generator,
+    no_cot_predict,
+    outcome_loss,
+    sample_prompts,
+    sparse_parameters,
+    teacher_forced_loss,
+    teacher_forced_loss_direct,
+)
 from companion.params import ParameterError
 
 

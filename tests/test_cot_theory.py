@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from companion.cot import construction, make_generator, no_cot_predict, sample_prompts
+from companion.cot import make_generator, sample_prompts
 from companion.cot import theory as th
 from companion.cot import train as tr
 from companion.params import ParameterError
@@ -94,7 +94,8 @@ def test_restricted_gradient_matches_finite_differences_and_flow_converges():
     V, W = 0.1 * rng.standard_normal((d, d)), 0.1 * rng.standard_normal((d, d))
     L, gV, gW = th.restricted_loss_grad(V, W, S, A, eta)
     h = 1e-6
-    E = np.zeros((d, d)); E[1, 2] = h
+    E = np.zeros((d, d))
+    E[1, 2] = h
     assert gV[1, 2] == pytest.approx((th.restricted_loss_grad(V + E, W, S, A, eta)[0] - th.restricted_loss_grad(V - E, W, S, A, eta)[0]) / (2 * h), rel=1e-6)
     assert gW[1, 2] == pytest.approx((th.restricted_loss_grad(V, W + E, S, A, eta)[0] - th.restricted_loss_grad(V, W - E, S, A, eta)[0]) / (2 * h), rel=1e-6)
     V0, W0 = th.assumption41_init(d, 0.05, rng)

@@ -9,9 +9,6 @@ for the degree-12 polynomials that occur). The gradients are then autograd gradi
 
 from __future__ import annotations
 
-import itertools
-import math
-
 import numpy as np
 import pytest
 import torch

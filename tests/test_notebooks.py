@@ -14,7 +14,6 @@ ALLOWED_TYPES = {"int", "float", "bool", "str", "list", "list[int]", "list[float
 
 
 def test_the_toc_notebooks_exist():
-    import yaml
     from _util import ROOT
 
     toc = (ROOT / "_toc.yml").read_text()

@@ -53,6 +53,19 @@ MUTANTS = [
            "error, accepted = meas - pred, meas >= pred - tol", "an upper bound checked as a lower bound"),
     Mutant("verdict_manifest_unchecked", "verdict.py", r"out \+= \[f\"\{c\}: recorded but not declared",
            "out += [] and [f\"{c}: recorded but not declared", "undeclared claims accepted"),
+    # ---- cot theory
+    Mutant("cot_eta_star", "cot/theory.py", r"return n / \(n \+ d \+ 1\)", "return n / (n + d)",
+           "eta* = n/(n+d) (a dropped +1)"),
+    Mutant("cot_floor", "cot/theory.py", r"return d \* \(d \+ 1\) / \(n \+ d \+ 1\)", "return d * d / (n + d + 1)",
+           "no-CoT floor d^2/(n+d+1)"),
+    Mutant("cot_wishart_m2", "cot/theory.py", r"return d \* \(n \+ d \+ 1\) / n\n", "return d * (n + d) / n\n",
+           "second Wishart trace moment off by d/n"),
+    Mutant("cot_gd_exact_range", "cot/theory.py", r"for p in range\(2 \* k \+ 1\)", "for p in range(2 * k)",
+           "k-step GD error misses its top power (off by one)"),
+    Mutant("cot_gd_samples_k", "cot/theory.py", r"\(1\.0 - eta \* eigs\) \*\* \(2 \* k\) \* z\*\*2",
+           "(1.0 - eta * eigs) ** (k) * z**2", "per-prompt GD error with (1 - eta lambda)^k instead of ^2k"),
+    Mutant("cot_mp_edge", "cot/theory.py", r"\(1 \+ np\.sqrt\(gamma\)\) \*\* 2", "(1 + gamma) ** 2",
+           "Marchenko-Pastur upper edge without the square root"),
     # ---- caches
     Mutant("cache_hash_ignores_contents", "cache.py", r"h\.update\(Path\(f\)\.read_bytes\(\)\)", "pass",
            "source_hash ignores file contents"),
@@ -91,13 +104,16 @@ def run(selected: list[Mutant], lane: list[str], timeout: float) -> int:
                 proc = subprocess.run([sys.executable, "-m", "pytest", *lane], cwd=ROOT, env=env,
                                       capture_output=True, text=True, timeout=timeout)
                 dead = proc.returncode != 0
+                by = next((ln.split(" - ")[0].replace("FAILED ", "") for ln in proc.stdout.splitlines()
+                           if ln.startswith(("FAILED", "ERROR"))), "")
             except subprocess.TimeoutExpired:
-                dead = True
+                dead, by = True, "timeout"
             sec = time.perf_counter() - t
             killed += dead
             survived += not dead
             rows.append((m.name, "killed" if dead else "SURVIVED", sec))
-            print(f"{'killed  ' if dead else 'SURVIVED'} {sec:6.1f} s  {m.name}: {m.why}", flush=True)
+            print(f"{'killed  ' if dead else 'SURVIVED'} {sec:6.1f} s  {m.name}: {m.why}"
+                  + (f"\n           by {by}" if dead and by else ""), flush=True)
     print(f"\n{killed} of {killed + survived} mutants killed by the fast lane"
           + (f"; {skipped} not applied (stale pattern)" if skipped else ""))
     for name, status, _ in rows:

@@ -42,7 +42,7 @@ PROVENANCE_PACKAGES = ("companion", "numpy", "scipy", "numba", "torch", "matplot
 # ----------------------------------------------------------------------------------------- numbering
 def paper_numbers(env, docnames=None) -> None:
     """Rewrite ``env.toc_fignumbers`` (after Sphinx assigned them) to the papers' numbering."""
-    for docname, types in env.toc_fignumbers.items():
+    for _docname, types in env.toc_fignumbers.items():
         for figtype in list(types):
             ids = types[figtype]
             if figtype == "figure":
@@ -159,8 +159,8 @@ def _git(root: Path, *args: str) -> str:
 
 
 def _build_facts(app) -> dict:
-    from importlib import metadata
     import platform
+    from importlib import metadata
 
     root = Path(app.srcdir)
     commit = _git(root, "rev-parse", "--short=12", "HEAD")

@@ -15,13 +15,13 @@ from . import checks, data, model, theory, train
 from .data import Prompts, cot_tokens, embed, gd_trajectory, make_generator, sample_prompts
 from .model import (
     blocks,
-    cot_effective_blocks,
-    no_cot_effective_matrix,
     construction,
+    cot_effective_blocks,
     cot_inference,
     eval_loss,
     looped_predict,
     lsa,
+    no_cot_effective_matrix,
     no_cot_predict,
     outcome_loss,
     per_prompt_error,

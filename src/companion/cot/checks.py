@@ -25,8 +25,16 @@ from companion.stats import combine, mean_se, median_se  # noqa: F401  (median_s
 
 from . import theory as th
 from .data import cot_tokens, embed, gd_trajectory, make_generator, sample_prompts
-from .model import (construction, cot_inference, looped_predict, no_cot_effective_matrix, no_cot_predict,
-                    per_prompt_error, teacher_forced_loss, teacher_forced_loss_direct)
+from .model import (
+    construction,
+    cot_inference,
+    looped_predict,
+    no_cot_effective_matrix,
+    no_cot_predict,
+    per_prompt_error,
+    teacher_forced_loss,
+    teacher_forced_loss_direct,
+)
 
 __all__ = [
     "EPS", "roundoff_bound", "setup_identities", "eta_argmin_mc", "floor_mc", "model_errors",

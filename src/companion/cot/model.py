@@ -185,7 +185,7 @@ def looped_predict(prompts: Prompts, W_KQ, W_PV, k: int) -> torch.Tensor:
 
 
 def _final_column(prompts: Prompts, W_KQ, W_PV, k: int, objective: str) -> torch.Tensor:
-    d, n = prompts.d, prompts.n
+    n = prompts.n
     if objective == "no_cot":
         Z0 = embed(prompts)
         z = Z0[:, :, -1]

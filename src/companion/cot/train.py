@@ -14,7 +14,14 @@ from companion.cache import cached
 from companion.params import ParameterError, choice, integer, real
 
 from .data import gd_trajectory, make_generator, sample_prompts
-from .model import eval_loss, outcome_loss, per_prompt_error, cot_inference, teacher_forced_loss, no_cot_predict, looped_predict
+from .model import (
+    cot_inference,
+    looped_predict,
+    no_cot_predict,
+    outcome_loss,
+    per_prompt_error,
+    teacher_forced_loss,
+)
 
 __all__ = ["TrainResult", "train_full", "cached_train_full", "evaluate"]
 

@@ -36,7 +36,8 @@ import torch
 from companion import params as P
 from companion.mesa.data import ARData
 
-__all__ = ["predict", "predict_direct", "loss", "loss_and_grad", "loss_grad_fast", "loss_fast", "predict_fast", "per_sequence_loss", "ratio_entries", "red_blocks", "check_weights"]
+__all__ = ["predict", "predict_direct", "loss", "loss_and_grad", "loss_grad_fast", "loss_fast", "predict_fast",
+           "per_sequence_loss", "ratio_entries", "red_blocks", "check_weights"]
 
 
 def check_weights(W_KQ: torch.Tensor, W_PV: torch.Tensor, d: int) -> None:
@@ -134,7 +135,7 @@ def predict_direct(data: ARData, W_KQ: torch.Tensor, W_PV: torch.Tensor) -> torc
 
 
 def _seq_mats(data: ARData, W_KQ, W_PV):
-    d, dt = data.d, data.dtype
+    d = data.d
     z, lam = data.x1, data.lam
     lc = lam.conj()
     A11, A12, A21, A22 = W_KQ[:d, :d], W_KQ[:d, d:], W_KQ[d:, :d], W_KQ[d:, d:]

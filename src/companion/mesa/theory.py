@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from companion import params as P
-from companion.mesa.data import LAWS, check_law, sample_x1
+from companion.mesa.data import check_law, sample_x1
 
 __all__ = [
     "harmonic",

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from companion import params as P
+from companion.cache import import_closure as _import_closure
 from companion.mesa import theory
 from companion.mesa.data import ARData, check_law, generate
 from companion.mesa.model import loss_fast, loss_grad_fast, ratio_entries
@@ -319,9 +320,10 @@ def _train(cfg: RunConfig) -> TrainResult:
 
 
 # ---------------------------------------------------------------------------------------------- cache
-#: exactly the sources a training run depends on: edits elsewhere in the package (e.g. the other paper's
-#: code) keep the mesa runs, and no edit that could change a run is missed.
-RUN_SOURCES = ("params.py", "mesa/data.py", "mesa/model.py", "mesa/kernels.py", "mesa/theory.py", "mesa/train.py")
+#: exactly the sources a training run depends on, read from the import statements (no hand-kept list): edits
+#: elsewhere in the package (e.g. the other paper's code) keep the mesa runs, and no edit that could change a
+#: run is missed.
+RUN_SOURCES = _import_closure("companion.mesa.train")
 
 
 def cache_dir():
