@@ -244,6 +244,11 @@ def build(root: Path | None = None, *, strict: bool = True, force: bool = False,
     wiped = guard_cache(root)
     if wiped:
         print("companion book: src/companion or the pinned stack changed; re-executing every notebook")
+    from .sweeps_page import guard_cache as guard_sweeps_page
+
+    # jupyter-cache keys a page on its own code cells: the Sweeps page also depends on the notebooks it sweeps
+    if guard_sweeps_page(root / CACHE_DIR, root):
+        print("companion book: a notebook swept by the Sweeps page changed; re-executing that page")
     from companion.mesa import kernels
 
     # compile the fused mesa kernels once, before the notebooks (numba caches them on disk; a no-op after)
