@@ -66,6 +66,13 @@ MUTANTS = [
            "(1.0 - eta * eigs) ** (k) * z**2", "per-prompt GD error with (1 - eta lambda)^k instead of ^2k"),
     Mutant("cot_mp_edge", "cot/theory.py", r"\(1 \+ np\.sqrt\(gamma\)\) \*\* 2", "(1 + gamma) ** 2",
            "Marchenko-Pastur upper edge without the square root"),
+    # ---- mesa theory, data and training
+    Mutant("mesa_position_loss_t", "mesa/theory.py", r"\(d - 1\) \* mo\.m24 / \(t - 1\)\)",
+           "(d - 1) * mo.m24 / t)", "per-position loss uses t instead of t - 1 pairs"),
+    Mutant("mesa_test_seed", "mesa/train.py", r"cfg\.scale, \(cfg\.seed, 1\), dtype\)",
+           "cfg.scale, (cfg.seed, 0), dtype)", "the test set drawn with the training set's seed stream"),
+    Mutant("mesa_init_seed", "mesa/train.py", r"np\.random\.default_rng\(\[cfg\.seed, 2\]\)",
+           "np.random.default_rng([cfg.seed, 0])", "the Gaussian init drawn from the training data's stream"),
     # ---- caches
     Mutant("cache_hash_ignores_contents", "cache.py", r"h\.update\(Path\(f\)\.read_bytes\(\)\)", "pass",
            "source_hash ignores file contents"),
