@@ -157,3 +157,15 @@ def test_setup_checks_sparse_at_cstar_has_a_roundoff_floor():
     """At c* the sparse law's loss is 0 for every sequence: the tolerance must not be 0."""
     q = C.setup_checks("sparse", 1.0, 3, 10, 200, 1.0, 1.0, 20, 0)
     assert q["L_floor"] > 0 and abs(q["L_emp"] - q["L_pop"]) <= 4 * q["L_se"] + q["L_floor"]
+
+
+def test_moment_ratio_rel_se_matches_monte_carlo():
+    import numpy as np
+
+    from companion.mesa.checks import moment_ratio_rel_se
+
+    rng = np.random.default_rng(5)
+    n = 4000
+    x = rng.normal(size=(400, n))
+    ratios = (x**4).mean(1) / (x**6).mean(1)
+    assert np.std(ratios) / np.mean(ratios) == pytest.approx(moment_ratio_rel_se(n), rel=0.15)

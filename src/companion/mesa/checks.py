@@ -451,3 +451,18 @@ def first_step(law, d: int, T: int, m: int, a0: float, b0: float, lr: float, see
     f_pv, f_kq = th.offdiag_gradient(law, 1.0, d, T, a0, b0)
     return dict(meas_pv=meas_pv, meas_kq=meas_kq, pred_pv=-lr * f_pv, pred_kq=-lr * f_kq,
                 se_pv=lr * mc["se_pv"], se_kq=lr * mc["se_kq"])
+
+
+def moment_ratio_rel_se(n: int) -> float:
+    r"""Relative standard error of the empirical Gaussian moment ratio :math:`\hat m_4/\hat m_6` from ``n``
+    i.i.d. draws (delta method), with :math:`E x^{2k} = (2k-1)!!\,\sigma^{2k}`:
+
+    .. math:: \frac{\mathrm{se}}{m_4/m_6} = \sqrt{\frac1n\Big(\frac{m_8-m_4^2}{m_4^2}+\frac{m_{12}-m_6^2}{m_6^2}
+              -2\,\frac{m_{10}-m_4m_6}{m_4m_6}\Big)} .
+    """
+    from scipy.special import factorial2
+
+    mom = {p: float(factorial2(p - 1)) for p in (4, 6, 8, 10, 12)}
+    v = ((mom[8] - mom[4] ** 2) / mom[4] ** 2 + (mom[12] - mom[6] ** 2) / mom[6] ** 2
+         - 2 * (mom[10] - mom[4] * mom[6]) / (mom[4] * mom[6]))
+    return math.sqrt(v / n)
