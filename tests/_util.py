@@ -13,6 +13,13 @@ ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
 SMOKE_DIR = ROOT / "tests" / "smoke"
 DOMAIN_DIR = ROOT / "tests" / "domain"
+#: the jupytext header of a MyST notebook written by a test
+MYST_HEADER = """---
+jupytext:
+  text_representation: {extension: .md, format_name: myst, format_version: 0.13}
+kernelspec: {display_name: Python 3, language: python, name: python3}
+---
+"""
 
 
 def smoke_parameters() -> dict[str, dict]:

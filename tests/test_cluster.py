@@ -17,7 +17,7 @@ from test_sweep import slow_toy
 
 from companion.sweep import expand_grid, parse_grid, read_results, run_sweep
 
-from _util import FIXTURES, ROOT
+from _util import FIXTURES, MYST_HEADER, ROOT
 
 TOY = str(FIXTURES / "toy.md")
 pytestmark = pytest.mark.slow
@@ -148,12 +148,7 @@ def test_a_killed_client_cancels_its_points_on_the_cluster(cluster, tmp_path):
             client.kill()
 
 
-KILLER_NB = """---
-jupytext:
-  text_representation: {extension: .md, format_name: myst, format_version: 0.13}
-kernelspec: {display_name: Python 3, language: python, name: python3}
----
-
+KILLER_NB = MYST_HEADER + """
 ```{code-cell} ipython3
 :tags: [parameters]
 seed: int = 1  # seed

@@ -11,7 +11,7 @@ import pytest
 
 from companion.sweep import SweepError, expand_grid, parse_grid, point_id, read_results
 
-from _util import FIXTURES, ROOT, run_cli
+from _util import FIXTURES, MYST_HEADER, ROOT, run_cli
 
 TOY = str(FIXTURES / "toy.md")
 
@@ -182,12 +182,7 @@ def test_a_killed_client_takes_its_workers_runs_and_kernels_with_it(tmp_path):
                 pass
 
 
-THREADS_NB = """---
-jupytext:
-  text_representation: {extension: .md, format_name: myst, format_version: 0.13}
-kernelspec: {display_name: Python 3, language: python, name: python3}
----
-
+THREADS_NB = MYST_HEADER + """
 ```{code-cell} ipython3
 :tags: [parameters]
 seed: int = 1  # seed
