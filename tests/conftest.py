@@ -1,10 +1,12 @@
-"""Shared fixtures: one smoke execution of every notebook per test session (reused by the strict
-book-build test)."""
+"""Shared fixtures: one smoke execution of every notebook and two domain-point executions per test
+session, started in the background when collection ends (reused by the strict book-build and site tests)."""
 
 from __future__ import annotations
 
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 import yaml
@@ -22,48 +24,107 @@ for _var in ("COMPANION_RESULTS_DIR", "COMPANION_MAX_BYTES", "COMPANION_THREADS"
 
 # two notebook runs at a time on this 2-core class of machine: one kernel thread each
 ONE_THREAD = {"COMPANION_THREADS": "1"}
+NOTEBOOK_FIXTURES = ("smoke_runs", "domain_runs", "smoke_site")
+
+
+class NotebookRuns:
+    """Every notebook run the session needs (its smoke point, then its two domain points), each in its own
+    process through `companion run`, two at a time, started in the background as soon as collection finds
+    a test that needs them. The tests that do not need them run meanwhile (they are ordered first), so the
+    runs overlap the single-threaded and waiting parts of the suite (site build, Dask, sweeps)."""
+
+    def __init__(self, base):
+        from companion.notebooks import all_notebooks
+
+        self.base = base
+        self.pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="notebook-run")
+        smoke = smoke_parameters()
+        self.smoke = {name: self.pool.submit(self._run, f"smoke/{name.replace('/', '__')}", name, smoke.get(name, {}))
+                      for name in all_notebooks()}
+        self.domain = {(name, i): self.pool.submit(self._run, f"domain/{name.replace('/', '__')}-{i}", name, values or {})
+                       for name, pts in domain_points().items() for i, values in enumerate(pts)}
+        self.seconds: dict[str, float] = {}
+
+    def _run(self, tag: str, name: str, values: dict):
+        out = self.base / tag
+        out.mkdir(parents=True)
+        pfile = out.parent / f"{out.name}.params.yaml"
+        pfile.write_text(yaml.safe_dump(values))
+        t0 = time.perf_counter()
+        proc = run_cli("run", name, "-f", str(pfile), "-o", str(out), "--quiet", timeout=900, env=ONE_THREAD)
+        self.seconds[tag] = time.perf_counter() - t0
+        return proc, out
+
+    def close(self):
+        for fut in [*self.smoke.values(), *self.domain.values()]:
+            fut.cancel()
+        self.pool.shutdown(wait=True)
+
+
+_RUNS: list[NotebookRuns] = []
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests that need the notebook runs go last, those of the domain points after those of the smoke runs
+    (stable order otherwise), so the runs overlap the rest of the suite."""
+    def rank(it):
+        names = getattr(it, "fixturenames", ())
+        return 2 if "domain_runs" in names else 1 if any(f in names for f in NOTEBOOK_FIXTURES) else 0
+
+    items.sort(key=rank)
+
+
+def pytest_collection_finish(session):
+    if session.config.option.collectonly:
+        return
+    if any(f in getattr(it, "fixturenames", ()) for it in session.items for f in NOTEBOOK_FIXTURES):
+        import tempfile
+
+        _RUNS.append(NotebookRuns(Path(tempfile.mkdtemp(prefix="companion-notebook-runs-"))))
+
+
+def pytest_sessionfinish(session):
+    for runs in _RUNS:
+        runs.close()
+
+
+def pytest_terminal_summary(terminalreporter):
+    for runs in _RUNS:
+        if runs.seconds:
+            slow = sorted(runs.seconds.items(), key=lambda kv: -kv[1])[:8]
+            terminalreporter.write_line(f"notebook runs: {len(runs.seconds)} in {sum(runs.seconds.values()):.0f} s "
+                                        "(process time, two at a time); slowest: "
+                                        + ", ".join(f"{t} {s:.0f} s" for t, s in slow))
+
+
+def _notebook_runs() -> NotebookRuns:
+    if not _RUNS:  # a test that needs the runs was not seen at collection (e.g. requested dynamically)
+        import tempfile
+
+        _RUNS.append(NotebookRuns(Path(tempfile.mkdtemp(prefix="companion-notebook-runs-"))))
+    return _RUNS[0]
 
 
 @pytest.fixture(scope="session")
-def smoke_runs(tmp_path_factory):
-    """Execute every notebook of the book once with its smoke parameters (2 at a time, each in its own
-    process through `companion run`); returns name -> (returncode, stderr, output_dir)."""
-    from companion.notebooks import all_notebooks
-
-    base = tmp_path_factory.mktemp("smoke")
-    params = smoke_parameters()
-
-    def one(name: str):
-        out = base / name.replace("/", "__")
-        out.mkdir(parents=True)
-        pfile = out / "smoke-params.yaml"
-        pfile.write_text(yaml.safe_dump(params.get(name, {})))
-        proc = run_cli("run", name, "-f", str(pfile), "-o", str(out), "--quiet", timeout=900, env=ONE_THREAD)
-        return name, (proc.returncode, proc.stderr, out)
-
-    names = all_notebooks()
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        return dict(pool.map(one, names))
+def smoke_runs():
+    """Every notebook of the book executed once with its smoke parameters; name -> (returncode, stderr,
+    output_dir)."""
+    out = {}
+    for name, fut in _notebook_runs().smoke.items():
+        proc, folder = fut.result()
+        out[name] = (proc.returncode, proc.stderr, folder)
+    return out
 
 
 @pytest.fixture(scope="session")
-def domain_runs(tmp_path_factory):
-    """Execute every notebook at its two domain points (2 at a time); returns (name, i) -> (returncode,
-    stderr, output_dir, parameters)."""
-    base = tmp_path_factory.mktemp("domain")
-    jobs = [(name, i, values) for name, pts in domain_points().items() for i, values in enumerate(pts)]
-
-    def one(job):
-        name, i, values = job
-        out = base / f"{name.replace('/', '__')}-{i}"
-        out.mkdir(parents=True)
-        pfile = out / "domain-params.yaml"
-        pfile.write_text(yaml.safe_dump(values or {}))
-        proc = run_cli("run", name, "-f", str(pfile), "-o", str(out), "--quiet", timeout=900, env=ONE_THREAD)
-        return (name, i), (proc.returncode, proc.stderr, out, values)
-
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        return dict(pool.map(one, jobs))
+def domain_runs():
+    """Every notebook at its two domain points; (name, i) -> (returncode, stderr, output_dir, parameters)."""
+    pts = domain_points()
+    out = {}
+    for (name, i), fut in _notebook_runs().domain.items():
+        proc, folder = fut.result()
+        out[(name, i)] = (proc.returncode, proc.stderr, folder, pts[name][i])
+    return out
 
 
 @pytest.fixture(scope="session")

@@ -34,23 +34,11 @@ def test_command_is_the_sweep(name):
 
 
 @pytest.mark.slow
-def test_page_sweeps_run(tmp_path):
-    """The three sweeps at the test size: no point crashes and every claim the page reads is there."""
-    readers = {"mesa_T": SP.mesa_T_rows, "cot_k_eta": SP.cot_k_eta_rows, "mesa_laws": SP.mesa_laws_rows}
-    for name in SP.SWEEPS:
-        s = SP.run(name, tmp_path / name, size="test", workers=2)
-        assert s["error"] == 0 and s["ok"] + s["failed"] == s["points"], s
-        rows = readers[name](R.load(tmp_path / name))
-        assert rows, name
-        for r in rows:
-            assert r["status"] not in ("missing", "error") and math.isfinite(r["measured"]), (name, r)
-
-
-@pytest.mark.slow
 def test_page_builds_strictly(tmp_path):
     """book/sweeps.md executed by the strict Jupyter Book build (its sweeps at the test size, on the real
-    notebooks): no warning, no stray stderr, three figures, the timings and commands on the page. The pages
-    it links to are stand-ins holding their labels."""
+    notebooks, through run_sweep): no warning, no stray stderr, three figures, the timings and commands on
+    the page; no point of the three sweeps crashed and every claim the page reads is there. The pages it
+    links to are stand-ins holding their labels."""
     import shutil
     import subprocess
     import sys
@@ -90,6 +78,15 @@ def test_page_builds_strictly(tmp_path):
     for name in SP.SWEEPS:
         assert SP.SWEEPS[name] in page and (root / "_build" / "sweeps" / name / "results.jsonl").is_file()
     assert "--scheduler" in page and "&lt;Figure size" not in page
+    readers = {"mesa_T": SP.mesa_T_rows, "cot_k_eta": SP.cot_k_eta_rows, "mesa_laws": SP.mesa_laws_rows}
+    for name in SP.SWEEPS:
+        table = R.load(root / "_build" / "sweeps" / name)
+        assert table.points and not table.skipped, name
+        assert not [p for p in table.points if p.get("status") == "error"], (name, "a point crashed")
+        rows = readers[name](table)
+        assert rows, name
+        for r in rows:
+            assert r["status"] not in ("missing", "error") and math.isfinite(r["measured"]), (name, r)
 
 
 def test_cache_guard_drops_the_page_when_a_swept_notebook_changes(tmp_path):
