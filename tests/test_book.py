@@ -48,6 +48,32 @@ def test_a_failing_verdict_fails_the_build_and_passing_results_are_collected(tmp
 
 
 @pytest.mark.slow
+def test_pages_are_executed_two_at_a_time_into_the_cache_that_the_build_reads(tmp_path):
+    """pre_execute puts every uncached page with code cells into jupyter-cache under the key myst-nb's
+    cache mode looks up (so the build executes nothing again); a page that raises is left uncached."""
+    from jupyter_cache import get_cache
+    from myst_nb.core.read import myst_nb_reader_plugin
+
+    root = tmp_path / "mini"
+    copy_book_frame(root, ["toy_a", "toy_b", "toy_fail"], execute="cache")
+    toy = (FIXTURES / "toy.md").read_text().replace("n: int = 2000", "n: int = 300")
+    (root / "notebooks" / "toy_a.md").write_text(toy.replace('Verdict("toy"', 'Verdict("toy_a"'))
+    (root / "notebooks" / "toy_b.md").write_text(toy.replace('Verdict("toy"', 'Verdict("toy_b"').replace("seed: int = 1", "seed: int = 2"))
+    params_cell = "```{code-cell} ipython3\n:tags: [parameters]"
+    raising = "```{code-cell} ipython3\nraise RuntimeError('boom')\n```\n\n" + params_cell
+    (root / "notebooks" / "toy_fail.md").write_text(toy.replace(params_cell, raising, 1))
+    done = book.pre_execute(root)
+    assert set(done) == {"notebooks/toy_a.md", "notebooks/toy_b.md", "notebooks/toy_fail.md"}
+    cache = get_cache(str(root / book.CACHE_DIR))
+    for name in ("toy_a", "toy_b"):
+        rec = cache.match_cache_notebook(myst_nb_reader_plugin(str(root / "notebooks" / f"{name}.md")))
+        assert rec.data["execution_seconds"] > 0
+    with pytest.raises(KeyError):
+        cache.match_cache_notebook(myst_nb_reader_plugin(str(root / "notebooks" / "toy_fail.md")))
+    assert set(book.pre_execute(root)) == {"notebooks/toy_fail.md"}  # only the failing page is tried again
+
+
+@pytest.mark.slow
 def test_the_whole_book_builds_strictly(smoke_site):
     """Every notebook, executed with its smoke parameters by the runner, renders into the full book with
     `-n -W` (zero warnings, every reference and glue key resolved), and every verdict is collected.

@@ -6,14 +6,19 @@
    results also depend on ``src/companion`` and on the pinned stack, so a hash of those is stored beside
    the cache; when it changes, the whole cache is wiped and every notebook runs again. Outputs on the
    site are therefore never stale.
-2. **Strict build.** ``jupyter-book build . -n -W --keep-going``: any warning (a broken reference, stray
+2. **Execution, two at a time.** Every page of the table of contents with code cells that the cache does
+   not hold is executed into jupyter-cache by :func:`pre_execute`, two notebooks at a time with one kernel
+   thread each (myst-nb itself executes one notebook at a time): the same reader, kernel, working folder,
+   timeout and cache record as myst-nb's own ``cache`` mode, so the build then finds every page cached.
+   A notebook that raises is not cached; the build executes it again and reports it.
+3. **Strict build.** ``jupyter-book build . -n -W --keep-going``: any warning (a broken reference, stray
    stderr, a notebook that raises, e.g. a failed verdict) fails the build.
-3. **Results.** Every verdict table carries its records in the output metadata; they are read back
+4. **Results.** Every verdict table carries its records in the output metadata; they are read back
    from the executed notebooks of *this* build (``_build/jupyter_execute``) and written to
    ``_build/results/<notebook>.jsonl`` and ``_build/results/all.jsonl``, with a summary, and published
    with the site (``_build/html/results/``). A notebook in the table of contents without records, or any
    failed claim, makes the command fail.
-4. **Checks and the PDF.** Headless Chromium renders every page to catch TeX errors, then prints the whole
+5. **Checks and the PDF.** Headless Chromium renders every page to catch TeX errors, then prints the whole
    book (a single-page build from the same doctrees) to ``_build/html/companion.pdf``, offline.
 
 The site itself (the papers' numbering, provenance and executed notebooks per page, alt text, styles) is
@@ -36,7 +41,7 @@ from . import notebooks as nbs
 from .paths import repo_root
 from .verdict import METADATA_KEY, slug
 
-__all__ = ["code_hash", "guard_cache", "collect_results", "publish_results", "verdict_table", "find_browser",
+__all__ = ["code_hash", "guard_cache", "toc_pages", "pre_execute", "collect_results", "publish_results", "verdict_table", "find_browser",
            "check_math", "make_pdf", "build", "PDF_NAME", "CHROMIUM_FLAGS"]
 
 CACHE_DIR = Path("_build/.jupyter_cache")
@@ -70,6 +75,92 @@ def guard_cache(root: Path | None = None) -> bool:
     cache.mkdir(parents=True, exist_ok=True)
     stamp.write_text(current + "\n")
     return wiped
+
+
+def toc_pages(root: Path) -> list[Path]:
+    """The source files of the table of contents (``_toc.yml``), in book order."""
+    import yaml
+
+    out: list[Path] = []
+
+    def walk(node) -> None:
+        if isinstance(node, dict):
+            for key in ("root", "file"):
+                if isinstance(node.get(key), str):
+                    out.append(root / f"{node[key]}.md")
+            for value in node.values():
+                if isinstance(value, (list, dict)):
+                    walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(yaml.safe_load((root / "_toc.yml").read_text()))
+    return [p for p in out if p.is_file()]
+
+
+def _execute_into_cache(cache_path: str, path: str, timeout: int) -> tuple[str, float, str | None]:
+    """Execute one MyST notebook as myst-nb's ``cache`` mode does (its reader, the notebook's folder as
+    working directory, no errors allowed) and store it in jupyter-cache. Runs in a worker process."""
+    import os
+
+    os.environ["COMPANION_THREADS"] = "1"  # two notebooks share the cores
+    from jupyter_cache import get_cache
+    from jupyter_cache.base import CacheBundleIn
+    from jupyter_cache.executors.utils import single_nb_execution
+    from myst_nb.core.read import myst_nb_reader_plugin
+
+    nb = myst_nb_reader_plugin(path)
+    result = single_nb_execution(nb, cwd=str(Path(path).parent), allow_errors=False, timeout=timeout,
+                                 meta_override=True)
+    if result.err is not None:
+        return path, result.time, f"{type(result.err).__name__}: {str(result.err).strip().splitlines()[-1:]}"
+    get_cache(cache_path).cache_notebook_bundle(
+        CacheBundleIn(nb, path, data={"execution_seconds": result.time}), check_validity=False, overwrite=True)
+    return path, result.time, None
+
+
+def pre_execute(root: Path, jobs: int = 2) -> dict[str, float]:
+    """Execute every page of the table of contents that has code cells and is not in the jupyter cache,
+    ``jobs`` at a time (slowest first), into the cache. Returns page -> seconds of the pages executed.
+
+    Only in ``execute_notebooks: cache`` mode (``_config.yml``), whose per-cell ``timeout`` it uses."""
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from multiprocessing import get_context
+
+    import yaml
+    from jupyter_cache import get_cache
+    from myst_nb.core.read import myst_nb_reader_plugin
+
+    execute = (yaml.safe_load((root / "_config.yml").read_text()) or {}).get("execute", {})
+    if execute.get("execute_notebooks") != "cache" or Path(execute.get("cache", str(CACHE_DIR))) != CACHE_DIR:
+        return {}
+    timeout = int(execute.get("timeout", 1800))
+    cache = get_cache(str(root / CACHE_DIR))
+    todo = []
+    for page in toc_pages(root):
+        text = page.read_text()
+        if "kernelspec:" not in text or "{code-cell}" not in text:
+            continue
+        try:
+            cache.match_cache_notebook(myst_nb_reader_plugin(str(page)))
+        except KeyError:
+            todo.append(page)
+    # the mesa notebooks train the longest: start them first so that the two workers finish together
+    todo.sort(key=lambda p: (0 if "/mesa/" in str(p) else 1 if p.name == "sweeps.md" else 2))
+    done: dict[str, float] = {}
+    if not todo:
+        return done
+    print(f"companion book: executing {len(todo)} page(s), {jobs} at a time", flush=True)
+    with ProcessPoolExecutor(max_workers=max(1, jobs), mp_context=get_context("spawn")) as pool:
+        futs = [pool.submit(_execute_into_cache, str(root / CACHE_DIR), str(p), timeout) for p in todo]
+        for fut in as_completed(futs):
+            path, seconds, err = fut.result()
+            rel = Path(path).relative_to(root)
+            done[str(rel)] = seconds
+            print(f"companion book: {rel} {'FAILED (the build reports it)' if err else 'executed'} in {seconds:.0f} s"
+                  + (f": {err}" if err else ""), flush=True)
+    return done
 
 
 def _records_from_notebook(path: Path) -> list[dict]:
@@ -253,6 +344,11 @@ def build(root: Path | None = None, *, strict: bool = True, force: bool = False,
 
     # compile the fused mesa kernels once, before the notebooks (numba caches them on disk; a no-op after)
     print(f"companion book: mesa kernels ready in {kernels.warm_up():.1f} s", flush=True)
+    t0 = time.perf_counter()
+    executed = pre_execute(root, jobs=2 if (os.cpu_count() or 1) >= 2 else 1)
+    if executed:
+        print(f"companion book: {len(executed)} page(s) executed in {time.perf_counter() - t0:.0f} s "
+              f"(sum of page times {sum(executed.values()):.0f} s)", flush=True)
     cmd = [_jupyter_book(), "build", str(root)]
     if strict:
         cmd += ["-n", "-W", "--keep-going"]
