@@ -49,6 +49,10 @@ def test_import_closure_follows_relative_and_absolute_imports():
               "__init__.py", "mesa/__init__.py"):
         assert f in closure, f
     assert not any(f.startswith("cot/") for f in closure)
+    # relative imports (``from . import notebooks``, ``from .verdict import slug``) are followed too
+    book_closure = cache.import_closure("companion.book")
+    for f in ("notebooks.py", "paths.py", "verdict.py"):
+        assert f in book_closure, f
 
 
 def test_run_cache_is_keyed_on_everything_training_imports():

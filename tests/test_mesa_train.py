@@ -86,3 +86,16 @@ def test_config_roundtrip():
     cfg = RunConfig(law="full_one", lr=5e-4, epochs=0, **SMALL)
     r = train(cfg)
     assert r.ab[0] == pytest.approx(0.01) and len(r.ab) == 1
+
+
+def test_gaussian_init_has_its_own_seed_stream():
+    """Streams of a run with seed s: training data [s, 0], test data [s, 1], Gaussian init [s, 2]. An init
+    drawn from the data's stream would be correlated with the first training sequences."""
+    from companion.mesa.train import init_gaussian
+
+    d, s, sw = 3, 5, 0.1
+    r = run(law="gaussian", scale=1.0, d=d, T=6, m=20, m_test=10, init="gaussian", sigma_w=sw, lr=1e-4, epochs=1, seed=s)
+    for stream, same in ((0, False), (1, False), (2, True)):
+        W_KQ, W_PV = init_gaussian(d, sw, np.random.default_rng([s, stream]), torch.complex128)
+        match = np.allclose(r.W_KQ0, W_KQ.numpy()) and np.allclose(r.W_PV0, W_PV.numpy())
+        assert match == same, f"stream [{s}, {stream}]"
