@@ -73,10 +73,12 @@ def main() -> int:
     from companion.sweep import read_results, run_sweep
 
     print(f"mesa kernels ready in {kernels.warm_up():.1f} s (compiled once, cached on disk)", flush=True)
-    lrs = [1e-3, 5e-4, 2e-4, 1e-4]
+    # step sizes as in Table 1 of the reference code, scaled with the Gaussian curvature alpha ~ scale^6
+    # (1e-4 at scale 1): a fixed lr crossed with the scales diverges at the large ones
+    base_lrs = [1e-4, 5e-5, 2e-5, 1e-5]
     scales = [0.5, 0.75, 1.0, 1.25, 1.5]
-    combos = list(itertools.islice(itertools.product(range(1, 1000), lrs, scales), args.points))
-    points = [dict(scale=s, lr=lr, seed=seed) for seed, lr, s in combos]
+    combos = list(itertools.islice(itertools.product(range(1, 1000), base_lrs, scales), args.points))
+    points = [dict(scale=s, lr=float(f"{lr / s**6:.3g}"), seed=seed) for seed, lr, s in combos]
     with tempfile.TemporaryDirectory() as tmp:
         nb = Path(tmp) / "bench" / "point.md"
         nb.parent.mkdir()
@@ -89,6 +91,9 @@ def main() -> int:
     train_s = [r["records"][0]["train_seconds"] for r in recs if r.get("records")]
     point_s = [r["seconds"] for r in recs if r.get("seconds")]
     print(json.dumps({k: summary[k] for k in ("total", "ok", "failed", "error")}))
+    for r in recs:
+        if r.get("status") == "error":
+            print(f"error at {r.get('parameters')}: {r.get('error')}")
     print(f"{len(points)} points (d=5, T=100, m={args.m}, {args.epochs} epochs) on {args.workers} workers, "
           f"{os.cpu_count()} cores: {wall:.0f} s wall, {wall / max(1, len(points)):.1f} s per point")
     if train_s and point_s:
