@@ -43,6 +43,8 @@ __all__ = [
     "training_stats",
     "ab_evidence",
     "extrapolated_ab",
+    "replicate_kwargs",
+    "first_step_kwargs",
     "loss_evidence",
     "invariance",
     "one_step_deviation",
@@ -154,8 +156,17 @@ def ab_evidence(result, stats) -> dict:
                 floor=ROUNDOFF32 * abs(float(pop[-1])), pop=pop, fal=fal, cstar=th.c_star(law, s, d, T))
 
 
+def replicate_kwargs(law, scale: float, d: int, T: int, a0: float, b0: float, lr: float, epochs: int, m: int,
+                     n_rep: int, seed: int, mask: bool = False) -> list[dict]:
+    r"""The replicate runs of :func:`extrapolated_ab` as keyword arguments of :func:`companion.mesa.train.run`:
+    ``n_rep`` seeds ``seed + 1000 + k`` at m, then ``n_rep`` seeds ``seed + 2000 + k`` at m/4."""
+    kw = dict(law=law, scale=scale, d=d, T=T, m_test=10, a0=a0, b0=b0, lr=lr, epochs=epochs, mask=mask)
+    return ([dict(kw, m=m, seed=seed + 1000 + k) for k in range(n_rep)]
+            + [dict(kw, m=max(1, m // 4), seed=seed + 2000 + k) for k in range(n_rep)])
+
+
 def extrapolated_ab(law, scale: float, d: int, T: int, a0: float, b0: float, lr: float, epochs: int, m: int,
-                    n_rep: int, seed: int, m_eval: int = 0, mask: bool = False) -> dict:
+                    n_rep: int, seed: int, m_eval: int = 0, mask: bool = False, m_loss: int = 0) -> dict:
     r"""Trained ab extrapolated to m -> infinity from replicate training sets at m and m/4.
 
     .. math:: \widehat{ab}_\infty = 2\,\overline{ab}(m) - \overline{ab}(m/4),\qquad
@@ -163,15 +174,16 @@ def extrapolated_ab(law, scale: float, d: int, T: int, a0: float, b0: float, lr:
 
     exact when the finite-m bias scales like m^-1/2 (the measured law); a 1/m bias b(m) would leave -2 b(m).
     Seeds: ``seed + 1000 + k`` at m and ``seed + 2000 + k`` at m/4 (k < n_rep), all independent training
-    sets. With ``m_eval > 0`` also the one-step-GD deviation of every replicate (:func:`one_step_deviation`).
+    sets. With ``m_eval > 0`` also the one-step-GD deviation of every replicate (:func:`one_step_deviation`);
+    with ``m_loss > 0`` also their whole-sequence test loss extrapolated in m (:func:`_extrapolated_loss`).
     Returns the estimate, its standard error, the replicates and the population/falsifier GD at the last epoch.
     r"""
     from companion.mesa.train import run
 
     m4 = max(1, m // 4)
-    kw = dict(law=law, scale=scale, d=d, T=T, m_test=10, a0=a0, b0=b0, lr=lr, epochs=epochs, mask=mask)
-    runs_big = [run(m=m, seed=seed + 1000 + k, **kw) for k in range(n_rep)]
-    runs_small = [run(m=m4, seed=seed + 2000 + k, **kw) for k in range(n_rep)]
+    kws = replicate_kwargs(law, scale, d, T, a0, b0, lr, epochs, m, n_rep, seed, mask)
+    runs_big = [run(**kw) for kw in kws[:n_rep]]
+    runs_small = [run(**kw) for kw in kws[n_rep:]]
     big = np.array([r.ab[-1] for r in runs_big])
     small = np.array([r.ab[-1] for r in runs_small])
     mb, sb = S.replicate_se(big)
@@ -189,7 +201,38 @@ def extrapolated_ab(law, scale: float, d: int, T: int, a0: float, b0: float, lr:
         mds, sds = S.replicate_se(ds)
         out.update(dev_big=mdb, dev_small=mds, dev_log2=math.log2(mds / mdb),
                    dev_se=S.combine(sdb / mdb, sds / mds) / math.log(2))
+    if m_loss:
+        out["loss"] = _extrapolated_loss(runs_big, runs_small, m_loss, seed)
     return out
+
+
+def _extrapolated_loss(runs_big, runs_small, m_loss: int, seed: int) -> dict:
+    r"""Whole-sequence test loss of the replicates at m and m/4 on one common test set (``m_loss`` sequences,
+    seed stream ``[seed, 8]``, independent of every training set), extrapolated to m -> infinity.
+
+    At a stationary point of the population loss (converged diagonal at c*, other parameters 0) the loss
+    excess of a finite-m model is quadratic in its parameter errors, which are O(m^-1/2), so the excess is
+    O(1/m) and the Richardson combination for a 1/m law removes it:
+
+    .. math:: \hat L_\infty = \tfrac13\big(4\,\bar L(m)-\bar L(m/4)\big),\qquad
+              \mathrm{se}^2=\tfrac19\big(16\,\mathrm{se}^2_{\rm rep}(m)+\mathrm{se}^2_{\rm rep}(m/4)\big)
+              +\mathrm{se}^2_{\rm test},
+
+    the replicate spread (training sets) and the standard error of the same combination of per-sequence
+    losses over the i.i.d. test sequences (the test set is common to all replicates).
+    """
+    from companion.mesa.analysis import per_sequence_loss, weights
+
+    c = runs_big[0].config
+    td = generate(c["law"], m_loss, c["d"], c["T"], c["scale"], np.random.default_rng([seed, 8]), torch.complex128)
+    big = np.array([per_sequence_loss(td, *weights(r)) for r in runs_big])
+    small = np.array([per_sequence_loss(td, *weights(r)) for r in runs_small])
+    mb, sb = S.replicate_se(big.mean(1))
+    ms, ss = S.replicate_se(small.mean(1))
+    _, se_test = S.mean_se((4 * big.mean(0) - small.mean(0)) / 3)
+    mo = th.moments(c["law"], c["scale"], c["d"])
+    return dict(measured=(4 * mb - ms) / 3, se=S.combine((4 * sb) / 3, ss / 3, se_test), mean_big=mb, mean_small=ms,
+                se_test=se_test, zero_loss=c["d"] / 2 * (c["T"] - 2) * mo.m2)
 
 
 def loss_evidence(result, c_pop: float, se_ab: float, positions=None, m_test: int | None = None) -> dict:
@@ -436,13 +479,19 @@ def offdiag_mc(data, a: float, b: float, n_groups: int) -> dict:
     return dict(pv=pv, se_pv=se_pv, kq=kq, se_kq=se_kq)
 
 
+def first_step_kwargs(law, d: int, T: int, m: int, a0: float, b0: float, lr: float, seed: int) -> dict:
+    """The run of :func:`first_step`: one GD epoch from (a0 I, b0 I) at scale 1 (keyword arguments of
+    :func:`companion.mesa.train.run`)."""
+    return dict(law=law, scale=1.0, d=d, T=T, m=m, m_test=10, a0=a0, b0=b0, lr=lr, epochs=1, seed=seed)
+
+
 def first_step(law, d: int, T: int, m: int, a0: float, b0: float, lr: float, seed: int, n_groups: int) -> dict:
     r"""Prop 4.2 on the trained transformer: one GD epoch of :func:`companion.mesa.train.run` from (a0 I, b0 I);
     the mean signed off-diagonal entry of each red block after the step against -lr times the population
     gradient, with the SE of the training-set gradient over groups of sequences (the same training set)."""
     from companion.mesa.train import run
 
-    r = run(law=law, scale=1.0, d=d, T=T, m=m, m_test=10, a0=a0, b0=b0, lr=lr, epochs=1, seed=seed)
+    r = run(**first_step_kwargs(law, d, T, m, a0, b0, lr, seed))
     off = ~np.eye(d, dtype=bool)
     meas_pv = float(r.W_PV[:, :d].real[off].mean())
     meas_kq = float(r.W_KQ[d:, :d].real[off].mean())
