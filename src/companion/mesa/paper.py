@@ -49,8 +49,9 @@ def paper_runs() -> list[dict]:
     for law in ("gaussian", "sparse"):
         for s, lr in TABLE1[law]:
             out += C.replicate_kwargs(law, s, d, T, a0, b0, lr, E, rep["m_rep"], rep["n_rep"], seed)
-    out += C.replicate_kwargs("full_one", 1.0, d, T, a0, b0, TABLE1["full_one"][0][1], E, rep["m_rep"], rep["n_rep"], seed,
-                              mask=True)
+    for mask in (True, False):  # thm4_3: the masked ab and loss; the unmasked-minus-masked gap and off-diagonals
+        out += C.replicate_kwargs("full_one", 1.0, d, T, a0, b0, TABLE1["full_one"][0][1], E, rep["m_rep"], rep["n_rep"],
+                                  seed, mask=mask)
     for TT in T_SWEEP["Ts"]:
         lrT = C.stable_lr("gaussian", 1.0, d, TT, [(a0, b0)], T_SWEEP["kappa"], seed)
         out += C.replicate_kwargs("gaussian", 1.0, d, TT, a0, b0, lrT, E, T_SWEEP["m_sweep"], T_SWEEP["n_rep"], seed)
