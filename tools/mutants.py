@@ -73,6 +73,8 @@ MUTANTS = [
            "cfg.scale, (cfg.seed, 0), dtype)", "the test set drawn with the training set's seed stream"),
     Mutant("mesa_init_seed", "mesa/train.py", r"np\.random\.default_rng\(\[cfg\.seed, 2\]\)",
            "np.random.default_rng([cfg.seed, 0])", "the Gaussian init drawn from the training data's stream"),
+    Mutant("mesa_equivariant_offdiag_step", "mesa/theory.py", r"off = 0\.0 if masked else lr / \(d \* \(d - 1\)\)",
+           "off = 0.0 if masked else lr / d", "unmasked equivariant GD steps the off-diagonal entries like the diagonal"),
     # ---- caches
     Mutant("cache_hash_ignores_contents", "cache.py", r"h\.update\(Path\(f\)\.read_bytes\(\)\)", "pass",
            "source_hash ignores file contents"),

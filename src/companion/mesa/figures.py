@@ -31,6 +31,14 @@ def glue_figure(name: str, fig) -> None:
     plt.close(fig)
 
 
+def _plain_log_ticks(ax, values) -> None:
+    """Label a log x axis at ``values`` only, in plain numbers (no crowded minor labels)."""
+    from matplotlib.ticker import NullFormatter
+
+    ax.set_xticks(values, [f"{v:g}" for v in values])
+    ax.xaxis.set_minor_formatter(NullFormatter())
+
+
 def _init_label(ini) -> str:
     return f"init ({ini[0]:g}, {ini[1]:g})"
 
@@ -129,15 +137,16 @@ def T_sweep(sweep: dict, d: int, m_sweep: int):
                 ms=4, color=COLORS[1], capsize=3, label="trained, extrapolated in $m$ (±2 s.e.)")
     ax.plot(list(sweep), [q["mean_big"] for q in sweep.values()], "x", color=COLORS[0], label=f"trained, mean at $m$ = {m_sweep}")
     ax.axhline(0.2, color="0.5", ls="-.", lw=0.8, label="1/5")
+    _plain_log_ticks(ax, sorted(set(sweep) | {5}))
     ax.set_xlabel("sequence length $T$")
     ax.set_ylabel(r"$ab\,\sigma^2=E[\hat y_{t,j}/x_{t+1,j}]$")
-    legend_outside(ax, where="right", fontsize=8)
+    legend_outside(ax, ncol=2, fontsize=8)
     return fig
 
 
 def weight_heatmaps(runs: dict, inits, d: int):
-    """Fig. 7: Re W_KQ and Re W_PV of the trained runs ``runs[ini]`` with the red blocks outlined; one colour
-    scale per matrix over all inits, 1.2 x the largest entry off the red diagonals."""
+    """Fig. 7: Re W_KQ and Re W_PV of the trained runs ``runs[ini]`` with the red blocks (W_KQ21, W_PV11) outlined
+    in red; one colour scale per matrix over all inits, 1.2 x the largest entry off the red diagonals."""
     fig, axes = new_figure(ncols=len(inits), nrows=2, width=3.0, height=2.7, squeeze=False)
     eye = np.eye(d, dtype=bool)
     for rr, (key, name, (x0, y0)) in enumerate([("W_KQ", "$W^{KQ}$", (0, d)), ("W_PV", "$W^{PV}$", (0, 0))]):
@@ -147,9 +156,7 @@ def weight_heatmaps(runs: dict, inits, d: int):
         for c, ini in enumerate(inits):
             ax = axes[rr][c]
             im = ax.imshow(mats[ini], cmap="RdBu_r", vmin=-vmax, vmax=vmax)
-            ax.add_patch(mpatches.Rectangle((x0 - 0.5, y0 - 0.5), d, d, fill=False, ec="red", lw=2))
-            ax.text(x0 + d / 2 - 0.5, y0 + d / 2 - 0.5, "red block\n" + ("$W^{KQ}_{21}$" if rr == 0 else "$W^{PV}_{11}$"),
-                    ha="center", va="center", fontsize=7, color="0.2")
+            ax.add_patch(mpatches.Rectangle((x0 - 0.5, y0 - 0.5), d, d, fill=False, ec="red", lw=2))  # the red block
             ax.set_title(f"{name}, {_init_label(ini)}", fontsize=9)
             ax.set_xticks([])
             ax.set_yticks([])
@@ -216,7 +223,7 @@ def init_paths(init_rows: dict, cst: float):
     ax.set_ylim(0, hi)
     ax.set_xlabel("$a$ (mean diagonal of $W^{KQ}_{21}$)")
     ax.set_ylabel("$b$ (mean diagonal of $W^{PV}_{11}$)")
-    legend_outside(ax, where="right", fontsize=7)
+    legend_outside(ax, ncol=3, fontsize=7)
     return fig
 
 
@@ -227,13 +234,14 @@ def table1_steps(stab: list, laws):
     for i, law in enumerate(laws):
         qs = [q for q in stab if q["law"] == law]
         scales = sorted({q["s"] for q in qs})
-        ax.loglog(scales, [min(q["lr_max"] for q in qs if q["s"] == s) for s in scales], "-", color=COLORS[i],
-                  label=f"{law}: largest stable step")
+        ax.loglog(scales, [min(q["lr_max"] for q in qs if q["s"] == s) for s in scales], "-", marker="_", ms=14,
+                  color=COLORS[i], label=f"{law}: largest stable step")  # a dash where a law has one scale
         ax.loglog(scales, [next(q["lr"] for q in qs if q["s"] == s) for s in scales], "o", color=COLORS[i],
                   label=f"{law}: Table 1")
+    _plain_log_ticks(ax, sorted({q["s"] for q in stab}))
     ax.set_xlabel(r"scale ($\sigma$ or $c$)")
     ax.set_ylabel("step size $\\eta$")
-    legend_outside(ax, where="right", fontsize=7)
+    legend_outside(ax, ncol=2, fontsize=7)
     return fig
 
 
