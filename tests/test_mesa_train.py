@@ -86,3 +86,15 @@ def test_config_roundtrip():
     cfg = RunConfig(law="full_one", lr=5e-4, epochs=0, **SMALL)
     r = train(cfg)
     assert r.ab[0] == pytest.approx(0.01) and len(r.ab) == 1
+
+
+def test_gaussian_init_has_its_own_seed_stream():
+    """The random init is drawn from the stream [seed, 2], not from the training data's [seed, 0] (a shared stream
+    would correlate the init with the data)."""
+    from companion.mesa.train import init_gaussian
+
+    r = run(law="gaussian", scale=1.0, init="gaussian", sigma_w=0.1, lr=1e-3, epochs=0, **SMALL)
+    d, seed = r.config["d"], r.config["seed"]
+    own = init_gaussian(d, 0.1, np.random.default_rng([seed, 2]), torch.complex64)
+    data_stream = init_gaussian(d, 0.1, np.random.default_rng([seed, 0]), torch.complex64)
+    assert np.array_equal(r.W_KQ0, own[0].numpy()) and not np.array_equal(r.W_KQ0, data_stream[0].numpy())
