@@ -19,6 +19,7 @@ Timings are noisy on the shared 2-core machine (three engineers); medians of a f
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -129,22 +130,63 @@ def paper_benchmark() -> None:
     print(f"all {len(paper_runs())} paper-scale runs: {time.perf_counter() - t0:.0f} s")
 
 
-def notebooks_benchmark() -> None:
+def _size(kw: dict) -> float:
+    """Sequence-positions x epochs of a run, in units of one paper run (m = 1e4, T = 100, 200 epochs)."""
+    from companion.mesa.train import RunConfig
+
+    c = RunConfig(**kw)
+    return c.m * (c.T - 2) * c.epochs / (1e4 * 98 * 200)
+
+
+def notebooks_benchmark(keep: str = "") -> None:
     names = ["setup", "thm4_1_emergence", "thm4_2_capability", "prop4_1_gaussian", "prop4_2_beyond", "thm4_3_masking",
              "appendix_experiments"]
     from companion.mesa.kernels import warm_up
 
     # as in `companion book`: the kernels are compiled (or loaded from numba's disk cache) before the notebooks
     print(f"{warm_up():7.1f} s  compiling / loading the fused mesa kernels (d = 5, both dtypes)", flush=True)
-    with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as out:
+    with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as tmp:
+        out = keep or tmp  # --out keeps the executed notebooks (e.g. to look at the figures)
         env = dict(os.environ, COMPANION_CACHE_DIR=cache)
         total = time.perf_counter()
         for n in names:
             t0 = time.perf_counter()
-            proc = subprocess.run([str(ROOT / ".venv/bin/companion"), "run", f"mesa/{n}", "-o", f"{out}/{n}", "--quiet"],
-                                  env=env, capture_output=True, text=True)
-            print(f"{time.perf_counter() - t0:7.1f} s  mesa/{n} (exit {proc.returncode})", flush=True)
-        print(f"all mesa notebooks at paper settings, empty run cache at start: {time.perf_counter() - total:.0f} s")
+            log = Path(out) / f"{n}.runs.jsonl"
+            proc = subprocess.run([sys.executable, "-m", "companion", "run", f"mesa/{n}", "-o", f"{out}/{n}", "--quiet"],
+                                  env=dict(env, COMPANION_RUN_LOG=str(log)), capture_output=True, text=True)
+            runs = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+            new = [r for r in runs if not r["cached"]]
+            print(f"{time.perf_counter() - t0:7.1f} s  mesa/{n} (exit {proc.returncode}, load {os.getloadavg()[0]:.1f}): "
+                  f"{len(new)} runs trained "
+                  f"({sum(r['trained'] for r in new):.0f} s, {sum(_size(r['kwargs']) for r in new):.1f} "
+                  f"paper-run equivalents), {len(runs) - len(new)} from the cache", flush=True)
+        print(f"all mesa notebooks at paper settings, empty run cache at start: {time.perf_counter() - total:.0f} s "
+              f"(load average 1/5/15 min at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}; shared machine)")
+        _check_paper_runs(Path(out), names)
+
+
+def _check_paper_runs(out: Path, names) -> None:
+    """Every run the notebooks did at their defaults is in companion.mesa.paper.paper_runs() (which warms the
+    cache), and every listed run was used; a difference is printed and makes the benchmark fail."""
+    from dataclasses import asdict
+
+    from companion.mesa.paper import paper_runs
+    from companion.mesa.train import RunConfig
+
+    def key(kw):
+        return tuple(sorted(asdict(RunConfig(**kw)).items()))
+
+    done = {key(json.loads(line)["kwargs"]) for n in names if (out / f"{n}.runs.jsonl").exists()
+            for line in (out / f"{n}.runs.jsonl").read_text().splitlines()}
+    listed = {key(kw) for kw in paper_runs()}
+    for k in done - listed:
+        print("run by a notebook but missing from paper_runs():", dict(k))
+    for k in listed - done:
+        print("listed in paper_runs() but not run by any notebook:", dict(k))
+    print(f"paper_runs(): {len(listed)} runs; the notebooks ran {len(done)} distinct runs; "
+          f"{len(done ^ listed)} differences")
+    if done ^ listed:
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":
@@ -157,9 +199,12 @@ if __name__ == "__main__":
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--paper", action="store_true", help="also time every paper-scale run from scratch")
     ap.add_argument("--notebooks", action="store_true", help="also execute the 7 mesa notebooks at paper settings")
+    ap.add_argument("--out", default="", help="with --notebooks: keep the executed notebooks in this directory")
+    ap.add_argument("--no-epoch", action="store_true", help="skip the epoch benchmark")
     a = ap.parse_args()
-    epoch_benchmark(a.m, a.T, a.d, a.n_naive, a.n_loop, a.repeats)
+    if not a.no_epoch:
+        epoch_benchmark(a.m, a.T, a.d, a.n_naive, a.n_loop, a.repeats)
     if a.paper:
         paper_benchmark()
     if a.notebooks:
-        notebooks_benchmark()
+        notebooks_benchmark(a.out)

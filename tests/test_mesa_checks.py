@@ -139,6 +139,7 @@ def test_richardson_extrapolation_arithmetic(monkeypatch):
     class R:
         def __init__(self, v):
             self.ab = np.array([0.0, v])
+            self.W_KQ, self.W_PV = np.zeros((10, 10), complex), np.zeros((5, 10), complex)
 
     vals = {}
 
@@ -172,3 +173,80 @@ def test_moment_ratio_rel_se_matches_monte_carlo():
     x = rng.normal(size=(400, n))
     ratios = (x**4).mean(1) / (x**6).mean(1)
     assert np.std(ratios) / np.mean(ratios) == pytest.approx(moment_ratio_rel_se(n), rel=0.15)
+
+
+def _exact_equivariant_moments(d, T):
+    """G, h, E|Y|^2 of the equivariant red blocks on the exact full-one population (phase grid)."""
+    data, w = exact_population("full_one", d, T)
+    from companion.mesa.model import predict_fast
+
+    eye, off = np.eye(d), np.ones((d, d)) - np.eye(d)
+    F = []
+    for A, B in [(A, B) for A in (eye, off) for B in (eye, off)]:
+        W_KQ = torch.zeros(2 * d, 2 * d, dtype=torch.complex128)
+        W_PV = torch.zeros(d, 2 * d, dtype=torch.complex128)
+        W_KQ[d:, :d], W_PV[:, :d] = torch.from_numpy(A), torch.from_numpy(B)
+        F.append(predict_fast(data, W_KQ, W_PV).reshape(data.m, -1))
+    F = torch.stack(F, 1)
+    Y = data.tables(np.arange(2, T))[2].reshape(data.m, -1)
+    wn = (w / w.sum()).numpy()
+    G = np.einsum("n,nkl->kl", wn, torch.einsum("nkp,nlp->nkl", F.conj(), F).real.numpy())
+    h = np.einsum("n,nk->k", wn, torch.einsum("nkp,np->nk", F.conj(), Y).real.numpy())
+    return data, w, G, h
+
+
+def test_equivariant_gd_is_full_parameter_population_gd_for_full_one():
+    """Thm 4.3 page: unmasked population GD of every parameter from (a0 I, b0 I), on the exact full-one population,
+    stays on aI + a'(J-I), bI + b'(J-I) and moves as theory.equivariant_gd says (step factors 1/d and 1/(d(d-1)));
+    a wrong factor or a wrong unit order in the moments is off at O(1)."""
+    d, T, lr, steps = 3, 5, 0.05, 6
+    data, w, G, h = _exact_equivariant_moments(d, T)
+    path = th.equivariant_gd(0.5, 1.5, lr, steps, G, h, d)
+    W_KQ, W_PV = init_diagonal(d, 0.5, 1.5, torch.complex128)
+    off = ~np.eye(d, dtype=bool)
+    for _ in range(steps):
+        _, gA, gP = loss_grad_fast(data, W_KQ, W_PV, weights=w)
+        W_KQ, W_PV = W_KQ - lr * gA, W_PV - lr * gP
+    kq, pv = W_KQ[d:, :d].numpy(), W_PV[:, :d].numpy()
+    a, ap, b, bp = path[-1]
+    assert np.abs(np.diag(kq) - a).max() < 1e-10 and np.abs(kq[off] - ap).max() < 1e-10
+    assert np.abs(np.diag(pv) - b).max() < 1e-10 and np.abs(pv[off] - bp).max() < 1e-10
+    assert abs(ap) > 1e-4  # it does leave the diagonal manifold
+    rest = torch.cat([W_KQ[:d].reshape(-1), W_KQ[d:, d:].reshape(-1), W_PV[:, d:].reshape(-1)])
+    assert float(rest.abs().max()) < 1e-12
+
+
+def test_masked_equivariant_gd_is_the_reduced_system():
+    d, T = 4, 12
+    al, be = th.alpha_beta("full_one", 1.0, d, T)
+    G, h = np.diag([d * al, 1.0, 2.0, 3.0]), np.array([d * be, 0.3, 0.2, 0.1])
+    x = th.equivariant_gd(0.5, 1.5, 2e-3, 40, G, h, d, masked=True)
+    a, b, _ = th.reduced_gd(0.5, 1.5, 2e-3, 40, al, be)
+    assert np.abs(x[:, 0] - a).max() < 1e-13 and np.abs(x[:, 2] - b).max() < 1e-13 and not x[:, [1, 3]].any()
+
+
+def test_equivariant_moments_give_each_sequence_its_exact_loss():
+    """l_n(c) = (c'G_n c - 2 h_n'c + y_n)/2 is the model's per-sequence loss at the equivariant weights."""
+    d, T = 3, 9
+    mo = C.equivariant_moments("full_one", d, T, 50, 4, chunk=20)
+    a, ap, b, bp = 0.7, -0.1, 0.9, 0.05
+    c = th.equivariant_c(a, ap, b, bp)
+    from_moments = 0.5 * (np.einsum("k,nkl,l->n", c, mo["G"], c) - 2 * mo["h"] @ c + mo["y"])
+    data = generate("full_one", 50, d, T, 1.0, np.random.default_rng([4, 9]), torch.complex128)
+    W_KQ = torch.zeros(2 * d, 2 * d, dtype=torch.complex128)
+    W_PV = torch.zeros(d, 2 * d, dtype=torch.complex128)
+    W_KQ[d:, :d] = torch.from_numpy(a * np.eye(d) + ap * (np.ones((d, d)) - np.eye(d)))
+    W_PV[:, :d] = torch.from_numpy(b * np.eye(d) + bp * (np.ones((d, d)) - np.eye(d)))
+    direct = per_sequence_loss(data, W_KQ, W_PV)
+    assert np.abs(from_moments - direct).max() <= 1e-10 * np.abs(direct).max()
+
+
+def test_extrapolated_gap_pairs_replicates_and_test_sequences():
+    """(4 D(m) - D(m/4))/3 of the per-replicate differences; the shared test-set noise cancels in the pair."""
+    rng = np.random.default_rng(0)
+    common = rng.normal(size=200)  # test-sequence effects shared by every model
+    u = dict(loss=dict(big=common + 1.0 + 0.01 * rng.normal(size=(3, 200)), small=common + 1.4 + 0.01 * rng.normal(size=(3, 200))))
+    m = dict(loss=dict(big=common + 2.0 + 0.01 * rng.normal(size=(3, 200)), small=common + 2.1 + 0.01 * rng.normal(size=(3, 200))))
+    q = C.extrapolated_gap(u, m)
+    assert q["measured"] == pytest.approx((4 * (-1.0) - (-0.7)) / 3, abs=0.01)
+    assert q["se"] < 0.01  # the common test-set effects (sd 1) do not enter

@@ -51,3 +51,30 @@ def test_appendix_settings():
     assert p["sigma_ws"] == paper.FIG5["sigma_ws"] and p["epochs_fig5"] == paper.FIG5["epochs"]
     assert p["lr"] == paper.FIG5["lr"] == dict(paper.TABLE1["gaussian"])[1.0]
     assert list(zip(p["a0s"], p["b0s"])) == paper.INITS + paper.APPENDIX_INITS
+
+
+def test_replicate_and_sweep_settings():
+    for name in ("thm4_1_emergence", "thm4_3_masking"):
+        p = _defaults(name)
+        assert {k: p[k] for k in paper.REPLICATES} == paper.REPLICATES, name
+    p = _defaults("prop4_1_gaussian")
+    assert {k: p[k] for k in paper.T_SWEEP} == paper.T_SWEEP
+
+
+def test_paper_runs_are_distinct_and_include_the_replicates():
+    """paper_runs() warms the cache for everything the notebooks train at their defaults: each run once,
+    the replicate training sets included (keys as the notebooks build them)."""
+    from dataclasses import asdict
+
+    from companion.mesa import checks as C
+    from companion.mesa.train import RunConfig
+
+    keys = [tuple(sorted(asdict(RunConfig(**kw)).items())) for kw in paper.paper_runs()]
+    assert len(keys) == len(set(keys))
+    c = paper.COMMON
+    lr = dict(paper.TABLE1["gaussian"])[1.0]
+    want = C.replicate_kwargs("gaussian", 1.0, c["d"], c["T"], 0.5, 1.5, lr, c["epochs"], 2500, 3, c["seed"])
+    want += C.replicate_kwargs("full_one", 1.0, c["d"], c["T"], 0.5, 1.5, 5e-4, c["epochs"], 2500, 3, c["seed"], mask=True)
+    want.append(C.first_step_kwargs("full_one", c["d"], c["T"], c["m"], 2.0, 2.0, 5e-4, c["seed"]))
+    for kw in want:
+        assert tuple(sorted(asdict(RunConfig(**kw)).items())) in set(keys), kw

@@ -81,6 +81,8 @@ MUTANTS = [
            "N * mo.m6 + d * harmonic(N) * mo.m24", "alpha counts d instead of d - 1 other coordinates"),
     Mutant("verdict_z_dropped", "verdict.py", r"tolerance=z \* se_ \+ fl,", "tolerance=se_ + fl,",
            "a statistical tolerance of 1 SE whatever z says"),
+    Mutant("mesa_equivariant_offdiag_step", "mesa/theory.py", r"off = 0\.0 if masked else lr / \(d \* \(d - 1\)\)",
+           "off = 0.0 if masked else lr / d", "unmasked equivariant GD steps the off-diagonal entries like the diagonal"),
     # ---- caches
     Mutant("cache_hash_ignores_contents", "cache.py", r"h\.update\(Path\(f\)\.read_bytes\(\)\)", "pass",
            "source_hash ignores file contents"),

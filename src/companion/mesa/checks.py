@@ -30,6 +30,7 @@ import torch
 
 from companion import params as P
 from companion import stats as S
+from companion.cache import cached
 from companion.mesa import theory as th
 from companion.mesa.data import generate
 
@@ -43,6 +44,14 @@ __all__ = [
     "training_stats",
     "ab_evidence",
     "extrapolated_ab",
+    "replicate_kwargs",
+    "equivariant_moments",
+    "masking_gap",
+    "reduced_stability",
+    "table1_stability",
+    "divergence_check",
+    "extrapolated_gap",
+    "first_step_kwargs",
     "loss_evidence",
     "invariance",
     "one_step_deviation",
@@ -127,11 +136,17 @@ def flow_limit_error(law, scale: float, d: int, T: int, inits) -> float:
 
 def training_stats(law, m: int, d: int, T: int, seed: int, n_batches: int):
     r"""Batch statistics (Q, P) of the diagonal-restricted loss of the training set of seed ``seed`` at scale 1
-    (exactly the training set of :func:`companion.mesa.train.run`; other scales are exact rescalings)."""
-    from companion.mesa.empirical import diagonal_stats
-
+    (exactly the training set of :func:`companion.mesa.train.run`; other scales are exact rescalings). Cached on
+    disk like the runs (:func:`companion.cache.cached`): thm4_2 and the appendix use the same Gaussian set."""
     P.memory("m", 16.0 * m * (T - 2) * d * d * 2 / max(1, n_batches) + 16.0 * min(m, 500) * T * d * d * 4,
              "the batch statistics of the diagonal-restricted loss")
+    return _training_stats(law, int(m), int(d), int(T), int(seed), int(n_batches))
+
+
+@cached
+def _training_stats(law: str, m: int, d: int, T: int, seed: int, n_batches: int):
+    from companion.mesa.empirical import diagonal_stats
+
     return diagonal_stats(generate(law, m, d, T, 1.0, np.random.default_rng([seed, 0]), torch.complex128), n_batches)
 
 
@@ -154,8 +169,17 @@ def ab_evidence(result, stats) -> dict:
                 floor=ROUNDOFF32 * abs(float(pop[-1])), pop=pop, fal=fal, cstar=th.c_star(law, s, d, T))
 
 
+def replicate_kwargs(law, scale: float, d: int, T: int, a0: float, b0: float, lr: float, epochs: int, m: int,
+                     n_rep: int, seed: int, mask: bool = False) -> list[dict]:
+    r"""The replicate runs of :func:`extrapolated_ab` as keyword arguments of :func:`companion.mesa.train.run`:
+    ``n_rep`` seeds ``seed + 1000 + k`` at m, then ``n_rep`` seeds ``seed + 2000 + k`` at m/4."""
+    kw = dict(law=law, scale=scale, d=d, T=T, m_test=10, a0=a0, b0=b0, lr=lr, epochs=epochs, mask=mask)
+    return ([dict(kw, m=m, seed=seed + 1000 + k) for k in range(n_rep)]
+            + [dict(kw, m=max(1, m // 4), seed=seed + 2000 + k) for k in range(n_rep)])
+
+
 def extrapolated_ab(law, scale: float, d: int, T: int, a0: float, b0: float, lr: float, epochs: int, m: int,
-                    n_rep: int, seed: int, m_eval: int = 0, mask: bool = False) -> dict:
+                    n_rep: int, seed: int, m_eval: int = 0, mask: bool = False, m_loss: int = 0) -> dict:
     r"""Trained ab extrapolated to m -> infinity from replicate training sets at m and m/4.
 
     .. math:: \widehat{ab}_\infty = 2\,\overline{ab}(m) - \overline{ab}(m/4),\qquad
@@ -163,15 +187,16 @@ def extrapolated_ab(law, scale: float, d: int, T: int, a0: float, b0: float, lr:
 
     exact when the finite-m bias scales like m^-1/2 (the measured law); a 1/m bias b(m) would leave -2 b(m).
     Seeds: ``seed + 1000 + k`` at m and ``seed + 2000 + k`` at m/4 (k < n_rep), all independent training
-    sets. With ``m_eval > 0`` also the one-step-GD deviation of every replicate (:func:`one_step_deviation`).
+    sets. With ``m_eval > 0`` also the one-step-GD deviation of every replicate (:func:`one_step_deviation`);
+    with ``m_loss > 0`` also their whole-sequence test loss extrapolated in m (:func:`_extrapolated_loss`).
     Returns the estimate, its standard error, the replicates and the population/falsifier GD at the last epoch.
     r"""
     from companion.mesa.train import run
 
     m4 = max(1, m // 4)
-    kw = dict(law=law, scale=scale, d=d, T=T, m_test=10, a0=a0, b0=b0, lr=lr, epochs=epochs, mask=mask)
-    runs_big = [run(m=m, seed=seed + 1000 + k, **kw) for k in range(n_rep)]
-    runs_small = [run(m=m4, seed=seed + 2000 + k, **kw) for k in range(n_rep)]
+    kws = replicate_kwargs(law, scale, d, T, a0, b0, lr, epochs, m, n_rep, seed, mask)
+    runs_big = [run(**kw) for kw in kws[:n_rep]]
+    runs_small = [run(**kw) for kw in kws[n_rep:]]
     big = np.array([r.ab[-1] for r in runs_big])
     small = np.array([r.ab[-1] for r in runs_small])
     mb, sb = S.replicate_se(big)
@@ -189,7 +214,57 @@ def extrapolated_ab(law, scale: float, d: int, T: int, a0: float, b0: float, lr:
         mds, sds = S.replicate_se(ds)
         out.update(dev_big=mdb, dev_small=mds, dev_log2=math.log2(mds / mdb),
                    dev_se=S.combine(sdb / mdb, sds / mds) / math.log(2))
+    if m_loss:
+        out["loss"] = _extrapolated_loss(runs_big, runs_small, m_loss, seed)
+    off = ~np.eye(d, dtype=bool)
+    for key, blk in (("offdiag_kq", lambda r: r.W_KQ[d:, :d]), ("offdiag_pv", lambda r: r.W_PV[:, :d])):
+        if d > 1:  # mean off-diagonal red entry, extrapolated like ab (an m^-1/2 bias)
+            mb_, sb_ = S.replicate_se([float(blk(r).real[off].mean()) for r in runs_big])
+            ms_, ss_ = S.replicate_se([float(blk(r).real[off].mean()) for r in runs_small])
+            out[key] = dict(measured=2 * mb_ - ms_, se=S.combine(2 * sb_, ss_), mean_big=mb_, mean_small=ms_)
     return out
+
+
+def _extrapolated_loss(runs_big, runs_small, m_loss: int, seed: int) -> dict:
+    r"""Whole-sequence test loss of the replicates at m and m/4 on one common test set (``m_loss`` sequences,
+    seed stream ``[seed, 8]``, independent of every training set), extrapolated to m -> infinity.
+
+    At a stationary point of the population loss (converged diagonal at c*, other parameters 0) the loss
+    excess of a finite-m model is quadratic in its parameter errors, which are O(m^-1/2), so the excess is
+    O(1/m) and the Richardson combination for a 1/m law removes it:
+
+    .. math:: \hat L_\infty = \tfrac13\big(4\,\bar L(m)-\bar L(m/4)\big),\qquad
+              \mathrm{se}^2=\tfrac19\big(16\,\mathrm{se}^2_{\rm rep}(m)+\mathrm{se}^2_{\rm rep}(m/4)\big)
+              +\mathrm{se}^2_{\rm test},
+
+    the replicate spread (training sets) and the standard error of the same combination of per-sequence
+    losses over the i.i.d. test sequences (the test set is common to all replicates).
+    """
+    from companion.mesa.analysis import per_sequence_loss, weights
+
+    c = runs_big[0].config
+    td = generate(c["law"], m_loss, c["d"], c["T"], c["scale"], np.random.default_rng([seed, 8]), torch.complex128)
+    big = np.array([per_sequence_loss(td, *weights(r)) for r in runs_big])
+    small = np.array([per_sequence_loss(td, *weights(r)) for r in runs_small])
+    mb, sb = S.replicate_se(big.mean(1))
+    ms, ss = S.replicate_se(small.mean(1))
+    _, se_test = S.mean_se((4 * big.mean(0) - small.mean(0)) / 3)
+    mo = th.moments(c["law"], c["scale"], c["d"])
+    return dict(measured=(4 * mb - ms) / 3, se=S.combine((4 * sb) / 3, ss / 3, se_test), mean_big=mb, mean_small=ms,
+                se_test=se_test, zero_loss=c["d"] / 2 * (c["T"] - 2) * mo.m2, big=big, small=small)
+
+
+def extrapolated_gap(rep_u: dict, rep_m: dict) -> dict:
+    r"""Test-loss difference of two sets of replicates trained on the same training sets (e.g. unmasked minus
+    masked, same seeds), evaluated on the same test set (``m_loss`` of :func:`extrapolated_ab`), extrapolated in
+    m with the 1/m law of :func:`_extrapolated_loss`. Paired twice: per training set (the replicate spread of
+    the per-replicate differences) and per test sequence (the test-set SE of the same combination)."""
+    u, w = rep_u["loss"], rep_m["loss"]
+    db, ds = u["big"] - w["big"], u["small"] - w["small"]  # (n_rep, m_loss)
+    mb, sb = S.replicate_se(db.mean(1))
+    ms, ss = S.replicate_se(ds.mean(1))
+    _, se_test = S.mean_se((4 * db.mean(0) - ds.mean(0)) / 3)
+    return dict(measured=(4 * mb - ms) / 3, se=S.combine(4 * sb / 3, ss / 3, se_test), mean_big=mb, mean_small=ms)
 
 
 def loss_evidence(result, c_pop: float, se_ab: float, positions=None, m_test: int | None = None) -> dict:
@@ -436,13 +511,19 @@ def offdiag_mc(data, a: float, b: float, n_groups: int) -> dict:
     return dict(pv=pv, se_pv=se_pv, kq=kq, se_kq=se_kq)
 
 
+def first_step_kwargs(law, d: int, T: int, m: int, a0: float, b0: float, lr: float, seed: int) -> dict:
+    """The run of :func:`first_step`: one GD epoch from (a0 I, b0 I) at scale 1 (keyword arguments of
+    :func:`companion.mesa.train.run`)."""
+    return dict(law=law, scale=1.0, d=d, T=T, m=m, m_test=10, a0=a0, b0=b0, lr=lr, epochs=1, seed=seed)
+
+
 def first_step(law, d: int, T: int, m: int, a0: float, b0: float, lr: float, seed: int, n_groups: int) -> dict:
     r"""Prop 4.2 on the trained transformer: one GD epoch of :func:`companion.mesa.train.run` from (a0 I, b0 I);
     the mean signed off-diagonal entry of each red block after the step against -lr times the population
     gradient, with the SE of the training-set gradient over groups of sequences (the same training set)."""
     from companion.mesa.train import run
 
-    r = run(law=law, scale=1.0, d=d, T=T, m=m, m_test=10, a0=a0, b0=b0, lr=lr, epochs=1, seed=seed)
+    r = run(**first_step_kwargs(law, d, T, m, a0, b0, lr, seed))
     off = ~np.eye(d, dtype=bool)
     meas_pv = float(r.W_PV[:, :d].real[off].mean())
     meas_kq = float(r.W_KQ[d:, :d].real[off].mean())
@@ -466,3 +547,100 @@ def moment_ratio_rel_se(n: int) -> float:
     v = ((mom[8] - mom[4] ** 2) / mom[4] ** 2 + (mom[12] - mom[6] ** 2) / mom[6] ** 2
          - 2 * (mom[10] - mom[4] * mom[6]) / (mom[4] * mom[6]))
     return math.sqrt(v / n)
+
+
+def equivariant_moments(law: str, d: int, T: int, m: int, seed: int, chunk: int = 1000) -> dict:
+    r"""Per-sequence moments of the population loss on the equivariant red blocks (:func:`theory.equivariant_c`):
+    :math:`G_n=\mathrm{Re}\sum_t\langle F_{k,t},F_{l,t}\rangle`, :math:`h_n=\mathrm{Re}\sum_t\langle F_{k,t},x_{t+1}\rangle`,
+    :math:`y_n=\sum_t\|x_{t+1}\|^2` for ``m`` sequences (seed stream ``[seed, 9]``, independent of every training
+    and test set; complex128), so that the loss of sequence n at c is exactly
+    :math:`\ell_n(c)=\frac12(c^\top G_nc-2h_n^\top c+y_n)`. Returns G, h, y (per sequence)."""
+    from companion.mesa.model import predict_fast
+
+    P.memory("m_mc", 16.0 * min(m, chunk) * (T - 2) * d * 5, "the equivariant moments")
+    data = generate(law, m, d, T, 1.0, np.random.default_rng([seed, 9]), torch.complex128)
+    eye, off = np.eye(d), np.ones((d, d)) - np.eye(d)
+    units = [(A, B) for A in (eye, off) for B in (eye, off)]  # order of theory.equivariant_c
+    G, h, y = np.empty((m, 4, 4)), np.empty((m, 4)), np.empty(m)
+    for i in range(0, m, chunk):
+        sub = data.subset(slice(i, i + chunk))
+        F = []
+        for A, B in units:
+            W_KQ = torch.zeros(2 * d, 2 * d, dtype=torch.complex128)
+            W_PV = torch.zeros(d, 2 * d, dtype=torch.complex128)
+            W_KQ[d:, :d] = torch.from_numpy(A)
+            W_PV[:, :d] = torch.from_numpy(B)
+            F.append(predict_fast(sub, W_KQ, W_PV).reshape(sub.m, -1))
+        F = torch.stack(F, 1)  # (n, 4, positions * d)
+        Y = sub.tables(np.arange(2, T))[2].reshape(sub.m, -1)
+        G[i : i + sub.m] = torch.einsum("nkp,nlp->nkl", F.conj(), F).real.numpy()
+        h[i : i + sub.m] = torch.einsum("nkp,np->nk", F.conj(), Y).real.numpy()
+        y[i : i + sub.m] = (Y.abs() ** 2).sum(1).numpy()
+    return dict(G=G, h=h, y=y)
+
+
+def masking_gap(d: int, T: int, a0: float, b0: float, lr: float, epochs: int, moments: dict) -> dict:
+    r"""Thm 4.3 for :math:`x_1=\mathbf 1`: the predicted test-loss difference, unmasked minus masked, of the
+    population GD from (a0 I, b0 I) after ``epochs`` steps (:func:`theory.equivariant_gd` with the Monte-Carlo
+    moments :func:`equivariant_moments`, masked with the exact reduced system).
+
+    The masked endpoint is :math:`c_m=(ab,0,0,0)` of :func:`population_ab`; the unmasked one :math:`c_u` follows the
+    4-parameter population GD. The difference is the mean of the per-sequence differences
+    :math:`\ell_n(c_u)-\ell_n(c_m)` (exact per sequence), its standard error the Monte-Carlo SE over the
+    sequences (:func:`companion.stats.mean_se`). Also returned: the unmasked endpoint (a, a', b, b') and the
+    check of the moments against the closed form, :math:`E G_{11}=d\alpha`, :math:`E h_1=d\beta`."""
+    G, h, y = moments["G"], moments["h"], moments["y"]
+    path = th.equivariant_gd(a0, b0, lr, epochs, G.mean(0), h.mean(0), d)
+    c_u = th.equivariant_c(*path[-1])
+    c_m = np.array([population_ab("full_one", 1.0, d, T, a0, b0, lr, epochs)[-1], 0.0, 0.0, 0.0])
+
+    def per_seq(c):
+        return 0.5 * (np.einsum("k,nkl,l->n", c, G, c) - 2 * h @ c + y)
+
+    gap, se = S.mean_se(per_seq(c_u) - per_seq(c_m))
+    Gm, hm, ym = G.mean(0), h.mean(0), y.mean()
+    L_path = [0.5 * (c @ Gm @ c - 2 * hm @ c + ym) for c in (th.equivariant_c(*x) for x in path)]
+    back = max(1, epochs // 10)  # population loss change of the unmasked GD over the last tenth of the epochs
+    al, be = th.alpha_beta("full_one", 1.0, d, T)
+    g11, se11 = S.mean_se(G[:, 0, 0])
+    h1, se1 = S.mean_se(h[:, 0])
+    # Monte-Carlo SE of the endpoint (a, a', b, b'): delete-a-group jackknife of the moments (20 groups)
+    groups = np.array_split(np.arange(len(y)), min(20, len(y)))
+    loo = [th.equivariant_gd(a0, b0, lr, epochs, np.delete(G, ix, 0).mean(0), np.delete(h, ix, 0).mean(0), d)[-1]
+           for ix in groups]
+    return dict(predicted=gap, se=se, path=path, se_end=S.jackknife_se(path[-1], np.array(loo))[1], c_u=c_u, c_m=c_m,
+                drift=abs(L_path[-1] - L_path[-1 - back]),
+                loss_u=float(per_seq(c_u).mean()),
+                loss_m=float(per_seq(c_m).mean()), z_G11=(g11 - d * al) / se11, z_h1=(h1 - d * be) / se1)
+
+
+def reduced_stability(law, scale: float, d: int, T: int, lr: float, inits) -> dict:
+    r"""Stability of population GD (forward Euler on the reduced system) over every init and its limit:
+    ``number`` :math:`=\max\eta\,\alpha\,(a^2+b^2)` over the inits and their limits :math:`(a_\infty,b_\infty)`
+    (stable iff < 2, :func:`theory.stability_number`), and ``lr_max`` :math:`=2/(\alpha\max(a^2+b^2))`."""
+    al, be = th.alpha_beta(law, scale, d, T)
+    worst = max(max(a0 * a0 + b0 * b0, sum(x * x for x in th.limits(a0, b0, be / al))) for a0, b0 in inits)
+    return dict(number=lr * al * worst, lr_max=2.0 / (al * worst))
+
+
+def table1_stability(d: int, T: int) -> list[dict]:
+    """:func:`reduced_stability` of every Table-1 step size (:data:`companion.mesa.paper.TABLE1`, the paper's
+    inits) at (d, T): rows with law, s, lr, number, lr_max."""
+    from companion.mesa import paper
+
+    return [dict(law=law, s=s, lr=lr, **reduced_stability(law, s, d, T, lr, paper.INITS))
+            for law, rows in paper.TABLE1.items() for s, lr in rows]
+
+
+def divergence_check(d: int, T: int, m: int, seed: int, a0: float = 1.2, factor: float = 1.5, epochs: int = 60) -> dict:
+    """Full-parameter GD (sparse law, c = 1, from (a0 I, a0 I)) at ``factor`` x the largest stable step of the
+    reduced system: ``diverged`` (1.0 if training raised TrainingDiverged), ``lr_crit`` and the message."""
+    from companion.mesa.train import TrainingDiverged, run
+
+    lr_crit = reduced_stability("sparse", 1.0, d, T, 1.0, [(a0, a0)])["lr_max"]
+    try:
+        run(law="sparse", scale=1.0, a0=a0, b0=a0, lr=factor * lr_crit, epochs=epochs, d=d, T=T, m=m, m_test=10,
+            seed=seed, check_lr=False)
+    except TrainingDiverged as err:
+        return dict(diverged=1.0, lr_crit=lr_crit, message=str(err))
+    return dict(diverged=0.0, lr_crit=lr_crit, message="training did not diverge")

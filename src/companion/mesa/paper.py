@@ -3,8 +3,6 @@ the benchmark and any pre-computation of the run cache."""
 
 from __future__ import annotations
 
-from companion.mesa import theory
-
 COMMON = dict(d=5, T=100, m=10_000, m_test=10_000, epochs=200, seed=1)
 INITS = [(0.1, 0.1), (0.5, 1.5), (2.0, 2.0)]
 TABLE1 = {
@@ -15,17 +13,18 @@ TABLE1 = {
 PROBES = [("rademacher", 1.0, 1e-3), ("sparse_gaussian", 1.0, 1e-3)]  # with init (0.5, 1.5)
 FIG5 = dict(law="gaussian", scale=1.0, lr=1e-4, epochs=300, sigma_ws=[0.01, 0.1])
 APPENDIX_INITS = [(1.5, 0.5), (1.0, 0.2)]  # further diagonal inits (Gaussian sigma = 1, lr 1e-4)
-SMALL_T = dict(Ts=[3, 4, 6, 10, 20, 50], kappa=0.25, init=(0.5, 1.5), law="gaussian", scale=1.0)
-
-
-def small_T_lr(T: int, kappa: float, a0: float, b0: float, law: str = "gaussian", scale: float = 1.0, d: int = 5) -> float:
-    """Step size at a fraction kappa of the stability bound 2 / (alpha (a0^2 + b0^2))."""
-    al, _ = theory.alpha_beta(law, scale, d, T)
-    return kappa * 2.0 / (al * (a0**2 + b0**2))
+REPLICATES = dict(m_rep=2500, n_rep=3)  # replicate training sets of thm4_1 and thm4_3 (at m_rep and m_rep/4)
+T_SWEEP = dict(Ts=[10, 20, 100], m_sweep=10_000, n_rep=3, kappa=0.25)  # the trained T sweep of prop4_1 (middle init)
 
 
 def paper_runs() -> list[dict]:
-    """Every paper-scale run of the mesa notebooks, as keyword arguments of :func:`companion.mesa.train.run`."""
+    """Every training run the mesa notebooks do at their default (paper) parameters, as keyword arguments of
+    :func:`companion.mesa.train.run`, each once: the figure runs, the replicate training sets behind the
+    claims (:func:`companion.mesa.checks.replicate_kwargs`), the T sweep and the first GD steps of Prop 4.2.
+    ``python -m companion.mesa.paper --jobs 2`` computes them into the run cache; the benchmark
+    (``benchmarks/bench_mesa.py --notebooks``) reports any run a notebook does that is missing here."""
+    from companion.mesa import checks as C
+
     out = []
     for law in ("gaussian", "sparse"):
         for s, lr in TABLE1[law]:
@@ -33,7 +32,7 @@ def paper_runs() -> list[dict]:
                 out.append(dict(law=law, scale=s, a0=a0, b0=b0, lr=lr, **COMMON))
     for mask in (False, True):
         for a0, b0 in INITS:
-            out.append(dict(law="full_one", scale=1.0, a0=a0, b0=b0, lr=5e-4, mask=mask, **COMMON))
+            out.append(dict(law="full_one", scale=1.0, a0=a0, b0=b0, lr=TABLE1["full_one"][0][1], mask=mask, **COMMON))
     for law, s, lr in PROBES:
         out.append(dict(law=law, scale=s, a0=0.5, b0=1.5, lr=lr, **COMMON))
     for sw in FIG5["sigma_ws"]:
@@ -43,10 +42,21 @@ def paper_runs() -> list[dict]:
     out.append(dict(law="gaussian", scale=1.0, a0=0.5, b0=1.5, lr=FIG5["lr"], **c))  # Fig. 5 diagonal reference
     for a0, b0 in APPENDIX_INITS:
         out.append(dict(law="gaussian", scale=1.0, a0=a0, b0=b0, lr=1e-4, **COMMON))
-    a0, b0 = SMALL_T["init"]
-    for T in SMALL_T["Ts"]:
-        c = dict(COMMON, T=T)
-        out.append(dict(law="gaussian", scale=1.0, a0=a0, b0=b0, lr=small_T_lr(T, SMALL_T["kappa"], a0, b0), **c))
+    # replicates (middle init): thm4_1 per law and scale, thm4_3 masked full-one, prop4_1's T sweep
+    a0, b0 = INITS[len(INITS) // 2]
+    d, T, E, seed = COMMON["d"], COMMON["T"], COMMON["epochs"], COMMON["seed"]
+    rep = REPLICATES
+    for law in ("gaussian", "sparse"):
+        for s, lr in TABLE1[law]:
+            out += C.replicate_kwargs(law, s, d, T, a0, b0, lr, E, rep["m_rep"], rep["n_rep"], seed)
+    for mask in (True, False):  # thm4_3: the masked ab and loss; the unmasked-minus-masked gap and off-diagonals
+        out += C.replicate_kwargs("full_one", 1.0, d, T, a0, b0, TABLE1["full_one"][0][1], E, rep["m_rep"], rep["n_rep"],
+                                  seed, mask=mask)
+    for TT in T_SWEEP["Ts"]:
+        lrT = C.stable_lr("gaussian", 1.0, d, TT, [(a0, b0)], T_SWEEP["kappa"], seed)
+        out += C.replicate_kwargs("gaussian", 1.0, d, TT, a0, b0, lrT, E, T_SWEEP["m_sweep"], T_SWEEP["n_rep"], seed)
+    for a0, b0 in INITS:  # Prop 4.2: one GD epoch of the full-one transformer
+        out.append(C.first_step_kwargs("full_one", d, T, COMMON["m"], a0, b0, TABLE1["full_one"][0][1], seed))
     return out
 
 

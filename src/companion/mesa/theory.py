@@ -42,6 +42,8 @@ __all__ = [
     "assumption_4_2",
     "one_step_gd_predict",
     "masked_full_one_c_star",
+    "equivariant_c",
+    "equivariant_gd",
 ]
 
 
@@ -310,3 +312,42 @@ def one_step_gd_predict(x, a, b, positions=None):
     xt = x[:, torch.as_tensor(pos - 1)]
     rho = torch.as_tensor(pos - 1, dtype=torch.float64).to(x.dtype)[None, :, None]
     return b * (What @ (a * xt)[..., None]).squeeze(-1) / rho
+
+
+def equivariant_c(a, ap, b, bp) -> np.ndarray:
+    r"""The coefficients of the prediction on the permutation-equivariant red blocks
+    :math:`W^{KQ}_{21}=aI+a'(J-I)`, :math:`W^{PV}_{11}=bI+b'(J-I)` (all other blocks 0): the model is bilinear, so
+    :math:`\hat y = \sum_k c_k F_k` with :math:`c=(ab,\,ab',\,a'b,\,a'b')` and the predictions :math:`F_k` at the
+    four unit configurations ((I, I), (I, J-I), (J-I, I), (J-I, J-I) for (KQ, PV))."""
+    return np.array([a * b, a * bp, ap * b, ap * bp])
+
+
+def equivariant_gd(a0: float, b0: float, lr: float, epochs: int, G, h, d: int, masked: bool = False):
+    r"""Population GD of the full model from the diagonal init (a0 I, b0 I) when x_1 is exchangeable (e.g.
+    :math:`x_1=\mathbf 1`, {prf:ref}`mesa-thm-4-3`): it stays on the equivariant red blocks of
+    :func:`equivariant_c` (the law is invariant under permuting coordinates, so the gradient at an equivariant
+    point is equivariant, and every other block has zero population gradient by the degree argument of
+    {prf:ref}`mesa-thm-4-1`). With :math:`L(c)=\frac12(c^\top Gc-2h^\top c+E\|Y\|^2)`, GD on the d diagonal and
+    d(d-1) off-diagonal entries moves
+
+    .. math:: a \leftarrow a-\frac{\eta}{d}\,\partial_a L,\qquad a'\leftarrow a'-\frac{\eta}{d(d-1)}\,\partial_{a'}L
+              \quad(\text{same for } b, b'),
+
+    :math:`\partial_a L = g\cdot(b, b', 0, 0)`, :math:`\partial_{a'}L = g\cdot(0, 0, b, b')`,
+    :math:`\partial_b L = g\cdot(a, 0, a', 0)`, :math:`\partial_{b'}L = g\cdot(0, a, 0, a')`, :math:`g = Gc-h`.
+    ``masked=True`` keeps a' = b' = 0 (the clip option); with :math:`G_{11}=d\alpha`, :math:`h_1=d\beta` this is
+    :func:`reduced_gd`. Args: G (4, 4) and h (4,) the real moments of the loss. Returns (epochs+1, 4) rows
+    (a, a', b, b')."""
+    lr = P.real("lr", lr, min=0, min_open=True)
+    epochs = P.integer("epochs", epochs, min=0)
+    d = P.integer("d", d, min=2)
+    G, h = np.asarray(G, float), np.asarray(h, float)
+    x = np.empty((epochs + 1, 4))
+    x[0] = a0, 0.0, b0, 0.0
+    off = 0.0 if masked else lr / (d * (d - 1))
+    for k in range(epochs):
+        a, ap, b, bp = x[k]
+        g = G @ equivariant_c(a, ap, b, bp) - h
+        x[k + 1] = (a - lr / d * (g[0] * b + g[1] * bp), ap - off * (g[2] * b + g[3] * bp),
+                    b - lr / d * (g[0] * a + g[2] * ap), bp - off * (g[1] * a + g[3] * ap))
+    return x

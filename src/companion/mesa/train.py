@@ -350,9 +350,12 @@ def run(**kwargs) -> TrainResult:
         close = difflib.get_close_matches(name, list(RunConfig.__dataclass_fields__), n=1)
         raise P.ParameterError(name, "unknown run option" + (f" (did you mean {close[0]!r}?)" if close else ""))
     cfg = RunConfig(**kwargs).validated()
+    t0 = time.perf_counter()
     loc = cache_dir()
     if loc is None:
-        return train(cfg)
+        res = train(cfg)
+        _log_run(kwargs, res, time.perf_counter() - t0)
+        return res
     key = (str(loc), tuple(sorted(asdict(cfg).items())))
     if key in _MEMO:
         return _MEMO[key]
@@ -361,7 +364,21 @@ def run(**kwargs) -> TrainResult:
     mem = Memory(location=str(loc), verbose=0)
     res = mem.cache(_train_cached)(tuple(sorted(asdict(cfg).items())))
     _MEMO[key] = res
+    _log_run(kwargs, res, time.perf_counter() - t0)
     return res
+
+
+def _log_run(kwargs: dict, res: TrainResult, seconds: float) -> None:
+    """With ``$COMPANION_RUN_LOG`` set to a file, append one JSON line per run: the keyword arguments, the
+    wall time of this call and of the training (a cached run costs the first, not the second)."""
+    path = os.environ.get("COMPANION_RUN_LOG", "").strip()
+    if not path:
+        return
+    import json
+
+    with open(path, "a") as fh:
+        fh.write(json.dumps(dict(kwargs=kwargs, seconds=round(seconds, 3), trained=round(res.seconds, 3),
+                                 cached=seconds < 0.5 * res.seconds)) + "\n")
 
 
 def _train_cached(items: tuple) -> TrainResult:
