@@ -174,11 +174,11 @@ def cot_vs_no_cot(d: int, n: int, eta: float, k: int, *, steps: int, lr: float, 
     Returns:
         ``dict(n, eta, cot, noc, pred, floor, m_cot, m_noc, unstable, q999)`` (``m_*``: :func:`trained_vs_prediction`).
     """
-    every = max(1, steps // 40)
+    every = max(1, steps // 20)
     cot = cached_train_full("cot", d, n, k, eta, steps=steps, lr=lr, lr_final=lr_final, batch=64, seed=seed,
-                            eval_every=every, eval_batch=1000, replicates=replicates)
+                            eval_every=every, eval_batch=500, replicates=replicates)
     noc = cached_train_full("no_cot", d, n, 1, steps=steps, lr=lr_no_cot, lr_final=lr_final_no_cot, batch=64,
-                            seed=seed, eval_every=every, eval_batch=1000)
+                            seed=seed, eval_every=every, eval_batch=500)
     eigs = th.sample_S_eigs(d, n, num_mc, rng)
     pred, floor = th.gd_error_mc(k, eta, eigs), th.no_cot_floor(d, n)
     return dict(n=n, eta=eta, cot=cot, noc=noc, pred=pred, floor=floor,
