@@ -75,20 +75,71 @@ def test_ci_runs_exactly_the_readme_test_command():
     assert commands[-1] == "make test"
 
 
-def test_the_notation_page_names_code_that_exists():
-    """Every `module.name` in the code column of the notation page resolves in companion."""
+def resolves(dotted: str) -> bool:
+    """Whether ``companion.a.b.name`` names an existing module or attribute (the longest importable module
+    prefix, then attributes)."""
     import importlib
 
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for attr in parts[i:]:
+            if not hasattr(obj, attr):
+                return False
+            obj = getattr(obj, attr)
+        return True
+    return False
+
+
+def implementation_section(text: str) -> str | None:
+    """The "## Implementation" section of a notebook (up to the next heading of level 2), or None."""
+    m = re.search(r"^## Implementation\n(.*?)(?=^## |\Z)", text, flags=re.S | re.M)
+    return m.group(1) if m else None
+
+
+def test_the_notation_page_names_code_that_exists():
+    """Every `module.name` in the code column of the notation page resolves in companion."""
     text = (ROOT / "book" / "notation.md").read_text()
     names = set(re.findall(r"`((?:mesa|cot)\.[a-z_]+\.[A-Za-z_]+)`", text))
     classes = set(re.findall(r"`(ARData|Prompts)\.([A-Za-z_]+)(?:\(\))?`", text))
     assert len(names) >= 10 and classes
     for dotted in names:
-        mod, attr = dotted.rsplit(".", 1)
-        assert hasattr(importlib.import_module(f"companion.{mod}"), attr), dotted
+        assert resolves(f"companion.{dotted}"), dotted
     from companion.cot.data import Prompts
     from companion.mesa.data import ARData
 
     for cls, attr in classes:
         owner = {"ARData": ARData, "Prompts": Prompts}[cls]
         assert hasattr(owner, attr) or attr in owner.__dataclass_fields__, f"{cls}.{attr}"
+
+
+def test_every_implementation_note_names_code_that_exists():
+    """Each notebook's "Implementation" section (a table whose code names are `companion.x.y` in backticks):
+    every name resolves. Every cot notebook has one, and it names every function of companion.cot.checks,
+    theory and figures that the page's code calls (so the note cannot fall behind the code)."""
+    import jupytext
+
+    notes = 0
+    for path in sorted(ROOT.glob("notebooks/*/*.md")):
+        text = path.read_text()
+        section = implementation_section(text)
+        if section is None:
+            assert "/cot/" not in str(path), f"{path.name}: no '## Implementation' section"
+            continue
+        notes += 1
+        assert "|---|" in section.replace(" ", ""), f"{path.name}: the Implementation section has no table"
+        names = set(re.findall(r"`(companion(?:\.[A-Za-z_][A-Za-z0-9_]*)+)`", section))
+        assert names, f"{path.name}: the Implementation table names no code"
+        for dotted in names:
+            assert resolves(dotted), f"{path.name}: `{dotted}` does not exist"
+        if "/cot/" in str(path):
+            code = "\n".join(c.source for c in jupytext.reads(text, fmt="md:myst").cells if c.cell_type == "code")
+            for alias, module in (("checks", "checks"), ("th", "theory"), ("figures", "figures")):
+                for fn in set(re.findall(rf"\b{alias}\.([A-Za-z_][A-Za-z0-9_]*)\(", code)):
+                    assert f"companion.cot.{module}.{fn}" in names, (
+                        f"{path.name}: the code calls {alias}.{fn} but the Implementation note does not name "
+                        f"`companion.cot.{module}.{fn}`")
+    assert notes >= 8

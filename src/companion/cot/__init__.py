@@ -3,10 +3,11 @@
 * :mod:`companion.cot.data`   -- prompts, the GD trajectory, the embedding Z0 and CoT tokens (torch);
 * :mod:`companion.cot.model`  -- the LSA, autoregressive CoT inference, the fast teacher-forced loss (6),
   the evaluation loss (7), the no-CoT and looped models;
-* :mod:`companion.cot.train`  -- full-parameter training (Adam/GD on fresh prompts, float64);
+* :mod:`companion.cot.train`  -- full-parameter training (Adam/GD on fresh prompts, float64), replicates side by side;
 * :mod:`companion.cot.theory` -- closed forms, Monte Carlo, Marchenko--Pastur, the reduced ODE and its rates, the
   restricted matrix flow, the (importance-weighted) looped optimum;
-* :mod:`companion.cot.checks` -- the per-theorem measurements behind the notebooks' verdicts, with standard errors.
+* :mod:`companion.cot.checks` -- the per-theorem measurements behind the notebooks' verdicts, with standard errors;
+* :mod:`companion.cot.figures` -- the notebooks' figures (imported on demand: it needs matplotlib).
 """
 
 from __future__ import annotations

@@ -21,10 +21,10 @@ import math
 import numpy as np
 import torch
 
-from companion.stats import combine, mean_se, median_se  # noqa: F401  (median_se re-exported for the notebooks)
+from companion.stats import combine, mean_se, median_se, replicate_se
 
 from . import theory as th
-from .data import cot_tokens, embed, gd_trajectory, make_generator, sample_prompts
+from .data import Prompts, cot_tokens, embed, gd_trajectory, make_generator, sample_prompts
 from .model import (
     construction,
     cot_inference,
@@ -32,27 +32,20 @@ from .model import (
     no_cot_effective_matrix,
     no_cot_predict,
     per_prompt_error,
+    sparse_parameters,
     teacher_forced_loss,
     teacher_forced_loss_direct,
 )
+from .train import cached_train_full, replicate_seed, threads1, train_looped_isotropic
 
 __all__ = [
     "EPS", "roundoff_bound", "setup_identities", "eta_argmin_mc", "floor_mc", "model_errors",
-    "trained_vs_prediction", "threads1", "no_cot_eta_eff", "median_pair",
+    "replicate_errors", "trained_vs_prediction", "cot_vs_no_cot", "trained_no_cot", "decay_curves", "phase_diagram",
+    "looped_optima", "looped_sparse_simulation", "looped_trained_vs_optimum", "threads1", "no_cot_eta_eff", "median_pair",
+    "replicate_median",
 ]
 
 EPS = float(np.finfo(np.float64).eps)
-
-
-class threads1:
-    """Context manager: torch on one thread (tiny matrices; fair on a shared machine)."""
-
-    def __enter__(self):
-        self.n = torch.get_num_threads()
-        torch.set_num_threads(1)
-
-    def __exit__(self, *exc):
-        torch.set_num_threads(self.n)
 
 
 def roundoff_bound(d: int, n: int, k: int) -> float:
@@ -137,11 +130,74 @@ def model_errors(objective: str, res, prompts, k: int) -> np.ndarray:
     return np.nan_to_num(e, nan=np.inf)
 
 
+def replicate_errors(objective: str, res, k: int, num: int, seed: int) -> np.ndarray:
+    """Per-prompt errors of every replicate of a :class:`~companion.cot.train.TrainResult` trained with
+    ``replicates=R``, replicate r on its *own* ``num`` fresh prompts (seed ``replicate_seed(seed, r)``), shape
+    (R, num): R independent repetitions of the whole experiment, training and evaluation."""
+    d, n = res.config["d"], res.config["n"]
+    return np.stack([model_errors(objective, res.replicate(r), sample_prompts(num, d, n, make_generator(replicate_seed(seed, r))), k)
+                     for r in range(res.replicates)])
+
+
 def trained_vs_prediction(errors: np.ndarray, pred_mean: float, pred_se: float = 0.0) -> dict:
-    """Mean of a trained model's per-prompt errors, its standard error over the prompts, and the combined
-    standard error against an (independent) prediction with its own Monte-Carlo error."""
+    r"""Mean of trained models' per-prompt errors with its standard error, and the combined standard error
+    against an (independent) prediction with its own Monte-Carlo error.
+
+    ``errors`` of shape (N,): one model, the standard error is over the prompts. Shape (R, N): R independently
+    seeded training runs, each evaluated on its own prompts; the replicate means are i.i.d., so their spread
+    (:func:`companion.stats.replicate_se`) covers the training seeds *and* the prompts. It rests on R - 1
+    degrees of freedom, so it is never taken below the prompts-only standard error of all R N errors
+    (:func:`companion.stats.mean_se`), which the true one exceeds:
+    :math:`\mathrm{se} = \max(\mathrm{se}_{\rm seeds}, \mathrm{se}_{\rm prompts})`.
+    """
+    errors = np.asarray(errors, dtype=float)
     m, se = mean_se(errors)
-    return dict(mean=m, se_prompts=se, se=combine(se, pred_se), pred=pred_mean, pred_se=pred_se)
+    out = dict(mean=m, se_prompts=se, pred=pred_mean, pred_se=pred_se)
+    if errors.ndim == 2:
+        means = errors.mean(axis=1)
+        out.update(means=means, se_seeds=replicate_se(means)[1])
+        se = max(se, out["se_seeds"])
+    return dict(out, se=combine(se, pred_se))
+
+
+def cot_vs_no_cot(d: int, n: int, eta: float, k: int, *, steps: int, lr: float, lr_final: float, lr_no_cot: float,
+                  lr_final_no_cot: float, replicates: int, eval_batch: int, num_mc: int, seed: int,
+                  rng: np.random.Generator) -> dict:
+    r"""Figure 2 of the paper at one n ({prf:ref}`cot-prop-experiments`): ``replicates`` CoT models (k teacher-forced
+    GD steps of size ``eta``) trained side by side and one no-CoT model, all for ``steps`` Adam steps on fresh
+    prompts (through the run cache); the ``eval_batch`` evaluation prompts split among the CoT replicates, each on its
+    own (:func:`replicate_errors`; the expected number of divergent prompts is that of one set of ``eval_batch``),
+    against an independent Monte-Carlo estimate of :math:`\E\tr(I-\eta S)^{2k}` from
+    ``num_mc`` spectra, the no-CoT model against the floor :math:`d(d+1)/(n+d+1)`; and, on the same spectra, the
+    fraction of prompts with :math:`\eta\lambda_{\max}(S) > 2` and the 99.9 % quantile of :math:`\lambda_{\max}`.
+
+    Returns:
+        ``dict(n, eta, cot, noc, pred, floor, m_cot, m_noc, unstable, q999)`` (``m_*``: :func:`trained_vs_prediction`).
+    """
+    every = max(1, steps // 20)
+    cot = cached_train_full("cot", d, n, k, eta, steps=steps, lr=lr, lr_final=lr_final, batch=64, seed=seed,
+                            eval_every=every, eval_batch=500, replicates=replicates)
+    noc = cached_train_full("no_cot", d, n, 1, steps=steps, lr=lr_no_cot, lr_final=lr_final_no_cot, batch=64,
+                            seed=seed, eval_every=every, eval_batch=500)
+    eigs = th.sample_S_eigs(d, n, num_mc, rng)
+    pred, floor = th.gd_error_mc(k, eta, eigs), th.no_cot_floor(d, n)
+    return dict(n=n, eta=eta, cot=cot, noc=noc, pred=pred, floor=floor,
+                m_cot=trained_vs_prediction(replicate_errors("cot", cot, k, eval_batch // replicates, seed + 7), pred.mean,
+                                            pred.se),
+                m_noc=trained_vs_prediction(model_errors("no_cot", noc, sample_prompts(eval_batch, d, n, make_generator(seed + 7)), 1),
+                                            floor),
+                unstable=float(np.mean(eta * eigs[:, -1] > 2)), q999=float(np.quantile(eigs[:, -1], 0.999)))
+
+
+def trained_no_cot(d: int, n: int, *, steps: int, lr: float, lr_final: float, eval_batch: int, seed: int,
+                   batch: int = 64) -> dict:
+    """A full no-CoT LSA trained from random initialisation (through the run cache) and its per-prompt errors on
+    ``eval_batch`` fresh prompts against the floor of {prf:ref}`cot-cor-3-1`: :func:`trained_vs_prediction` with the
+    training result under ``"res"``."""
+    res = cached_train_full("no_cot", d, n, 1, steps=steps, lr=lr, lr_final=lr_final, batch=batch, seed=seed,
+                            eval_every=max(1, steps // 30), eval_batch=2000)
+    err = model_errors("no_cot", res, sample_prompts(eval_batch, d, n, make_generator(seed + 7)), 1)
+    return dict(trained_vs_prediction(err, th.no_cot_floor(d, n)), res=res)
 
 
 def no_cot_eta_eff(W_KQ, W_PV, d: int) -> float:
@@ -149,11 +205,75 @@ def no_cot_eta_eff(W_KQ, W_PV, d: int) -> float:
     return float(np.trace(no_cot_effective_matrix(W_KQ, W_PV, d)) / d)
 
 
+def replicate_median(errors: np.ndarray) -> tuple[float, float]:
+    """The median of R models' per-prompt errors, shape (R, N), each model on its own prompts: the mean of the R
+    medians, with the standard error of that mean over the replicates (training seeds and prompts), never below
+    the order-statistic standard errors of the R medians (:func:`companion.stats.median_se`) combined. One model
+    (R = 1 or a 1-d array): its median and order-statistic standard error."""
+    errors = np.atleast_2d(np.asarray(errors, dtype=float))
+    meds = [median_se(e) for e in errors]
+    if len(meds) == 1:
+        return meds[0]
+    m = np.array([a for a, _ in meds])
+    floor = combine(*(b for _, b in meds)) / len(meds)
+    if not np.all(np.isfinite(m)):
+        return float(np.mean(m)), float("inf")
+    return float(m.mean()), max(replicate_se(m)[1], floor)
+
+
 def median_pair(a, b) -> tuple[float, float, float]:
     """Medians of two independent samples and the combined order-statistic standard error."""
     ma, sa = median_se(a)
     mb, sb = median_se(b)
     return ma, mb, combine(sa, sb)
+
+
+# ----------------------------------------------------------------------------- looped transformers
+def looped_optima(ks, eigs: np.ndarray, eis: np.ndarray, wis: np.ndarray) -> tuple[dict, dict]:
+    """Parts (a) and (b) of {prf:ref}`cot-prop-looped` for every k in ``ks``: (a) on the importance-weighted sample
+    (``eis``, ``wis``: :func:`companion.cot.theory.looped_is_optimum`, ``(c_k, se, loss, se)``), (b) on the plain
+    sample ``eigs`` (:func:`companion.cot.theory.looped_two_param_optimum`, ``(c, b, loss)``)."""
+    return ({int(k): th.looped_is_optimum(int(k), eis, wis) for k in ks},
+            {int(k): th.looped_two_param_optimum(int(k), eigs) for k in ks})
+
+
+def looped_sparse_simulation(d: int, n: int, k: int, c: float, b: float, eigs: np.ndarray, num: int,
+                             seed: int) -> tuple[tuple[float, float], tuple[float, float]]:
+    r"""The sparse looped LSA at :math:`V_{31} = -cb\,I`, :math:`W_{13} = I/b`, :math:`W_{24} = -1` run directly on ``num``
+    fresh prompts, and the prediction :math:`\E\sum_j(1-bh_j)^2`, :math:`h_j = 1-(1-c\lambda_j)^k`, on the spectra
+    ``eigs``. Returns ``((mean, se) simulated, (mean, se) predicted)``."""
+    W_KQ, W_PV = sparse_parameters(-c * b * np.eye(d), np.eye(d) / b, -1.0)
+    with threads1(), torch.no_grad():
+        pr = sample_prompts(num, d, n, make_generator(seed))
+        sim = mean_se(per_prompt_error(looped_predict(pr, W_KQ, W_PV, k), pr).numpy())
+    return sim, mean_se(np.sum((1 - b * (1 - (1 - c * eigs) ** k)) ** 2, axis=1))
+
+
+def looped_trained_vs_optimum(d: int, n: int, k: int, eigs: np.ndarray, *, steps: int, lr: float, lr_final: float,
+                              replicates: int, num: int, seed: int) -> dict:
+    r"""The trained looped model against its predicted optimum (part (b) of {prf:ref}`cot-prop-looped`).
+
+    ``replicates`` looped models on the isotropic sparse parameters are trained from random starts
+    (:func:`companion.cot.train.train_looped_isotropic`); each is run as a real looped LSA
+    (:func:`~companion.cot.model.looped_predict` on :func:`~companion.cot.model.sparse_parameters`) on its own ``num // replicates``
+    fresh prompts. The prediction is the optimum :math:`(c^\star, b^\star)` of part (b) computed on ``eigs``, an
+    independent sample of spectra, and its loss :math:`\E\sum_j(1-b^\star h_j)^2` with its Monte-Carlo standard error
+    over that sample.
+
+    Returns:
+        ``dict(c, b, pred, m)``: the trained :math:`c = -vw` and :math:`b = 1/w` per replicate, the optimum
+        ``(c, b, loss, loss_se)`` and :func:`trained_vs_prediction` of the replicates' errors against it.
+    """
+    v, w = train_looped_isotropic(d, n, k, steps=steps, lr=lr, lr_final=lr_final, seed=seed, replicates=replicates)
+    errs = []
+    with threads1(), torch.no_grad():
+        for r in range(replicates):
+            pr = sample_prompts(num // replicates, d, n, make_generator(replicate_seed(seed + 5, r)))
+            W_KQ, W_PV = sparse_parameters(v[r] * np.eye(d), w[r] * np.eye(d), -1.0)
+            errs.append(per_prompt_error(looped_predict(pr, W_KQ, W_PV, k), pr).numpy())
+    c, b, _ = th.looped_two_param_optimum(k, eigs)
+    loss, loss_se = mean_se(np.sum((1 - b * (1 - (1 - c * eigs) ** k)) ** 2, axis=1))
+    return dict(c=-v * w, b=1 / w, pred=(c, b, loss, loss_se), m=trained_vs_prediction(np.stack(errs), loss, loss_se))
 
 
 # ----------------------------------------------------------------------------- Theorem 3.2
@@ -165,6 +285,19 @@ def construction_errors(d: int, n: int, eta: float, K: int, num: int, seed: int)
         W_KQ, W_PV = construction(d, eta)
         w_hat = cot_inference(prompts, W_KQ, W_PV, K)
         return ((w_hat - prompts.w_star[:, None, :]) ** 2).sum(-1).numpy()
+
+
+def decay_curves(d: int, ratios, eta: float, K: int, num: int, rng: np.random.Generator) -> dict:
+    r"""Geometric decay of :math:`\E\tr(I-\eta S)^{2k}` for k = 0..K at :math:`n = \max(d, \mathrm{round}(r d))` for each
+    ratio r, from ``num`` Monte-Carlo spectra each: ``{n: (mean over k, median over k)}``."""
+    out = {}
+    for r in ratios:
+        nn = max(d, int(round(r * d)))
+        e = th.sample_S_eigs(d, nn, num, rng)
+        with np.errstate(over="ignore"):
+            per = np.sum((1 - eta * e[:, None, :]) ** (2 * np.arange(K + 1)[None, :, None]), axis=-1)
+        out[nn] = (per.mean(0), np.median(per, axis=0))
+    return out
 
 
 def mp_limit_fit(k: int, eta: float, d: int, n: int, levels: int, num: int, rng: np.random.Generator) -> dict:
@@ -206,7 +339,9 @@ def ood_row(res, Sigma: np.ndarray, eta: float, k_list: list, n: int, num_eval: 
     r"""Everything {prf:ref}`cot-thm-4-2` says about one test covariance :math:`\Sigma`.
 
     * the trained model's per-prompt errors after each k in ``k_list`` on ``num_eval`` prompts
-      :math:`x \sim N(0, \Sigma)` (medians with order-statistic standard errors);
+      :math:`x \sim N(0, \Sigma)` (medians with order-statistic standard errors); for R replicate models
+      (``res`` trained with ``replicates=R``) each on its own ``num_eval // R`` prompts, and the mean of their
+      medians (:func:`replicate_median`);
     * an *independent* sample of ``num_mc`` spectra of :math:`S_\Sigma`: the median of the k-step GD law
       :math:`\sum_j(1-\eta\lambda_j)^{2k}z_j^2`, of the stated bound :math:`d\max_j|1-\eta\lambda_j|^{2k}`, and the fraction
       of prompts beyond the stability boundary :math:`\eta\lambda_{\max}(S_\Sigma) > 2`;
@@ -216,11 +351,13 @@ def ood_row(res, Sigma: np.ndarray, eta: float, k_list: list, n: int, num_eval: 
     """
     d = Sigma.shape[0]
     K = max(k_list)
+    R = res.W_KQ.shape[0] if res.W_KQ.dim() == 3 else 1
     with threads1(), torch.no_grad():
-        p = sample_prompts(num_eval, d, n, make_generator(seed), Sigma=Sigma)
-        w_m = cot_inference(p, res.W_KQ, res.W_PV, K)
+        parts = [sample_prompts(num_eval // R, d, n, make_generator(replicate_seed(seed, r)), Sigma=Sigma) for r in range(R)]
+        p = Prompts(torch.cat([q.X for q in parts]), torch.cat([q.w_star for q in parts]))
+        w_m = cot_inference(p, res.W_KQ, res.W_PV, K)  # replicate-major: replicate r meets its own prompts
         with np.errstate(over="ignore", invalid="ignore"):
-            em = np.nan_to_num(((w_m - p.w_star[:, None, :]) ** 2).sum(-1).numpy(), nan=np.inf)
+            em = np.nan_to_num(((w_m - p.w_star[:, None, :]) ** 2).sum(-1).numpy(), nan=np.inf).reshape(R, -1, K + 1)
     S = th.sample_S(d, n, num_mc, rng, Sigma)
     eigs = np.linalg.eigvalsh(S)
     eta1 = th.eta_star(d, n)
@@ -236,8 +373,24 @@ def ood_row(res, Sigma: np.ndarray, eta: float, k_list: list, n: int, num_eval: 
         for k in k_list:
             law = th.gd_error_samples(k, eta, eigs, rng)
             bnd = d * np.max(np.abs(1 - eta * eigs), axis=1) ** (2 * k)
-            out["ks"][k] = dict(model=median_se(em[:, k]), law=median_se(law), bound=median_se(bnd))
+            out["ks"][k] = dict(model=replicate_median(em[:, :, k]), law=median_se(law), bound=median_se(bnd))
     return out
+
+
+def phase_diagram(d: int, k: int, grid: int, rng: np.random.Generator, num: int = 400) -> dict:
+    r"""The median k-step GD error :math:`\sum_j(1-\eta\lambda_j)^{2k}` (:math:`\Sigma = I`) and the fraction of prompts
+    with :math:`\eta\lambda_{\max}(S) > 2` on a ``grid`` x ``grid`` mesh of steps :math:`\eta\in[0.05, 1.6]` and
+    ratios :math:`n/d \in [1, 16]`, from ``num`` spectra per ratio; and the Marchenko-Pastur boundary
+    :math:`\eta = 2/(1+\sqrt{d/n})^2`. Returns ``dict(etas, ratios, median, unstable, eta_mp)``."""
+    etas, ratios = np.linspace(0.05, 1.6, grid), np.geomspace(1.0, 16.0, grid)
+    med, frac = np.zeros((grid, grid)), np.zeros((grid, grid))
+    for j, r in enumerate(ratios):
+        e = th.sample_S_eigs(d, max(d, int(round(r * d))), num, rng)
+        with np.errstate(over="ignore"):
+            med[:, j] = np.median(np.sum((1 - etas[:, None, None] * e[None]) ** (2 * k), axis=-1), axis=1)
+        frac[:, j] = np.mean(etas[:, None] * e[None, :, -1] > 2, axis=1)
+    return dict(etas=etas, ratios=ratios, median=med, unstable=frac,
+                eta_mp=2 / (1 + np.sqrt(d / np.maximum(d, np.round(ratios * d)))) ** 2)
 
 
 # ----------------------------------------------------------------------------- Theorem 4.1 (two stages, rates)

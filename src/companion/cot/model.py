@@ -39,11 +39,25 @@ __all__ = [
 ]
 
 
-def _check_params(W_KQ: torch.Tensor, W_PV: torch.Tensor, d: int) -> None:
+def _check_params(W_KQ: torch.Tensor, W_PV: torch.Tensor, d: int, batch: int | None = None) -> None:
+    """Weights are one (D, D) model, or R replicate models stacked as (R, D, D); with replicates the prompt
+    batch is replicate-major (prompt b belongs to model b // (batch / R))."""
     D = 2 * d + 2
     for name, M in (("W_KQ", W_KQ), ("W_PV", W_PV)):
-        if tuple(M.shape) != (D, D):
-            raise ParameterError(name, f"must be a {D}x{D} matrix for d = {d}; got shape {tuple(M.shape)}")
+        if tuple(M.shape[-2:]) != (D, D) or M.dim() not in (2, 3) or tuple(M.shape) != tuple(W_KQ.shape):
+            raise ParameterError(name, f"must be a {D}x{D} matrix (or R stacked ones, shape (R, {D}, {D})) for d = {d}; "
+                                       f"got shape {tuple(M.shape)}")
+    if batch is not None and W_KQ.dim() == 3 and batch % W_KQ.shape[0]:
+        raise ParameterError("W_KQ", f"{W_KQ.shape[0]} replicate models need a prompt batch divisible by "
+                                     f"{W_KQ.shape[0]}; got {batch}")
+
+
+def _wT(x: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
+    """``x @ W^T`` for one model (W of shape (D, D)) or for R replicate models (W of shape (R, D, D), the
+    leading dimension of ``x`` replicate-major): each replicate's rows meet their own matrix."""
+    if W.dim() == 2:
+        return x @ W.T
+    return (x.reshape(W.shape[0], -1, x.shape[-1]) @ W.mT).reshape(*x.shape[:-1], W.shape[-2])
 
 
 def sparse_parameters(V31, W13, W24: float = -1.0, dtype=torch.float64) -> tuple[torch.Tensor, torch.Tensor]:
@@ -75,8 +89,12 @@ def blocks(M, d: int) -> dict[str, np.ndarray]:
 
 
 def lsa(Z: torch.Tensor, W_KQ: torch.Tensor, W_PV: torch.Tensor, n: int) -> torch.Tensor:
-    """f(Z) = Z + W_PV Z (Z^T W_KQ Z) / n for Z of shape (..., D, N) (no mask, normaliser 1/n)."""
-    return Z + W_PV @ Z @ (Z.transpose(-1, -2) @ W_KQ @ Z) / n
+    """f(Z) = Z + W_PV Z (Z^T W_KQ Z) / n for Z of shape (..., D, N) (no mask, normaliser 1/n); with R stacked
+    replicate models (W of shape (R, D, D)) Z is (R * B, D, N), replicate-major."""
+    if W_KQ.dim() == 2:
+        return Z + W_PV @ Z @ (Z.transpose(-1, -2) @ W_KQ @ Z) / n
+    Zt = Z.transpose(-1, -2)
+    return Z + _wT(Zt, W_PV).transpose(-1, -2) @ (Zt @ _wT(Zt, W_KQ).transpose(-1, -2)) / n
 
 
 def teacher_forced_loss(prompts: Prompts, W_traj: torch.Tensor, W_KQ: torch.Tensor, W_PV: torch.Tensor,
@@ -91,7 +109,7 @@ def teacher_forced_loss(prompts: Prompts, W_traj: torch.Tensor, W_KQ: torch.Tens
     """
     X, y = prompts.X, prompts.y
     B, d, n = X.shape
-    _check_params(W_KQ, W_PV, d)
+    _check_params(W_KQ, W_PV, d, B)
     if k is None:
         k = W_traj.shape[1] - 1
     k = integer("k", k, min=1, max=W_traj.shape[1] - 1)
@@ -99,12 +117,12 @@ def teacher_forced_loss(prompts: Prompts, W_traj: torch.Tensor, W_KQ: torch.Tens
     G_xy = E @ E.transpose(1, 2) / n  # (B, d+1, d+1)
     tok = cot_tokens(W_traj[:, :k])  # t_0..t_{k-1}  (B, k, D)
     tgt = cot_tokens(W_traj[:, 1 : k + 1])
-    U = tok @ W_KQ.T  # u_i = W_KQ t_i
-    GU = torch.zeros_like(U)
-    GU[..., : d + 1] = U[..., : d + 1] @ G_xy  # G_data u_i (G_data is zero outside the x,y rows/cols)
-    P = (U @ tok.transpose(1, 2)).tril()  # P[i, j] = t_j^T u_i for j <= i
-    H = GU + P @ tok / n
-    out = tok + H @ W_PV.T
+    a = tok[..., d + 1 :]  # the non-zero entries (w_i, 1) of t_i: the x, y entries of a token are zero
+    U = _wT(a, W_KQ[..., d + 1 :])  # u_i = W_KQ t_i
+    P = (U[..., d + 1 :] @ a.transpose(1, 2)).tril()  # P[i, j] = t_j^T u_i for j <= i
+    # G_data u_i lives in the x, y rows (G_data is zero outside them), sum_j t_j (t_j^T u_i) / n in the w, 1 rows
+    H = torch.cat([U[..., : d + 1] @ G_xy, P @ a / n], dim=-1)
+    out = tok + _wT(H, W_PV)
     return 0.5 * ((out - tgt) ** 2).sum(dim=(1, 2)).mean()
 
 
@@ -135,7 +153,7 @@ def cot_inference(prompts: Prompts, W_KQ: torch.Tensor, W_PV: torch.Tensor, k: i
         raise ParameterError("append", f"must be 'column' or 'clean'; got {append!r}")
     X, y = prompts.X, prompts.y
     B, d, n = X.shape
-    _check_params(W_KQ, W_PV, d)
+    _check_params(W_KQ, W_PV, d, B)
     ws = slice(d + 1, 2 * d + 1)
     D = 2 * d + 2
     E = torch.cat([X, y.unsqueeze(1)], dim=1)  # non-zero rows of the data columns
@@ -145,12 +163,12 @@ def cot_inference(prompts: Prompts, W_KQ: torch.Tensor, W_PV: torch.Tensor, k: i
     out = [tok[:, 0, ws]]
     for i in range(k):
         t = tok[:, i]
-        u = t @ W_KQ.T  # W_KQ t
+        u = _wT(t, W_KQ)  # W_KQ t
         # Z_i Z_i^T u / n = G_data u + sum_{j <= i} t_j (t_j^T u) / n  (no D x D update per step)
         prev = tok[:, : i + 1]
         h = (prev.transpose(1, 2) @ (prev @ u.unsqueeze(-1))).squeeze(-1) / n
         h[:, : d + 1] += (G_xy @ u[:, : d + 1].unsqueeze(-1)).squeeze(-1)
-        t_new = t + h @ W_PV.T
+        t_new = t + _wT(h, W_PV)
         if append == "clean":
             t_new = cot_tokens(t_new[:, None, ws])[:, 0]
         tok[:, i + 1] = t_new
@@ -177,7 +195,7 @@ def looped_predict(prompts: Prompts, W_KQ, W_PV, k: int) -> torch.Tensor:
     """Looped model: Z^{(t+1)} = f(Z^{(t)}) for t < k from Z^{(0)} = Z0; the w-block of the last column."""
     k = integer("k", k, min=1)
     d, n = prompts.d, prompts.n
-    _check_params(W_KQ, W_PV, d)
+    _check_params(W_KQ, W_PV, d, prompts.X.shape[0])
     Z = embed(prompts)
     for _ in range(k):
         Z = lsa(Z, W_KQ, W_PV, n)
@@ -190,7 +208,7 @@ def _final_column(prompts: Prompts, W_KQ, W_PV, k: int, objective: str) -> torch
         Z0 = embed(prompts)
         z = Z0[:, :, -1]
         G = Z0 @ Z0.transpose(1, 2) / n
-        return z + torch.einsum("bij,bj->bi", G, z @ W_KQ.T) @ W_PV.T
+        return z + _wT(torch.einsum("bij,bj->bi", G, _wT(z, W_KQ)), W_PV)
     Z = embed(prompts)
     for _ in range(k):
         Z = lsa(Z, W_KQ, W_PV, n)
