@@ -48,9 +48,10 @@ def test_a_failing_verdict_fails_the_build_and_passing_results_are_collected(tmp
 
 
 @pytest.mark.slow
-def test_pages_are_executed_two_at_a_time_into_the_cache_that_the_build_reads(tmp_path):
+def test_pages_are_executed_two_at_a_time_into_the_cache_that_the_build_reads(tmp_path, capfd):
     """pre_execute puts every uncached page with code cells into jupyter-cache under the key myst-nb's
-    cache mode looks up (so the build executes nothing again); a page that raises is left uncached."""
+    cache mode looks up (so the build executes nothing again); a page that raises is left uncached; the
+    kernels log no transport warning (a clean build log)."""
     from jupyter_cache import get_cache
     from myst_nb.core.read import myst_nb_reader_plugin
 
@@ -64,6 +65,7 @@ def test_pages_are_executed_two_at_a_time_into_the_cache_that_the_build_reads(tm
     (root / "notebooks" / "toy_fail.md").write_text(toy.replace(params_cell, raising, 1))
     done = book.pre_execute(root)
     assert set(done) == {"notebooks/toy_a.md", "notebooks/toy_b.md", "notebooks/toy_fail.md"}
+    assert "without encryption" not in capfd.readouterr().err
     cache = get_cache(str(root / book.CACHE_DIR))
     for name in ("toy_a", "toy_b"):
         rec = cache.match_cache_notebook(myst_nb_reader_plugin(str(root / "notebooks" / f"{name}.md")))

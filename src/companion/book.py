@@ -106,6 +106,10 @@ def _execute_into_cache(cache_path: str, path: str, timeout: int) -> tuple[str, 
 
     os.environ["COMPANION_THREADS"] = "1"  # two notebooks share the cores
     from jupyter_cache import get_cache
+
+    from .sphinx_ext import encrypted_kernels
+
+    encrypted_kernels()  # as in the build itself: no transport warning per notebook
     from jupyter_cache.base import CacheBundleIn
     from jupyter_cache.executors.utils import single_nb_execution
     from myst_nb.core.read import myst_nb_reader_plugin

@@ -283,7 +283,7 @@ def _builder_inited(app) -> None:
     app.companion_build_facts = _build_facts(app)
 
 
-def _encrypted_kernels() -> None:
+def encrypted_kernels() -> None:
     """Kernels started by this build get CurveZMQ keys when their kernelspec supports it (ipykernel's does):
     no "Kernel is running over TCP without encryption" warning per notebook."""
     try:
@@ -310,7 +310,7 @@ def _build_finished(app, exc) -> None:
 
 
 def setup(app):
-    _encrypted_kernels()
+    encrypted_kernels()
     app.connect("builder-inited", _builder_inited)
     app.connect("env-before-read-docs", _restore_book_numbers)
     app.connect("env-get-updated", _renumber, priority=900)
