@@ -78,3 +78,25 @@ def test_paper_runs_are_distinct_and_include_the_replicates():
     want.append(C.first_step_kwargs("full_one", c["d"], c["T"], c["m"], 2.0, 2.0, 5e-4, c["seed"]))
     for kw in want:
         assert tuple(sorted(asdict(RunConfig(**kw)).items())) in set(keys), kw
+
+
+@pytest.mark.slow
+def test_warm_run_cache_computes_each_run_once_into_the_cache_the_notebooks_read(tmp_path, monkeypatch):
+    """The runs are trained in worker processes (one thread each) into the run cache; the same call in this
+    process is then a cache hit: the identical result, and no new cache entry."""
+    from companion.mesa import train
+
+    monkeypatch.setenv("COMPANION_CACHE_DIR", str(tmp_path / "cache"))
+    small = [dict(law="gaussian", scale=1.0, d=5, T=6, m=30 + k, m_test=10, a0=0.5, b0=1.5, lr=1e-5, epochs=3, seed=1)
+             for k in range(3)]
+    monkeypatch.setattr(paper, "paper_runs", lambda: small)
+
+    def entries():
+        return sorted(p.name for p in (tmp_path / "cache").rglob("*") if p.name == "output.pkl")
+
+    paper.warm_run_cache(jobs=2, log=None)
+    assert len(entries()) == 3
+    before = entries()
+    for kw in small:
+        train.run(**kw)
+    assert entries() == before

@@ -62,3 +62,15 @@ def test_reject_unknown_reads_the_injected_cell():
     P.reject_unknown(["", params_cell, "x = 1"])  # nothing injected
     with pytest.raises(P.ParameterError, match=r"parameter 'sed': is not a parameter of this notebook \(did you mean 'seed'\?\)"):
         P.reject_unknown(["", params_cell, "# Parameters\nsed = 3\n"])
+
+
+def test_parameter_errors_cross_process_boundaries_unchanged():
+    """Raised in a worker process (run cache warming, Dask), an error arrives pickled: same type, same one line."""
+    import pickle
+
+    from companion.mesa.train import TrainingDiverged
+    from companion.params import ParameterError
+
+    for err in (ParameterError("d", "must be at least 1"), TrainingDiverged("training diverged at epoch 3")):
+        back = pickle.loads(pickle.dumps(err))
+        assert type(back) is type(err) and str(back) == str(err) and back.name == err.name

@@ -124,9 +124,13 @@ def _execute_into_cache(cache_path: str, path: str, timeout: int) -> tuple[str, 
     return path, result.time, None
 
 
-def pre_execute(root: Path, jobs: int = 2) -> dict[str, float]:
+def pre_execute(root: Path, jobs: int = 2, warm_mesa: bool = True) -> dict[str, float]:
     """Execute every page of the table of contents that has code cells and is not in the jupyter cache,
     ``jobs`` at a time (slowest first), into the cache. Returns page -> seconds of the pages executed.
+
+    With ``warm_mesa``, when a mesa notebook is to run, every paper-scale training run of the mesa
+    notebooks (:func:`companion.mesa.paper.paper_runs`) is computed into the run cache first, ``jobs`` at a
+    time: the notebooks share runs, and two of them side by side would train a shared run twice.
 
     Only in ``execute_notebooks: cache`` mode (``_config.yml``), whose per-cell ``timeout`` it uses."""
     from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -155,6 +159,14 @@ def pre_execute(root: Path, jobs: int = 2) -> dict[str, float]:
     done: dict[str, float] = {}
     if not todo:
         return done
+    from .cache import cache_dir
+
+    if warm_mesa and any("/mesa/" in str(p) for p in todo) and cache_dir() is not None:
+        # the mesa notebooks share training runs: compute them once, in parallel, into the run cache first
+        from .mesa.paper import paper_runs, warm_run_cache
+
+        print(f"companion book: {len(paper_runs())} mesa training runs into the run cache, {jobs} at a time", flush=True)
+        print(f"companion book: mesa runs ready in {warm_run_cache(jobs, log=None):.0f} s", flush=True)
     print(f"companion book: executing {len(todo)} page(s), {jobs} at a time", flush=True)
     with ProcessPoolExecutor(max_workers=max(1, jobs), mp_context=get_context("spawn")) as pool:
         futs = [pool.submit(_execute_into_cache, str(root / CACHE_DIR), str(p), timeout) for p in todo]

@@ -44,7 +44,11 @@ class ParameterError(ValueError):
 
     def __init__(self, name: str, message: str):
         self.name = name
+        self.message = message
         super().__init__(f"parameter '{name}': {message}")
+
+    def __reduce__(self):  # rebuilt from (name, message) when it crosses a process boundary
+        return (self.__class__, (self.name, self.message))
 
 
 def _assigned_names(source: str, annotated_only: bool) -> list[str]:

@@ -45,6 +45,9 @@ class TrainingDiverged(P.ParameterError):
     def __init__(self, message: str):
         super().__init__("lr", message)
 
+    def __reduce__(self):
+        return (self.__class__, (self.message,))
+
 
 @dataclass(frozen=True)
 class RunConfig:
