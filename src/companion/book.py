@@ -343,6 +343,8 @@ def build(root: Path | None = None, *, strict: bool = True, force: bool = False,
     root = root or repo_root()
     import os
 
+    start = time.perf_counter()
+
     # the build has the machine to itself: let the training kernels use the cores (they default to one
     # thread, which is faster when several processes share a small machine)
     os.environ.setdefault("COMPANION_THREADS", str(min(4, os.cpu_count() or 1)))
@@ -409,4 +411,5 @@ def build(root: Path | None = None, *, strict: bool = True, force: bool = False,
             status = 1
     if status == 0:
         print(f"companion book: open {root / '_build' / 'html' / 'index.html'}")
+    print(f"companion book: {time.perf_counter() - start:.0f} s in all, exit status {status}")
     return status
