@@ -77,7 +77,9 @@ def pytest_collection_modifyitems(config, items):
 def pytest_collection_finish(session):
     if session.config.option.collectonly:
         return
-    if any(f in getattr(it, "fixturenames", ()) for it in session.items for f in NOTEBOOK_FIXTURES):
+    # with COMPANION_SITE the site tests look at a built book: smoke_site needs no runs
+    wanted = ("smoke_runs", "domain_runs") if os.environ.get("COMPANION_SITE") else NOTEBOOK_FIXTURES
+    if any(f in getattr(it, "fixturenames", ()) for it in session.items for f in wanted):
         import tempfile
 
         _RUNS.append(NotebookRuns(Path(tempfile.mkdtemp(prefix="companion-notebook-runs-"))))
@@ -128,11 +130,31 @@ def domain_runs():
 
 
 @pytest.fixture(scope="session")
-def smoke_site(smoke_runs, tmp_path_factory):
+def smoke_site(request, tmp_path_factory):
     """The whole book built once per session from the smoke runs (``tests/_site.py``): shared by the
-    strict-build test and the browser tests of the site."""
-    from _site import build_smoke_site
+    strict-build test and the browser tests of the site.
 
+    ``COMPANION_SITE=<book root>`` points these tests at a book built by ``make book`` instead (e.g. the
+    paper-settings build: ``COMPANION_SITE=. pytest tests/test_site.py``); nothing is executed then."""
     from companion.notebooks import all_notebooks
 
+    if os.environ.get("COMPANION_SITE"):
+        return built_site(Path(os.environ["COMPANION_SITE"]).resolve())
+    from _site import build_smoke_site
+
+    smoke_runs = request.getfixturevalue("smoke_runs")
     return build_smoke_site(tmp_path_factory.mktemp("site") / "book", all_notebooks(), smoke_runs)
+
+
+def built_site(root: Path) -> dict:
+    """The dictionary of :func:`_site.build_smoke_site` for a book that ``make book`` built at ``root``."""
+    import json
+
+    html = root / "_build" / "html"
+    results = root / "_build" / "results"
+    if not (html / "index.html").is_file() or not (results / "all.jsonl").is_file():
+        pytest.exit(f"COMPANION_SITE={root}: no built book there (run make book)", returncode=2)
+    records = [json.loads(line) for line in (results / "all.jsonl").read_text().splitlines() if line.strip()]
+    summary = json.loads((results / "summary.json").read_text())
+    return {"root": root, "html": html, "returncode": 0, "log": "", "records": records, "summary": summary,
+            "not_run": {}}
