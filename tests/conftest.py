@@ -33,7 +33,7 @@ class NotebookRuns:
     a test that needs them. The tests that do not need them run meanwhile (they are ordered first), so the
     runs overlap the single-threaded and waiting parts of the suite (site build, Dask, sweeps)."""
 
-    def __init__(self, base):
+    def __init__(self, base, domain: bool = True):
         from companion.notebooks import all_notebooks
 
         self.base = base
@@ -42,7 +42,7 @@ class NotebookRuns:
         self.smoke = {name: self.pool.submit(self._run, f"smoke/{name.replace('/', '__')}", name, smoke.get(name, {}))
                       for name in all_notebooks()}
         self.domain = {(name, i): self.pool.submit(self._run, f"domain/{name.replace('/', '__')}-{i}", name, values or {})
-                       for name, pts in domain_points().items() for i, values in enumerate(pts)}
+                       for name, pts in domain_points().items() for i, values in enumerate(pts)} if domain else {}
         self.seconds: dict[str, float] = {}
 
     def _run(self, tag: str, name: str, values: dict):
@@ -82,7 +82,8 @@ def pytest_collection_finish(session):
     if any(f in getattr(it, "fixturenames", ()) for it in session.items for f in wanted):
         import tempfile
 
-        _RUNS.append(NotebookRuns(Path(tempfile.mkdtemp(prefix="companion-notebook-runs-"))))
+        domain = any("domain_runs" in getattr(it, "fixturenames", ()) for it in session.items)
+        _RUNS.append(NotebookRuns(Path(tempfile.mkdtemp(prefix="companion-notebook-runs-")), domain=domain))
 
 
 def pytest_sessionfinish(session):
@@ -122,8 +123,12 @@ def smoke_runs():
 def domain_runs():
     """Every notebook at its two domain points; (name, i) -> (returncode, stderr, output_dir, parameters)."""
     pts = domain_points()
+    runs = _notebook_runs()
+    if not runs.domain:  # requested without being seen at collection
+        runs.domain = {(name, i): runs.pool.submit(runs._run, f"domain/{name.replace('/', '__')}-{i}", name, values or {})
+                       for name, p in pts.items() for i, values in enumerate(p)}
     out = {}
-    for (name, i), fut in _notebook_runs().domain.items():
+    for (name, i), fut in runs.domain.items():
         proc, folder = fut.result()
         out[(name, i)] = (proc.returncode, proc.stderr, folder, pts[name][i])
     return out
