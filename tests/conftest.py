@@ -41,9 +41,15 @@ class NotebookRuns:
         smoke = smoke_parameters()
         self.smoke = {name: self.pool.submit(self._run, f"smoke/{name.replace('/', '__')}", name, smoke.get(name, {}))
                       for name in all_notebooks()}
-        self.domain = {(name, i): self.pool.submit(self._run, f"domain/{name.replace('/', '__')}-{i}", name, values or {})
-                       for name, pts in domain_points().items() for i, values in enumerate(pts)} if domain else {}
+        self.domain: dict = {}
         self.seconds: dict[str, float] = {}
+        if domain:
+            self.submit_domain()
+
+    def submit_domain(self) -> None:
+        """Queue the two domain points of every notebook (after the smoke runs)."""
+        self.domain = {(name, i): self.pool.submit(self._run, f"domain/{name.replace('/', '__')}-{i}", name, values or {})
+                       for name, pts in domain_points().items() for i, values in enumerate(pts)}
 
     def _run(self, tag: str, name: str, values: dict):
         out = self.base / tag
@@ -125,8 +131,7 @@ def domain_runs():
     pts = domain_points()
     runs = _notebook_runs()
     if not runs.domain:  # requested without being seen at collection
-        runs.domain = {(name, i): runs.pool.submit(runs._run, f"domain/{name.replace('/', '__')}-{i}", name, values or {})
-                       for name, p in pts.items() for i, values in enumerate(p)}
+        runs.submit_domain()
     out = {}
     for (name, i), fut in runs.domain.items():
         proc, folder = fut.result()
