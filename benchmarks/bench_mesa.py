@@ -66,12 +66,12 @@ def timed(f, repeats):
 
 
 def epoch_benchmark(m: int, T: int, d: int, n_naive: int, n_loop: int, repeats: int) -> None:
-    import numba
+    from companion.mesa import kernels
 
     threads = int(os.environ.get("COMPANION_THREADS", "1"))
     torch.set_num_threads(threads)
-    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
-    print(f"threads (torch / numba): {torch.get_num_threads()} / {numba.get_num_threads()}")
+    kernels.set_threads(threads)
+    print(f"threads (torch / fused kernel): {torch.get_num_threads()} / {kernels.threads()}")
     g = torch.Generator().manual_seed(0)
     t_fast = {}
     for dtype in (torch.complex64, torch.complex128):

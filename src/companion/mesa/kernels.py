@@ -5,7 +5,8 @@ per-position vectors (see the module docstring of :mod:`companion.mesa.model`). 
 products, that costs ~20 tiny complex matrix products per epoch whose operands do not fit in cache: the
 arithmetic (about 250 complex multiply-adds per position and sequence) is a small part of the time. This
 kernel does the same arithmetic sequence by sequence with every intermediate in L1 cache, real and imaginary
-parts split so the position loop vectorises, and sequences spread over threads (``numba.prange``).
+parts split so the position loop vectorises, and blocks of sequences spread over threads (Python threads;
+the compiled kernel releases the GIL).
 
 Notation as in :mod:`companion.mesa.model`, per sequence, positions t along the last axis:
 
@@ -24,8 +25,11 @@ with a deliberately naive per-prefix implementation.
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 # IEEE-safe fast math: reassociation lets the position loops vectorise; NaN/Inf semantics are kept, so a
 # diverging run still shows up as a non-finite loss.
@@ -219,25 +223,18 @@ def _sequence(dims, mode, xr, xi, pr_, pi_, yr, yi, tpos, inv_rho, Cr, Ci, Kr, K
     return 0.5 * L
 
 
-@njit(parallel=True, fastmath=_FLAGS, cache=True)
-def sweep(Xr, Xi, Pr, Pi, Yr, Yi, tpos, inv_rho, W_KQ, W_PV, z, lam, K, wn, mode, loss, gA, gP, pred, dims):
-    """One pass over all sequences.
-
-    Xr..Yi: (m, d, N) real tables; tpos, inv_rho: (N,) positions t and 1/(t-1); W_KQ (2d, 2d), W_PV (d, 2d),
-    z = x_1 (m, d), lam (m, d), K (m, d, d) complex; wn: (m,) weights of the sequences (for the gradient).
-    mode 0: per-sequence loss only; 1: also the gradients, accumulated per block of sequences into
-    gA (nblocks, 2d, 2d) and gP (nblocks, d, 2d) (complex128; the caller sums over blocks, so the result does
-    not depend on the number of threads); 2: also the predictions into pred (2, m, d, N).
-    loss (m,) receives 1/2 sum_t |r_t|^2 (unweighted).
-    ``dims`` is any tuple of length d: its length is a compile-time constant, so the small loops over
-    coordinates inside each position loop are unrolled and the position loops vectorise (one compiled
-    version per d).
+@njit(fastmath=_FLAGS, cache=True, nogil=True)
+def _sweep_blocks(b0, b1, Xr, Xi, Pr, Pi, Yr, Yi, tpos, inv_rho, W_KQ, W_PV, z, lam, K, wn, mode, loss, gA, gP, pred,
+                  dims):
+    """Blocks b0..b1-1 of :func:`sweep` (compiled without numba's parallel backend, which tripled the
+    compile time; :func:`sweep` runs block ranges on threads, the GIL released). Arguments as in
+    :func:`sweep`.
     """
     m, _, N = Xr.shape
     d = len(dims)
     nc = 2 * d + 2
     nblocks = gA.shape[0]
-    for blk in prange(nblocks):
+    for blk in range(b0, b1):
         dt = Xr.dtype
         cdt = z.dtype
         C = np.empty((d, nc), cdt)
@@ -283,11 +280,65 @@ def sweep(Xr, Xi, Pr, Pi, Yr, Yi, tpos, inv_rho, W_KQ, W_PV, z, lam, K, wn, mode
                 pred[1, n] = qi
 
 
-@njit(parallel=True, cache=True)
+_THREADS: int | None = None  # set by set_threads; None: $COMPANION_THREADS (default 1)
+_POOLS: dict[int, ThreadPoolExecutor] = {}
+
+
+def threads() -> int:
+    """Threads :func:`sweep` uses: the last :func:`set_threads`, else ``$COMPANION_THREADS`` (default 1, so
+    that the processes of a parallel sweep do not oversubscribe the cores; an invalid value counts as 1 here,
+    :func:`companion.mesa.train.train` reports it)."""
+    if _THREADS is not None:
+        return _THREADS
+    try:
+        return max(1, int(os.environ.get("COMPANION_THREADS", "1")))
+    except ValueError:
+        return 1
+
+
+def set_threads(n: int | None) -> int | None:
+    """Set the threads of :func:`sweep` (None: back to ``$COMPANION_THREADS``); returns the previous setting."""
+    global _THREADS
+    old, _THREADS = _THREADS, (None if n is None else max(1, int(n)))
+    return old
+
+
+def sweep(Xr, Xi, Pr, Pi, Yr, Yi, tpos, inv_rho, W_KQ, W_PV, z, lam, K, wn, mode, loss, gA, gP, pred, dims):
+    """One pass over all sequences.
+
+    Xr..Yi: (m, d, N) real tables; tpos, inv_rho: (N,) positions t and 1/(t-1); W_KQ (2d, 2d), W_PV (d, 2d),
+    z = x_1 (m, d), lam (m, d), K (m, d, d) complex; wn: (m,) weights of the sequences (for the gradient).
+    mode 0: per-sequence loss only; 1: also the gradients, accumulated per block of sequences into
+    gA (nblocks, 2d, 2d) and gP (nblocks, d, 2d) (complex128; the caller sums over blocks, so the result does
+    not depend on the number of threads); 2: also the predictions into pred (2, m, d, N).
+    loss (m,) receives 1/2 sum_t |r_t|^2 (unweighted).
+    ``dims`` is any tuple of length d: its length is a compile-time constant, so the small loops over
+    coordinates inside each position loop are unrolled and the position loops vectorise (one compiled
+    version per d).
+
+    The blocks are split into :func:`threads` contiguous ranges, each run by :func:`_sweep_blocks` on its own
+    thread (the kernel releases the GIL); every block writes only its own slots, so the result is the same
+    for any number of threads.
+    """
+    args = (Xr, Xi, Pr, Pi, Yr, Yi, tpos, inv_rho, W_KQ, W_PV, z, lam, K, wn, mode, loss, gA, gP, pred, dims)
+    nblocks = gA.shape[0]
+    n = min(threads(), nblocks)
+    if n <= 1:
+        _sweep_blocks(0, nblocks, *args)
+        return
+    pool = _POOLS.get(n)
+    if pool is None:
+        pool = _POOLS[n] = ThreadPoolExecutor(max_workers=n, thread_name_prefix="mesa-sweep")
+    cuts = [i * nblocks // n for i in range(n + 1)]
+    for f in [pool.submit(_sweep_blocks, cuts[i], cuts[i + 1], *args) for i in range(n)]:
+        f.result()
+
+
+@njit(cache=True)
 def _tables(theta, x1r, x1i, pos, Xr, Xi, Pr, Pi, Yr, Yi):
     m, d = theta.shape
     N = pos.shape[0]
-    for n in prange(m):
+    for n in range(m):
         for k in range(d):
             th = theta[n, k]
             c1, s1 = np.cos(th), np.sin(th)

@@ -182,7 +182,7 @@ def test_loss(data: ARData, W_KQ, W_PV, chunk: int = 2500) -> float:
 def _threads() -> int:
     """Threads for training (torch and the numba kernel): ``$COMPANION_THREADS``, default 1 so that the
     processes of a parallel sweep do not oversubscribe the cores; ``companion book`` sets it to the number
-    of cores (the kernel scales about linearly: 38 ms -> 19 ms per paper-size epoch with 2 threads)."""
+    of cores (the kernel scales about linearly: 62 ms -> 31 ms per paper-size epoch with 2 threads, measured)."""
     raw = os.environ.get("COMPANION_THREADS", "1")
     try:
         n = int(raw)
@@ -214,17 +214,17 @@ def train(cfg: RunConfig) -> TrainResult:
     """Full-batch GD (no cache). Raises ParameterError('lr') for an unstable step size and
     TrainingDiverged if the loss becomes non-finite or explodes."""
     cfg = cfg.validated()
-    import numba
+    from companion.mesa import kernels
 
-    old, old_nb = torch.get_num_threads(), numba.get_num_threads()
-    n = min(_threads(), numba.config.NUMBA_NUM_THREADS)
+    old = torch.get_num_threads()
+    n = _threads()
     torch.set_num_threads(n)
-    numba.set_num_threads(n)
+    old_k = kernels.set_threads(n)
     try:
         return _train(cfg)
     finally:
         torch.set_num_threads(old)
-        numba.set_num_threads(old_nb)
+        kernels.set_threads(old_k)
 
 
 def _train(cfg: RunConfig) -> TrainResult:
