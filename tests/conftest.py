@@ -38,11 +38,18 @@ class NotebookRuns:
 
         self.base = base
         self.pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="notebook-run")
-        smoke = smoke_parameters()
-        self.smoke = {name: self.pool.submit(self._run, f"smoke/{name.replace('/', '__')}", name, smoke.get(name, {}))
-                      for name in all_notebooks()}
-        self.domain: dict = {}
         self.seconds: dict[str, float] = {}
+        # first, compile the fused mesa kernel once per d the runs use (as `companion book` does): in a fresh
+        # clone, two runs that meet an uncompiled d at the same time would each compile it; the cot smoke runs
+        # (queued first) keep the other worker busy meanwhile
+        dims = [5] + sorted({int(p["d"]) for name, pts in domain_points().items() if name.startswith("mesa/")
+                             for p in pts if "d" in p} - {5})
+        self.pool.submit(self._warm_kernels, dims)
+        smoke = smoke_parameters()
+        order = sorted(all_notebooks(), key=lambda n: n.startswith("mesa/"))  # cot first, while the kernels compile
+        self.smoke = {name: self.pool.submit(self._run, f"smoke/{name.replace('/', '__')}", name, smoke.get(name, {}))
+                      for name in order}
+        self.domain: dict = {}
         if domain:
             self.submit_domain()
 
@@ -50,6 +57,15 @@ class NotebookRuns:
         """Queue the two domain points of every notebook (after the smoke runs)."""
         self.domain = {(name, i): self.pool.submit(self._run, f"domain/{name.replace('/', '__')}-{i}", name, values or {})
                        for name, pts in domain_points().items() for i, values in enumerate(pts)}
+
+    def _warm_kernels(self, dims: list[int]) -> None:
+        import subprocess
+        import sys
+
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", f"from companion.mesa import kernels; kernels.warm_up({tuple(dims)!r})"],
+                       check=False, capture_output=True, timeout=900)
+        self.seconds[f"mesa kernels d={','.join(map(str, dims))}"] = time.perf_counter() - t0
 
     def _run(self, tag: str, name: str, values: dict):
         out = self.base / tag
