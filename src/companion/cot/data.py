@@ -65,15 +65,20 @@ def _sigma_factor(Sigma, d: int, dtype) -> torch.Tensor | None:
 
 
 def sample_prompts(batch: int, d: int, n: int, generator: torch.Generator, Sigma=None, dtype=DTYPE) -> Prompts:
-    """``batch`` prompts: x_i ~ N(0, Sigma) (Sigma = I if None), w* ~ N(0, I_d), noiseless y = w*^T X."""
+    """``batch`` prompts: x_i ~ N(0, Sigma) (Sigma = I if None), w* ~ N(0, I_d), noiseless y = w*^T X.
+
+    The standard normals are drawn in float32 and then cast to ``dtype`` (all arithmetic stays in ``dtype``):
+    torch draws float32 normals about 4.6x faster than float64 ones, and sampling was the largest single cost
+    of cot training (fresh prompts every step); rounding a N(0, 1) draw to 24 bits changes no statistic the
+    book measures (relative 6e-8, far below every Monte-Carlo error)."""
     batch = integer("batch", batch, min=1)
     d = integer("d", d, min=1)
     n = integer("n", n, min=1)
     L = _sigma_factor(Sigma, d, dtype)
-    X = torch.randn(batch, d, n, generator=generator, dtype=dtype)
+    X = torch.randn(batch, d, n, generator=generator, dtype=torch.float32).to(dtype)
     if L is not None:
         X = L @ X
-    w_star = torch.randn(batch, d, generator=generator, dtype=dtype)
+    w_star = torch.randn(batch, d, generator=generator, dtype=torch.float32).to(dtype)
     return Prompts(X, w_star)
 
 
