@@ -83,6 +83,11 @@ MUTANTS = [
            "a statistical tolerance of 1 SE whatever z says"),
     Mutant("mesa_equivariant_offdiag_step", "mesa/theory.py", r"off = 0\.0 if masked else lr / \(d \* \(d - 1\)\)",
            "off = 0.0 if masked else lr / d", "unmasked equivariant GD steps the off-diagonal entries like the diagonal"),
+    # ---- the fused mesa kernel's thread split
+    Mutant("kernels_thread_split_drops_a_block", "mesa/kernels.py",
+           r"cuts = \[i \* nblocks // n for i in range\(n \+ 1\)\]",
+           "cuts = [i * nblocks // n for i in range(n)] + [nblocks - 1]",
+           "a sweep on several threads skips the last block of sequences"),
     # ---- caches
     Mutant("cache_hash_ignores_contents", "cache.py", r"h\.update\(Path\(f\)\.read_bytes\(\)\)", "pass",
            "source_hash ignores file contents"),
