@@ -108,3 +108,26 @@ def test_thread_setting_checked(monkeypatch):
     monkeypatch.setenv("COMPANION_THREADS", "two")
     with pytest.raises(P.ParameterError, match="'COMPANION_THREADS'.*>= 1.*'two'"):
         run(law="gaussian", a0=0.5, b0=0.5, lr=1e-3, epochs=1, d=2, T=5, m=4, m_test=4)
+
+
+def test_a_forked_child_sweeps_on_its_own_threads():
+    # a process forked after a multi-threaded sweep inherits the thread pool object but none of its threads:
+    # reusing it would hang the child's first sweep (the child builds its own data: tensors sent through a
+    # multiprocessing pipe are shared-memory views, not the point here)
+    import multiprocessing
+
+    old = kernels.set_threads(2)
+    try:
+        want = _two_thread_loss()  # creates the pool in this process
+        with multiprocessing.get_context("fork").Pool(1) as pool:
+            got = pool.apply_async(_two_thread_loss).get(timeout=60)
+    finally:
+        kernels.set_threads(old)
+    assert got == want
+
+
+def _two_thread_loss() -> float:
+    kernels.set_threads(2)
+    data = generate("gaussian", 200, 3, 10, 1.0, rng=3)
+    A, Pm = init_gaussian(3, 0.3, np.random.default_rng(4), torch.complex128)
+    return float(loss_grad_fast(data, A, Pm)[0])

@@ -281,7 +281,7 @@ def _sweep_blocks(b0, b1, Xr, Xi, Pr, Pi, Yr, Yi, tpos, inv_rho, W_KQ, W_PV, z, 
 
 
 _THREADS: int | None = None  # set by set_threads; None: $COMPANION_THREADS (default 1)
-_POOLS: dict[int, ThreadPoolExecutor] = {}
+_POOLS: dict[tuple[int, int], ThreadPoolExecutor] = {}
 
 
 def threads() -> int:
@@ -326,9 +326,10 @@ def sweep(Xr, Xi, Pr, Pi, Yr, Yi, tpos, inv_rho, W_KQ, W_PV, z, lam, K, wn, mode
     if n <= 1:
         _sweep_blocks(0, nblocks, *args)
         return
-    pool = _POOLS.get(n)
+    key = (os.getpid(), n)  # a forked child inherits the pool object but not its threads: it makes its own
+    pool = _POOLS.get(key)
     if pool is None:
-        pool = _POOLS[n] = ThreadPoolExecutor(max_workers=n, thread_name_prefix="mesa-sweep")
+        pool = _POOLS[key] = ThreadPoolExecutor(max_workers=n, thread_name_prefix="mesa-sweep")
     cuts = [i * nblocks // n for i in range(n + 1)]
     for f in [pool.submit(_sweep_blocks, cuts[i], cuts[i + 1], *args) for i in range(n)]:
         f.result()
