@@ -131,3 +131,20 @@ def _two_thread_loss() -> float:
     data = generate("gaussian", 200, 3, 10, 1.0, rng=3)
     A, Pm = init_gaussian(3, 0.3, np.random.default_rng(4), torch.complex128)
     return float(loss_grad_fast(data, A, Pm)[0])
+
+
+def test_data_sent_to_another_process_gives_the_same_loss():
+    # an ARData with cached tables, sent through a multiprocessing pipe, once gave the spawned child NaN
+    import multiprocessing
+
+    data = generate("gaussian", 200, 3, 10, 1.0, rng=3)
+    A, Pm = init_gaussian(3, 0.3, np.random.default_rng(4), torch.complex128)
+    want = float(loss_grad_fast(data, A, Pm)[0])  # fills data._tables
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        got = pool.apply_async(_loss_of, (data, A, Pm)).get(timeout=120)
+    assert got == want
+
+
+def _loss_of(data, A, Pm) -> float:
+    return float(loss_grad_fast(data, A, Pm)[0])
+
