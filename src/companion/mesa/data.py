@@ -110,10 +110,10 @@ class ARData:
     _tables: dict = field(default_factory=dict, repr=False, compare=False)
 
     def __getstate__(self) -> dict:
-        """Pickled without the cached tables (rebuilt on demand). With them, a data set sent through a
-        multiprocessing pipe (where torch shares tensors by shared memory) gave the receiving process wrong
-        losses: a forked child 53.5606 instead of 53.5593, a spawned one NaN (the exact mechanism was not
-        pinned down; without the caches both are exact)."""
+        """Pickled without the cached tables (rebuilt on demand, and never worth sending). Sending a data set
+        through a multiprocessing pipe moves its tensors to shared memory; the caches then held numpy views of
+        the freed storage, and both ends computed garbage (NaN in a spawned child, 1e11 in the parent). The
+        fused path now caches copies (:func:`companion.mesa.model._sweep_fused`)."""
         return {**self.__dict__, "_tables": {}}
 
     @property

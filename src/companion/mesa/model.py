@@ -232,8 +232,9 @@ def _sweep_fused(data: ARData, W_KQ, W_PV, pos, wn, mode: int):
     if key not in data._tables:
         data._tables[key] = kernels.split_tables(data.theta, data.x1.numpy(), pos, rdt)
     if "np" not in data._tables:
-        data._tables["np"] = (np.ascontiguousarray(data.x1.numpy()), np.ascontiguousarray(data.lam.numpy()),
-                              np.ascontiguousarray(_cauchy(data)[0].numpy()))
+        # copies, not views: torch may move a tensor's storage (share_memory_ when the data set is sent to
+        # another process), which would leave a cached view pointing at freed memory
+        data._tables["np"] = (np.array(data.x1.numpy()), np.array(data.lam.numpy()), np.array(_cauchy(data)[0].numpy()))
     z, lam, K = data._tables["np"]
     m, d, N = data.m, data.d, len(pos)
     nb = min(m, FUSED_BLOCKS)  # the kernel reads the number of blocks from gA
