@@ -108,6 +108,12 @@ def test_thread_setting_checked(monkeypatch):
     monkeypatch.setenv("COMPANION_THREADS", "two")
     with pytest.raises(P.ParameterError, match="'COMPANION_THREADS'.*>= 1.*'two'"):
         run(law="gaussian", a0=0.5, b0=0.5, lr=1e-3, epochs=1, d=2, T=5, m=4, m_test=4)
+    # outside training too: the kernel reads the same variable and must not fall back to 1 thread silently
+    data = generate("gaussian", 10, 2, 6, 1.0, rng=1)
+    A, Pm = init_gaussian(2, 0.3, np.random.default_rng(2), torch.complex128)
+    monkeypatch.setenv("COMPANION_THREADS", "0")
+    with pytest.raises(P.ParameterError, match="'COMPANION_THREADS'.*>= 1.*'0'"):
+        loss_grad_fast(data, A, Pm)
 
 
 def test_a_forked_child_sweeps_on_its_own_threads():

@@ -179,20 +179,6 @@ def test_loss(data: ARData, W_KQ, W_PV, chunk: int = 2500) -> float:
         return _chunked_loss(data, W_KQ, W_PV, chunk)
 
 
-def _threads() -> int:
-    """Threads for training (torch and the numba kernel): ``$COMPANION_THREADS``, default 1 so that the
-    processes of a parallel sweep do not oversubscribe the cores; ``companion book`` sets it to the number
-    of cores (the kernel scales about linearly: 62 ms -> 31 ms per paper-size epoch with 2 threads, measured)."""
-    raw = os.environ.get("COMPANION_THREADS", "1")
-    try:
-        n = int(raw)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise P.ParameterError("COMPANION_THREADS", f"must be an integer >= 1 (environment variable); got {raw!r}")
-    return n
-
-
 _DATASETS: OrderedDict = OrderedDict()
 
 
@@ -217,7 +203,7 @@ def train(cfg: RunConfig) -> TrainResult:
     from companion.mesa import kernels
 
     old = torch.get_num_threads()
-    n = _threads()
+    n = kernels.env_threads()  # torch and the fused kernel
     torch.set_num_threads(n)
     old_k = kernels.set_threads(n)
     try:
