@@ -1,8 +1,11 @@
 """The noise model behind the statistical claims: each standard error covers its estimator on replicated
 draws (about 95 % of |estimate - truth| <= 2 se over many replicates)."""
 
+import math
+
 import numpy as np
 import pytest
+from scipy import stats as scipy_stats
 
 from companion import stats
 
@@ -63,3 +66,62 @@ def test_too_few_draws_are_refused():
         stats.mean_se([1.0])
     with pytest.raises(ValueError):
         stats.jackknife_se(0.0, [1.0])
+
+
+def test_critical_is_the_t_quantile_at_the_normal_level():
+    assert stats.critical(4.0) == 4.0 and stats.critical(4.0, math.inf) == 4.0
+    assert stats.critical(4.0, 4) == pytest.approx(17.45, abs=0.01)
+    assert stats.critical(4.0, 2) == pytest.approx(125.6, abs=0.1)
+    assert stats.critical(4.0, 1e6) == pytest.approx(4.0, abs=1e-3)
+    with pytest.raises(ValueError, match="degrees of freedom"):
+        stats.critical(4.0, 0)
+
+
+def test_welch_degrees_of_freedom():
+    se, dof = stats.welch((1.0, 4), (1.0, 4))  # two equal terms: twice the degrees of freedom
+    assert se == pytest.approx(math.sqrt(2)) and dof == pytest.approx(8)
+    se, dof = stats.welch((2.0, 2), (1e-9, math.inf))  # a negligible exact term changes nothing
+    assert dof == pytest.approx(2)
+    assert stats.welch((1.0, math.inf), (1.0, math.inf))[1] == math.inf
+
+
+def test_replicate_claims_keep_their_level_with_few_replicates():
+    """Three replicates per experiment, 20000 experiments with no effect: the share of false alarms at the
+    critical value of z = 2 (two-sided level 4.55 %) is the nominal one with 2 degrees of freedom, and
+    about four times it with the normal z (the defect the degrees of freedom fix)."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((20000, 3))
+    mu, se = stats.replicate_se(x, axis=1)
+    t = np.abs(mu) / se
+    level = 2 * scipy_stats.norm.sf(2.0)
+    ok = np.mean(t > stats.critical(2.0, 2))
+    naive = np.mean(t > 2.0)
+    assert abs(ok - level) < 4 * math.sqrt(level * (1 - level) / 20000), ok
+    assert naive > 3 * level, naive
+
+
+def test_false_alarm_matches_the_critical_value():
+    assert stats.false_alarm(4.0) == pytest.approx(6.334e-5, rel=1e-3)
+    for nu in (2, 4, 10):
+        assert stats.false_alarm(stats.critical(4.0, nu), nu) == pytest.approx(stats.false_alarm(4.0), rel=1e-6)
+    assert stats.false_alarm(4.0, 2) == pytest.approx(0.0572, abs=1e-3)
+
+
+def test_richardson_removes_a_one_over_m_bias():
+    """Replicates with a 1/m bias B/m (+ noise): the combination is unbiased over many experiments, and its SE
+    and dof are those of the Welch combination; the m^-1/2 combination 2 x(m) - x(m/4) would leave -2 B/m."""
+    rng = np.random.default_rng(7)
+    m, B, theta = 1000, 50.0, 1.0
+    est, z = [], []
+    for _ in range(4000):
+        big = theta + B / m + rng.normal(0, 0.01, 8)
+        small = theta + 4 * B / m + rng.normal(0, 0.02, 8)
+        r = stats.richardson(big, small)
+        est.append(r["measured"])
+        z.append(abs(r["measured"] - theta) / (stats.critical(3.0, r["dof"]) * r["se"]))
+    assert abs(np.mean(est) - theta) < 4 * np.std(est) / math.sqrt(len(est))
+    assert np.mean(np.array(z) > 1) < 0.01  # the t band at z = 3 (level 0.27 %) keeps its level
+    r = stats.richardson([1.0, 1.1], [2.0, 2.2])
+    assert r["measured"] == pytest.approx((4 * 1.05 - 2.1) / 3)
+    assert r["se"] == pytest.approx(math.sqrt(16 * 0.05**2 + 0.1**2) / 3) and r["dof"] == pytest.approx(
+        (16 * 0.05**2 + 0.1**2) ** 2 / ((16 * 0.05**2) ** 2 + 0.1**4))

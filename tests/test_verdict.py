@@ -129,3 +129,23 @@ def test_parameters_default_to_the_notebooks_parameters_cell():
     exec('v = Verdict("cot/setup", manifest=["x"])', ns)
     v = ns["v"]
     assert v.parameters["seed"] == 3 and v.parameters["d"] == 4 and "unrelated" not in v.parameters
+
+
+def test_degrees_of_freedom_widen_the_tolerance_to_the_same_level(tmp_path):
+    from companion.stats import critical
+
+    v = make(tmp_path, ["t", "n", "b"])
+    # 3 replicates (2 dof): 6 SE from the theory is inside the t band (125.6 SE at z = 4), the falsifier too
+    t = v.statistical("t", quantity="q", predicted=0.0, measured=0.06, se=0.01, z=4, dof=2,
+                      falsifier="f", falsifier_value=1.0, reason="r")
+    assert t.tolerance == pytest.approx(critical(4, 2) * 0.01) and t.crit == pytest.approx(125.64, abs=0.01)
+    assert t.dof == 2 and t.status == "not_resolvable"
+    assert t.z_theory == pytest.approx(6.0) and t.z_falsifier == pytest.approx(94.0)
+    n = v.statistical("n", quantity="q", predicted=0.0, measured=0.06, se=0.01, z=4, dof=float("inf"),
+                      falsifier="f", falsifier_value=1.0, reason="r")
+    assert n.status == "failed" and n.dof is None and n.crit == 4.0
+    b = v.bound("b", quantity="q", bound=0.0, measured=0.3, comparison="upper", se=0.01, z=4, dof=4, reason="r")
+    assert b.status == "failed" and b.tolerance == pytest.approx(critical(4, 4) * 0.01)
+    with pytest.raises(ValueError, match="degrees of freedom"):
+        v.statistical("x", quantity="q", predicted=0.0, measured=0.0, se=0.01, dof=0, falsifier="f",
+                      falsifier_value=1.0, reason="r")

@@ -114,7 +114,10 @@ def _details(r: dict) -> str:
             f += ")"
         parts.append(f"<span class='cv-falsifier'><b>Falsifier:</b> {f}</span>")
     if r.get("se") is not None:
-        parts.append(f"<span class='cv-se'>SE {fmt_number(r['se'])}, z = {fmt_number(r.get('z'))}"
+        crit = (f", {r['dof']:.3g} degrees of freedom: {fmt_number(r['crit'])} SE at the level of z = "
+                f"{fmt_number(r.get('z'))}" if r.get("dof") is not None and r.get("crit") is not None
+                else f", z = {fmt_number(r.get('z'))}")
+        parts.append(f"<span class='cv-se'>SE {fmt_number(r['se'])}{crit}"
                      + (f", floor {fmt_number(r['floor'])}" if r.get("floor") else "") + "</span>")
     return " ".join(parts)
 

@@ -26,7 +26,7 @@ __all__ = ["Table", "load", "write_csv", "plot"]
 
 #: numbers of a verdict record exported per claim (absent fields are left empty)
 CLAIM_FIELDS = ("measured", "predicted", "se", "error", "tolerance", "passed", "status",
-                "falsifier_value", "z_theory", "z_falsifier")
+                "falsifier_value", "z_theory", "z_falsifier", "dof", "crit")
 
 
 @dataclass

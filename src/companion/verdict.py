@@ -11,10 +11,12 @@ A claim is evidence, or it is not a claim. Every claim has a **kind**:
 ``statistical``
     A simulation against an *independent* prediction. The tolerance is ``z`` standard errors measured from
     the data (:mod:`companion.stats`: replicates, jackknife, Monte-Carlo SE) plus a stated round-off
-    ``floor``. It names its **falsifier**, the plausible wrong answer a sceptic would propose, with that
-    answer's value. The claim *passes* when the theory is accepted **and** the falsifier rejected; when
-    both are accepted, the parameters have no power to separate them and the status is
-    ``not_resolvable`` (never a silent pass); when the theory is rejected it *fails*.
+    ``floor``; a standard error from few replicates gives its degrees of freedom (``dof``) and ``z`` becomes
+    the Student-t critical value at the same level (:func:`companion.stats.critical`). It names its
+    **falsifier**, the plausible wrong answer a sceptic would propose, with that answer's value. The claim
+    *passes* when the theory is accepted **and** the falsifier rejected; when both are accepted, the parameters
+    have no power to separate them and the status is ``not_resolvable`` (never a silent pass); when the theory
+    is rejected it *fails*.
 ``bound``
     An inequality a theorem states (``comparison="upper"`` or ``"lower"``), with a round-off or
     statistical tolerance; it may name a falsifier too.
@@ -31,7 +33,7 @@ Usage (the last computational cell of a notebook)::
     from companion.verdict import Verdict
     v = Verdict("mesa/prop4_1_gaussian", manifest=["ratio_T10"], results_dir=results_dir)
     v.statistical("ratio_T10", quantity="trained ratio at T = 10 vs c*(T) sigma^2",
-                  predicted=c_T, measured=mu, se=se, z=4, floor=1e-12,
+                  predicted=c_T, measured=mu, se=se, dof=7, z=4, floor=1e-12,
                   falsifier="T -> infinity constant 1/5", falsifier_value=0.2,
                   reason="4 SE over 8 replicate training sets")
     v.finish()   # table + glue + results file; raises VerdictError if anything failed
@@ -41,7 +43,8 @@ Comparisons (``comparison=``): ``"abs"`` ``|measured - predicted| <= tolerance``
 ``measured <= predicted + tolerance``; ``"lower"`` ``measured >= predicted - tolerance``.
 
 For every claim ``c`` the glue keys ``c_predicted``, ``c_measured``, ``c_tolerance``, ``c_error``,
-``c_falsifier_value``, ``c_z_theory``, ``c_z_falsifier`` (floats, NaN where absent) and ``c_verdict``
+``c_falsifier_value``, ``c_z_theory``, ``c_z_falsifier``, ``c_crit``, ``c_dof`` (floats, NaN where absent) and
+``c_verdict``
 (the status text) are available to ``{glue:text}`` roles in the prose.
 
 Records are written to ``<results_dir>/<notebook slug>.jsonl`` (``results_dir`` is a notebook parameter;
@@ -122,10 +125,25 @@ class Record:
     floor: float | None = None  # the round-off floor added to z * se
     falsifier: str | None = None  # the plausible wrong answer this claim rules out
     falsifier_value: float | None = None
-    z_theory: float | None = None  # distance measured - predicted in units of tolerance / z
+    z_theory: float | None = None  # distance measured - predicted in units of tolerance / crit
     z_falsifier: float | None = None  # distance measured - falsifier in the same units
+    dof: float | None = None  # degrees of freedom of se (None: many, the normal quantile)
+    crit: float | None = None  # the critical number of standard errors: z, or the t quantile at z's level
     headline: bool = False  # the headline value of the result (its prediction is the theory's number)
     parameters: dict = field(default_factory=dict)
+
+
+def _dof(claim: str, dof) -> float | None:
+    """Degrees of freedom as a float > 0, or None for 'many' (None, infinite, or above 1e6, where the Student-t
+    quantile at the level of z = 4 differs from 4 by less than 1e-5 relative)."""
+    if dof is None:
+        return None
+    d = float(dof.item() if hasattr(dof, "item") else dof)
+    if d > 1e6:
+        return None
+    if not d > 0:
+        raise ValueError(f"{claim}: degrees of freedom must be > 0; got {dof!r}")
+    return d
 
 
 def _caller_parameters(notebook: str, frame_globals: dict) -> dict:
@@ -182,6 +200,8 @@ class Verdict:
         falsifier: str | None = None,
         falsifier_value: float | None = None,
         headline: bool = False,
+        dof: float | None = None,
+        crit: float | None = None,
     ) -> Record:
         """Compare one measured number with its prediction; remember (and return) the record.
 
@@ -211,10 +231,12 @@ class Verdict:
             error, accepted = pred - meas, meas >= pred - tol
         accepted = bool(accepted) and math.isfinite(meas) and math.isfinite(pred)
         fval = None if falsifier_value is None else _num(falsifier_value)
-        # distances in units of the effective standard error tolerance / z (statistical and bounds)
+        # distances in units of the effective standard error tolerance / crit (statistical and bounds)
         z_th = z_f = None
-        if z is not None and z > 0:
-            unit = tol / z
+        if crit is None and z is not None:
+            crit = float(z)
+        if crit is not None and crit > 0:
+            unit = tol / crit
             if comparison in ("abs", "rel"):
                 dist = diff
             else:
@@ -233,7 +255,8 @@ class Verdict:
             error=_plain(float(error)), passed=status != "failed", reason=reason,
             se=None if se is None else _plain(float(se)), z=None if z is None else float(z),
             floor=None if floor is None else float(floor), falsifier=falsifier, falsifier_value=_plain(fval),
-            z_theory=_plain(z_th), z_falsifier=_plain(z_f), headline=bool(headline), parameters=self.parameters,
+            z_theory=_plain(z_th), z_falsifier=_plain(z_f), dof=_plain(dof), crit=_plain(crit),
+            headline=bool(headline), parameters=self.parameters,
         )
         self.records.append(rec)
         return rec
@@ -259,9 +282,14 @@ class Verdict:
 
     def statistical(self, claim: str, *, quantity: str, predicted, measured, se, falsifier: str,
                     falsifier_value, z: float = 4.0, floor: float = 0.0, comparison: str = "abs",
-                    reason: str, headline: bool = False) -> Record:
-        """A simulation against an independent prediction at ``z * se + floor``; passes only when the
-        falsifier is rejected at the same tolerance (``not_resolvable`` when it is not)."""
+                    reason: str, headline: bool = False, dof: float | None = None) -> Record:
+        """A simulation against an independent prediction at ``crit * se + floor``; passes only when the
+        falsifier is rejected at the same tolerance (``not_resolvable`` when it is not).
+
+        ``crit`` is ``z``, or with ``dof`` (the degrees of freedom of ``se``, e.g. R - 1 for R replicates) the
+        Student-t quantile at the same level (:func:`companion.stats.critical`)."""
+        from .stats import critical
+
         se_, fl = _num(se), float(floor)
         if not (math.isfinite(se_) and se_ >= 0):
             raise ValueError(f"{claim}: the standard error must be finite and >= 0; got {se!r}")
@@ -269,25 +297,34 @@ class Verdict:
             raise ValueError(f"{claim}: need z > 0 and floor >= 0; got z={z!r}, floor={floor!r}")
         if not falsifier or falsifier_value is None:
             raise ValueError(f"{claim}: a statistical claim names its falsifier and the falsifier's value")
+        crit = critical(z, _dof(claim, dof))
         return self.check(claim, kind="statistical", quantity=quantity, predicted=predicted, measured=measured,
-                          tolerance=z * se_ + fl, comparison=comparison, reason=reason, se=se_, z=z, floor=fl,
-                          falsifier=falsifier, falsifier_value=falsifier_value, headline=headline)
+                          tolerance=crit * se_ + fl, comparison=comparison, reason=reason, se=se_, z=z, floor=fl,
+                          falsifier=falsifier, falsifier_value=falsifier_value, headline=headline,
+                          dof=_dof(claim, dof), crit=crit)
 
     def bound(self, claim: str, *, quantity: str, bound, measured, comparison: str, reason: str,
               tolerance: float | None = None, se=None, z: float = 4.0, floor: float = 0.0,
-              falsifier: str | None = None, falsifier_value=None, headline: bool = False) -> Record:
+              falsifier: str | None = None, falsifier_value=None, headline: bool = False,
+              dof: float | None = None) -> Record:
         """An inequality a theorem states: ``measured <= bound`` (``"upper"``) or ``>=`` (``"lower"``),
-        up to ``tolerance`` (round-off) or ``z * se + floor`` (a simulated quantity)."""
+        up to ``tolerance`` (round-off) or ``crit * se + floor`` (a simulated quantity; ``crit`` as in
+        :meth:`statistical`)."""
+        from .stats import critical
+
         if comparison not in ("upper", "lower"):
             raise ValueError(f"{claim}: a bound is 'upper' or 'lower'; got {comparison!r}")
         if (tolerance is None) == (se is None):
             raise ValueError(f"{claim}: give either a round-off tolerance or a standard error")
         if se is not None:
             se_ = _num(se)
+            crit = critical(z, _dof(claim, dof))
             return self.check(claim, kind="bound", quantity=quantity, predicted=bound, measured=measured,
-                              tolerance=z * se_ + float(floor), comparison=comparison, reason=reason, se=se_,
+                              tolerance=crit * se_ + float(floor), comparison=comparison, reason=reason, se=se_,
                               z=z, floor=float(floor), falsifier=falsifier, falsifier_value=falsifier_value,
-                              headline=headline)
+                              headline=headline, dof=_dof(claim, dof), crit=crit)
+        if dof is not None:
+            raise ValueError(f"{claim}: degrees of freedom belong to a standard error; this bound has none")
         return self.check(claim, kind="bound", quantity=quantity, predicted=bound, measured=measured,
                           tolerance=tolerance, comparison=comparison, reason=reason, falsifier=falsifier,
                           falsifier_value=falsifier_value, headline=headline)
@@ -373,7 +410,7 @@ class Verdict:
         if glue is not None:
             for r in self.records:
                 for key in ("predicted", "measured", "tolerance", "error", "falsifier_value", "z_theory",
-                            "z_falsifier"):
+                            "z_falsifier", "crit", "dof"):
                     val = getattr(r, key)
                     glue(f"{r.claim}_{key}", float(val) if val is not None else math.nan, display=False)
                 glue(f"{r.claim}_verdict", r.status.replace("_", " "), display=False)
