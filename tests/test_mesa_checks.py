@@ -133,8 +133,11 @@ def test_full_training_is_bitwise_identical_at_one_and_two_threads():
 
 
 def test_richardson_extrapolation_arithmetic(monkeypatch):
-    """2 mean(m) - mean(m/4) with the SE of the replicate means added in quadrature (2 se(m), se(m/4))."""
+    """(4 mean(m) - mean(m/4)) / 3 (a 1/m bias) with the SE of the replicate means added in quadrature
+    (4 se(m) / 3, se(m/4) / 3) and their Welch degrees of freedom; the replicates are the seeds of
+    replicate_kwargs, independent at the two sizes."""
     import companion.mesa.train as T_
+    from companion import replicate_seed
 
     class R:
         def __init__(self, v):
@@ -145,15 +148,16 @@ def test_richardson_extrapolation_arithmetic(monkeypatch):
 
     def fake_run(**kw):
         vals.setdefault(kw["m"], []).append(kw["seed"])
-        base = 0.2 + (0.01 if kw["m"] == 1000 else 0.02)
+        base = 0.2 + (0.01 if kw["m"] == 1000 else 0.04)
         return R(base + 0.001 * (kw["seed"] % 3))
 
     monkeypatch.setattr(T_, "run", fake_run)
     q = C.extrapolated_ab("gaussian", 1.0, 5, 20, 0.5, 1.5, 1e-4, 1, 1000, 3, 7)
-    big = [0.21 + 0.001 * (s % 3) for s in (1007, 1008, 1009)]
-    small = [0.22 + 0.001 * (s % 3) for s in (2007, 2008, 2009)]
-    assert q["measured"] == pytest.approx(2 * np.mean(big) - np.mean(small))
-    assert q["se"] == pytest.approx(S.combine(2 * S.replicate_se(big)[1], S.replicate_se(small)[1]))
+    big = [0.21 + 0.001 * (replicate_seed(7, 1 + k) % 3) for k in range(3)]
+    small = [0.24 + 0.001 * (replicate_seed(7, 17 + k) % 3) for k in range(3)]
+    assert q["measured"] == pytest.approx((4 * np.mean(big) - np.mean(small)) / 3)
+    se, dof = S.welch((4 * S.replicate_se(big)[1] / 3, 2), (S.replicate_se(small)[1] / 3, 2))
+    assert q["se"] == pytest.approx(se) and q["dof"] == pytest.approx(dof)
     assert set(vals[1000]).isdisjoint(vals[250])  # independent training sets at the two sizes
 
 
@@ -250,3 +254,19 @@ def test_extrapolated_gap_pairs_replicates_and_test_sequences():
     q = C.extrapolated_gap(u, m)
     assert q["measured"] == pytest.approx((4 * (-1.0) - (-0.7)) / 3, abs=0.01)
     assert q["se"] < 0.01  # the common test-set effects (sd 1) do not enter
+
+
+def test_replicate_training_sets_of_nearby_seeds_are_distinct():
+    """Seed s's replicates must not be seed s+1's (with ``seed + 1000 + k`` the held-out seed 2 reused seed 1's
+    replicates 1.. as its 0..): every training set of seeds 1..4 is its own."""
+    from companion.mesa import checks as C
+
+    seeds = [kw["seed"] for s in range(1, 5) for kw in C.replicate_kwargs("gaussian", 1.0, 3, 6, 0.5, 1.5, 1e-3, 2, 400, 16, s)]
+    assert len(seeds) == len(set(seeds)) == 4 * 32
+
+
+def test_sweep_replicates_rule():
+    from companion.mesa import checks as C
+
+    assert C.sweep_replicates(10, [10, 20, 100]) == {10: 10, 20: 7, 100: 3}
+    assert C.sweep_replicates(3, [5, 1000]) == {5: 3, 1000: 3}

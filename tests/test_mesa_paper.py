@@ -54,9 +54,11 @@ def test_appendix_settings():
 
 
 def test_replicate_and_sweep_settings():
-    for name in ("thm4_1_emergence", "thm4_3_masking"):
-        p = _defaults(name)
-        assert {k: p[k] for k in paper.REPLICATES} == paper.REPLICATES, name
+    r = paper.REPLICATES
+    p = _defaults("thm4_1_emergence")
+    assert (p["m_rep"], p["n_rep"], p["n_rep_dev"]) == (r["m_rep"], r["n_rep"], r["n_rep_dev"])
+    p = _defaults("thm4_3_masking")
+    assert (p["m_rep"], p["n_rep"]) == (r["m_rep"], r["n_rep_mask"])
     p = _defaults("prop4_1_gaussian")
     assert {k: p[k] for k in paper.T_SWEEP} == paper.T_SWEEP
 
@@ -73,8 +75,10 @@ def test_paper_runs_are_distinct_and_include_the_replicates():
     assert len(keys) == len(set(keys))
     c = paper.COMMON
     lr = dict(paper.TABLE1["gaussian"])[1.0]
-    want = C.replicate_kwargs("gaussian", 1.0, c["d"], c["T"], 0.5, 1.5, lr, c["epochs"], 2500, 3, c["seed"])
-    want += C.replicate_kwargs("full_one", 1.0, c["d"], c["T"], 0.5, 1.5, 5e-4, c["epochs"], 2500, 3, c["seed"], mask=True)
+    want = C.replicate_kwargs("gaussian", 1.0, c["d"], c["T"], 0.5, 1.5, lr, c["epochs"], 2500, 8, c["seed"])
+    want += C.replicate_kwargs("full_one", 1.0, c["d"], c["T"], 0.5, 1.5, 5e-4, c["epochs"], 2500, 6, c["seed"], mask=True)
+    want += C.replicate_kwargs("gaussian", 1.0, c["d"], 10, 0.5, 1.5, C.stable_lr("gaussian", 1.0, c["d"], 10, [(0.5, 1.5)],
+                               0.25, c["seed"]), c["epochs"], 10_000, 10, c["seed"])
     want.append(C.first_step_kwargs("full_one", c["d"], c["T"], c["m"], 2.0, 2.0, 5e-4, c["seed"]))
     for kw in want:
         assert tuple(sorted(asdict(RunConfig(**kw)).items())) in set(keys), kw

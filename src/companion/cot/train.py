@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from companion import replicate_seed
 from companion.cache import cached
 from companion.params import ParameterError, choice, integer, real
 
@@ -64,12 +65,6 @@ class TrainResult:
             return self
         return TrainResult(self.W_KQ[r], self.W_PV[r], self.steps, self.eval_loss[:, r], self.train_loss,
                            [(a[r], b[r]) for a, b in self.snapshots], dict(self.config, replicate=r))
-
-
-def replicate_seed(seed: int, r: int) -> int:
-    """The seed of replicate ``r`` of a run seeded with ``seed`` (replicate 0 is the run itself; the others are
-    far apart, so runs with nearby seeds share no replicate)."""
-    return int(seed) + 1_000_003 * int(r)
 
 
 def evaluate(objective: str, prompts, W_KQ, W_PV, k: int) -> torch.Tensor:

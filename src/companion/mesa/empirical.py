@@ -107,7 +107,8 @@ def sampling_spread(data: ARData, a0: float, b0: float, lr: float, epochs: int, 
 
 def jackknife_ab(a0, b0, lr: float, epochs: int, stats, scale: float = 1.0):
     """Delete-one-batch jackknife of the final per-coordinate (a, b) and a*b of the restricted GD.
-    Returns dict with the full-data values and their standard errors (arrays over coordinates)."""
+    Returns dict with the full-data values and their standard errors (arrays over coordinates), and ``dof``,
+    the G - 1 degrees of freedom of the jackknife."""
     Qb, Pb = stats
     Qb = Qb * scale**6
     Pb = Pb * scale**4
@@ -119,7 +120,7 @@ def jackknife_ab(a0, b0, lr: float, epochs: int, stats, scale: float = 1.0):
         return np.asarray(S.jackknife_se(v.mean(0), v, axis=0)[1])
 
     return dict(a=a_f, b=b_f, ab=a_f * b_f, se_a=jk(a_l), se_b=jk(b_l), se_ab=jk(a_l * b_l),
-                se_a_mean=jk(a_l.mean(1)), se_b_mean=jk(b_l.mean(1)))
+                se_a_mean=jk(a_l.mean(1)), se_b_mean=jk(b_l.mean(1)), dof=G - 1)
 
 
 def exact_population(law: str, d: int, T: int, scale: float = 1.0, gh_nodes: int = 7):

@@ -13,8 +13,10 @@ TABLE1 = {
 PROBES = [("rademacher", 1.0, 1e-3), ("sparse_gaussian", 1.0, 1e-3)]  # with init (0.5, 1.5)
 FIG5 = dict(law="gaussian", scale=1.0, lr=1e-4, epochs=300, sigma_ws=[0.01, 0.1])
 APPENDIX_INITS = [(1.5, 0.5), (1.0, 0.2)]  # further diagonal inits (Gaussian sigma = 1, lr 1e-4)
-REPLICATES = dict(m_rep=2500, n_rep=3)  # replicate training sets of thm4_1 and thm4_3 (at m_rep and m_rep/4)
-T_SWEEP = dict(Ts=[10, 20, 100], m_sweep=10_000, n_rep=3, kappa=0.25)  # the trained T sweep of prop4_1 (middle init)
+# replicate training sets (at m_rep and m_rep/4): thm4_1 per (law, scale), its Gaussian middle scale (the one-step-GD
+# deviation), thm4_3 (masked and unmasked); the notebooks' defaults
+REPLICATES = dict(m_rep=2500, n_rep=3, n_rep_dev=8, n_rep_mask=6)
+T_SWEEP = dict(Ts=[10, 20, 100], m_sweep=10_000, n_rep=10, kappa=0.25)  # the trained T sweep of prop4_1 (middle init)
 
 
 def paper_runs() -> list[dict]:
@@ -46,15 +48,18 @@ def paper_runs() -> list[dict]:
     a0, b0 = INITS[len(INITS) // 2]
     d, T, E, seed = COMMON["d"], COMMON["T"], COMMON["epochs"], COMMON["seed"]
     rep = REPLICATES
+    s_mid = TABLE1["gaussian"][len(TABLE1["gaussian"]) // 2][0]
     for law in ("gaussian", "sparse"):
         for s, lr in TABLE1[law]:
-            out += C.replicate_kwargs(law, s, d, T, a0, b0, lr, E, rep["m_rep"], rep["n_rep"], seed)
+            n = rep["n_rep_dev"] if (law, s) == ("gaussian", s_mid) else rep["n_rep"]
+            out += C.replicate_kwargs(law, s, d, T, a0, b0, lr, E, rep["m_rep"], n, seed)
     for mask in (True, False):  # thm4_3: the masked ab and loss; the unmasked-minus-masked gap and off-diagonals
-        out += C.replicate_kwargs("full_one", 1.0, d, T, a0, b0, TABLE1["full_one"][0][1], E, rep["m_rep"], rep["n_rep"],
-                                  seed, mask=mask)
+        out += C.replicate_kwargs("full_one", 1.0, d, T, a0, b0, TABLE1["full_one"][0][1], E, rep["m_rep"],
+                                  rep["n_rep_mask"], seed, mask=mask)
+    reps = C.sweep_replicates(T_SWEEP["n_rep"], T_SWEEP["Ts"])
     for TT in T_SWEEP["Ts"]:
         lrT = C.stable_lr("gaussian", 1.0, d, TT, [(a0, b0)], T_SWEEP["kappa"], seed)
-        out += C.replicate_kwargs("gaussian", 1.0, d, TT, a0, b0, lrT, E, T_SWEEP["m_sweep"], T_SWEEP["n_rep"], seed)
+        out += C.replicate_kwargs("gaussian", 1.0, d, TT, a0, b0, lrT, E, T_SWEEP["m_sweep"], reps[TT], seed)
     for a0, b0 in INITS:  # Prop 4.2: one GD epoch of the full-one transformer
         out.append(C.first_step_kwargs("full_one", d, T, COMMON["m"], a0, b0, TABLE1["full_one"][0][1], seed))
     return out
