@@ -116,7 +116,7 @@ def test_ood_row_follows_gd_for_the_construction():
     rng = np.random.default_rng(1)
     row = checks.ood_row(R, np.diag([0.5, 1.0, 1.5]), 0.3, [4, 8], 9, 4000, 4000, 7, rng)
     for k in (4, 8):
-        (mm, ms), (ml, ls) = row["ks"][k]["model"], row["ks"][k]["law"]
+        (mm, ms, _), (ml, ls) = row["ks"][k]["model"], row["ks"][k]["law"]
         assert abs(mm - ml) <= 4 * math.hypot(ms, ls)
         assert mm <= row["ks"][k]["bound"][0]
     assert row["cond"] == pytest.approx(0.3 * 1.5 * (1 + math.sqrt(3 / 9)) ** 2)

@@ -21,7 +21,7 @@ import math
 import numpy as np
 import torch
 
-from companion.stats import combine, mean_se, median_se, replicate_se
+from companion.stats import combine, mean_se, median_se, replicate_se, welch, wider
 
 from . import theory as th
 from .data import Prompts, cot_tokens, embed, gd_trajectory, make_generator, sample_prompts
@@ -139,25 +139,32 @@ def replicate_errors(objective: str, res, k: int, num: int, seed: int) -> np.nda
                      for r in range(res.replicates)])
 
 
-def trained_vs_prediction(errors: np.ndarray, pred_mean: float, pred_se: float = 0.0) -> dict:
-    r"""Mean of trained models' per-prompt errors with its standard error, and the combined standard error
-    against an (independent) prediction with its own Monte-Carlo error.
+def trained_vs_prediction(errors: np.ndarray, pred_mean: float, pred_se: float = 0.0, z: float = 4.0) -> dict:
+    r"""Mean of trained models' per-prompt errors with its standard error and degrees of freedom, combined with
+    the Monte-Carlo error of an (independent) prediction.
 
-    ``errors`` of shape (N,): one model, the standard error is over the prompts. Shape (R, N): R independently
-    seeded training runs, each evaluated on its own prompts; the replicate means are i.i.d., so their spread
-    (:func:`companion.stats.replicate_se`) covers the training seeds *and* the prompts. It rests on R - 1
-    degrees of freedom, so it is never taken below the prompts-only standard error of all R N errors
-    (:func:`companion.stats.mean_se`), which the true one exceeds:
-    :math:`\mathrm{se} = \max(\mathrm{se}_{\rm seeds}, \mathrm{se}_{\rm prompts})`.
+    ``errors`` of shape (N,): one model, the standard error is over the prompts (many degrees of freedom).
+    Shape (R, N): R independently seeded training runs, each evaluated on its own prompts; the replicate means
+    are i.i.d., so their spread (:func:`companion.stats.replicate_se`) covers the training seeds *and* the
+    prompts, on R - 1 degrees of freedom. The prompts-only standard error of all R N errors
+    (:func:`companion.stats.mean_se`) is a lower bound of the true one, on many degrees of freedom. Each is a
+    valid test at the level of ``z`` normal standard errors on its own; the verdict takes the one with the wider
+    band (:func:`companion.stats.wider`): the seed spread at the Student-t critical value, or the prompts at z.
+    Returns ``se`` and ``dof`` (``math.inf`` when the prompts decide) to hand to the verdict, and ``se_from``,
+    which of the two it is, in words.
     """
     errors = np.asarray(errors, dtype=float)
     m, se = mean_se(errors)
     out = dict(mean=m, se_prompts=se, pred=pred_mean, pred_se=pred_se)
+    cand = [welch((se, math.inf), (pred_se, math.inf))]
     if errors.ndim == 2:
         means = errors.mean(axis=1)
         out.update(means=means, se_seeds=replicate_se(means)[1])
-        se = max(se, out["se_seeds"])
-    return dict(out, se=combine(se, pred_se))
+        cand.append(welch((out["se_seeds"], len(means) - 1), (pred_se, math.inf)))
+    se, dof = wider(z, *cand)
+    src = (f"the spread of {errors.shape[0]} training seeds (Student-t, {dof:.1f} degrees of freedom)" if math.isfinite(dof)
+           else "the evaluation prompts")
+    return dict(out, se=se, dof=dof, se_from=src)
 
 
 def cot_vs_no_cot(d: int, n: int, eta: float, k: int, *, steps: int, lr: float, lr_final: float, lr_no_cot: float,
@@ -205,20 +212,23 @@ def no_cot_eta_eff(W_KQ, W_PV, d: int) -> float:
     return float(np.trace(no_cot_effective_matrix(W_KQ, W_PV, d)) / d)
 
 
-def replicate_median(errors: np.ndarray) -> tuple[float, float]:
+def replicate_median(errors: np.ndarray, z: float = 4.0) -> tuple[float, float, float]:
     """The median of R models' per-prompt errors, shape (R, N), each model on its own prompts: the mean of the R
-    medians, with the standard error of that mean over the replicates (training seeds and prompts), never below
-    the order-statistic standard errors of the R medians (:func:`companion.stats.median_se`) combined. One model
-    (R = 1 or a 1-d array): its median and order-statistic standard error."""
+    medians, with the standard error of that mean over the replicates (training seeds and prompts, R - 1
+    degrees of freedom) or the order-statistic standard errors of the R medians
+    (:func:`companion.stats.median_se`) combined (many degrees of freedom), whichever band is wider at the level
+    of ``z`` (:func:`companion.stats.wider`). One model (R = 1 or a 1-d array): its median and order-statistic
+    standard error. Returns ``(median, se, dof)``."""
     errors = np.atleast_2d(np.asarray(errors, dtype=float))
     meds = [median_se(e) for e in errors]
     if len(meds) == 1:
-        return meds[0]
+        return meds[0][0], meds[0][1], math.inf
     m = np.array([a for a, _ in meds])
     floor = combine(*(b for _, b in meds)) / len(meds)
     if not np.all(np.isfinite(m)):
-        return float(np.mean(m)), float("inf")
-    return float(m.mean()), max(replicate_se(m)[1], floor)
+        return float(np.mean(m)), float("inf"), math.inf
+    se, dof = wider(z, (replicate_se(m)[1], len(m) - 1), (floor, math.inf))
+    return float(m.mean()), se, dof
 
 
 def median_pair(a, b) -> tuple[float, float, float]:
