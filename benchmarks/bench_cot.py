@@ -9,8 +9,9 @@
    each wall time the CPU time of the run (user + sys of its processes: about the wall time on a quiet machine)
    and the load average, since the machine is shared.
 
-Usage:  .venv/bin/python benchmarks/bench_cot.py [--skip-notebooks] [--fresh-cache]
-(``--fresh-cache``: the runs share an empty run cache, as in a first ``make book``, instead of running cold.)
+Usage:  .venv/bin/python benchmarks/bench_cot.py [--skip-notebooks] [--fresh-cache] [--jobs 2]
+(``--fresh-cache``: the runs share an empty run cache, as in a first ``make book``, instead of running cold;
+``--jobs 2``: two notebooks side by side, as ``companion book`` runs them on a 2-core machine.)
 Timings are noisy on a shared machine; the script reports the best of several repeats for part 1.
 """
 
@@ -81,37 +82,49 @@ def bench_loss(d=10, n=20, k=20, batch=64, eta=0.3, repeats=5):
     return t_slow / t_fast
 
 
-def bench_notebooks(fresh_cache: bool = False):
+def _run_one(name: str, tmp: str, env: dict) -> tuple[str, float, int, str]:
+    t = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "companion", "run", f"cot/{name}", "-o", f"{tmp}/{name}", "--quiet"],
+                          cwd=ROOT, env=env, capture_output=True, text=True)
+    return name, time.perf_counter() - t, proc.returncode, proc.stderr[-2000:]
+
+
+def bench_notebooks(fresh_cache: bool = False, jobs: int = 1):
     """``fresh_cache``: an empty run cache shared by the eight runs (a first ``make book``: thm4_2_ood reuses the
-    training of thm4_1_dynamics) instead of no cache at all."""
-    total = cpu_total = 0.0
+    training of thm4_1_dynamics) instead of no cache at all. ``jobs``: notebooks executed side by side (2: as
+    ``companion book`` executes them on a 2-core machine, the costliest first, COMPANION_THREADS=1 as there); the
+    total is then the wall time of the whole set, not the sum of the notebooks' times."""
+    from concurrent.futures import ThreadPoolExecutor
+
     how = "an empty run cache shared by the runs" if fresh_cache else "cold: run cache off"
-    print(f"cot notebooks at book settings ({how}), via `companion run`; load {os.getloadavg()[0]:.1f}:")
+    print(f"cot notebooks at book settings ({how}), via `companion run`, {jobs} at a time; "
+          f"load {os.getloadavg()[0]:.1f}:")
+    names = [n for n in NOTEBOOKS if (ROOT / "notebooks" / "cot" / f"{n}.md").is_file()]
+    if jobs > 1:  # the costliest first, so the last one to start is short
+        order = ["thm4_1_dynamics", "experiments", "thm4_2_ood", "looped", "cor3_1_floor"]
+        names = sorted(names, key=lambda n: order.index(n) if n in order else len(order))
+    before = os.times()
+    t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ, COMPANION_CACHE_DIR=f"{tmp}/cache" if fresh_cache else "off")
-        for name in NOTEBOOKS:
-            if not (ROOT / "notebooks" / "cot" / f"{name}.md").is_file():
-                print(f"  cot/{name:22s}  (missing)")
-                continue
-            before = os.times()
-            t = time.perf_counter()
-            proc = subprocess.run([sys.executable, "-m", "companion", "run", f"cot/{name}", "-o", f"{tmp}/{name}",
-                                   "--quiet"], cwd=ROOT, env=env, capture_output=True, text=True)
-            dt = time.perf_counter() - t
-            after = os.times()
-            cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
-            total += dt
-            cpu_total += cpu
-            status = "ok" if proc.returncode == 0 else f"FAILED ({proc.returncode})"
-            print(f"  cot/{name:22s} {dt:7.1f} s wall {cpu:7.1f} s CPU  load {os.getloadavg()[0]:4.1f}  {status}")
-            if proc.returncode != 0:
-                print(proc.stderr[-2000:])
-    print(f"  total {total:.1f} s wall, {cpu_total:.1f} s CPU   (target <= 120 s; includes kernel start-up, about 2-3 s "
-          "per notebook)")
+        if jobs > 1:
+            env["COMPANION_THREADS"] = "1"
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            for name, dt, code, err in pool.map(lambda n: _run_one(n, tmp, env), names):
+                status = "ok" if code == 0 else f"FAILED ({code})"
+                print(f"  cot/{name:22s} {dt:7.1f} s wall  load {os.getloadavg()[0]:4.1f}  {status}", flush=True)
+                if code != 0:
+                    print(err)
+    total = time.perf_counter() - t0
+    after = os.times()
+    cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
+    print(f"  all {len(names)}: {total:.1f} s wall, {cpu:.1f} s CPU, {jobs} at a time   (target <= 120 s; includes "
+          "kernel start-up, about 2-3 s per notebook)")
     return total
 
 
 if __name__ == "__main__":
     bench_loss()
     if "--skip-notebooks" not in sys.argv:
-        bench_notebooks(fresh_cache="--fresh-cache" in sys.argv)
+        jobs = int(sys.argv[sys.argv.index("--jobs") + 1]) if "--jobs" in sys.argv else 1
+        bench_notebooks(fresh_cache="--fresh-cache" in sys.argv, jobs=jobs)

@@ -11,7 +11,8 @@
 2. With --paper: the wall time of every paper-scale run of the mesa notebooks (companion.mesa.paper),
    computed from scratch (run cache disabled), and with --notebooks also the wall time of executing the
    seven mesa notebooks at their default (paper) parameters with an empty run cache (after compiling the
-   fused kernels, as `companion book` does, timed separately).
+   fused kernels, as `companion book` does, timed separately); ``--jobs 2`` executes them as ``companion book``
+   does on 2 cores (the shared runs first, then two notebooks at a time).
 
 Timings are noisy on the shared 2-core machine (three engineers); medians of a few repeats are printed.
 """
@@ -165,6 +166,41 @@ def notebooks_benchmark(keep: str = "") -> None:
         _check_paper_runs(Path(out), names)
 
 
+def notebooks_parallel(jobs: int) -> None:
+    """The seven mesa notebooks as ``companion book`` executes them on a 2-core machine, from an empty run cache:
+    every shared run of :func:`companion.mesa.paper.warm_run_cache` first (``jobs`` processes, one kernel thread
+    each), then the notebooks ``jobs`` at a time (``COMPANION_THREADS=1``). Prints both stages and the total."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from companion.mesa.kernels import warm_up
+
+    names = ["thm4_2_capability", "thm4_1_emergence", "thm4_3_masking", "appendix_experiments", "prop4_1_gaussian",
+             "setup", "prop4_2_beyond"]
+    print(f"{warm_up():7.1f} s  compiling / loading the fused mesa kernels (d = 5, both dtypes)", flush=True)
+    with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as out:
+        os.environ["COMPANION_CACHE_DIR"] = cache
+        from companion.mesa.paper import paper_runs, warm_run_cache
+
+        t0 = time.perf_counter()
+        sec = warm_run_cache(jobs, log=None)
+        print(f"{sec:7.1f} s  {len(paper_runs())} shared runs, {jobs} processes", flush=True)
+        env = dict(os.environ, COMPANION_THREADS="1")
+
+        def one(n):
+            t = time.perf_counter()
+            p = subprocess.run([sys.executable, "-m", "companion", "run", f"mesa/{n}", "-o", f"{out}/{n}", "--quiet"],
+                               env=env, capture_output=True, text=True)
+            return n, time.perf_counter() - t, p.returncode
+
+        t1 = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            for n, dt, code in pool.map(one, names):
+                print(f"{dt:7.1f} s  mesa/{n} (exit {code})", flush=True)
+        print(f"{time.perf_counter() - t1:7.1f} s  the 7 notebooks, {jobs} at a time")
+        print(f"all mesa notebooks at paper settings, empty run cache at start, {jobs} at a time: "
+              f"{time.perf_counter() - t0:.0f} s (load {os.getloadavg()[0]:.1f})")
+
+
 def _check_paper_runs(out: Path, names) -> None:
     """Every run the notebooks did at their defaults is in companion.mesa.paper.paper_runs() (which warms the
     cache), and every listed run was used; a difference is printed and makes the benchmark fail."""
@@ -201,10 +237,12 @@ if __name__ == "__main__":
     ap.add_argument("--notebooks", action="store_true", help="also execute the 7 mesa notebooks at paper settings")
     ap.add_argument("--out", default="", help="with --notebooks: keep the executed notebooks in this directory")
     ap.add_argument("--no-epoch", action="store_true", help="skip the epoch benchmark")
+    ap.add_argument("--jobs", type=int, default=1, help="with --notebooks: 2 = as `companion book` on 2 cores (the "
+                    "shared runs first, 2 processes, then the notebooks 2 at a time)")
     a = ap.parse_args()
     if not a.no_epoch:
         epoch_benchmark(a.m, a.T, a.d, a.n_naive, a.n_loop, a.repeats)
     if a.paper:
         paper_benchmark()
     if a.notebooks:
-        notebooks_benchmark(a.out)
+        notebooks_benchmark(a.out) if a.jobs <= 1 else notebooks_parallel(a.jobs)
