@@ -125,3 +125,13 @@ def test_richardson_removes_a_one_over_m_bias():
     assert r["measured"] == pytest.approx((4 * 1.05 - 2.1) / 3)
     assert r["se"] == pytest.approx(math.sqrt(16 * 0.05**2 + 0.1**2) / 3) and r["dof"] == pytest.approx(
         (16 * 0.05**2 + 0.1**2) ** 2 / ((16 * 0.05**2) ** 2 + 0.1**4))
+
+
+def test_combine_and_welch_do_not_overflow():
+    """Medians of errors that reach diverging prompts have standard errors of 1e200 and more: their squares
+    overflow a float (an OverflowError at a domain point of cot/thm4_2_ood before this was guarded)."""
+    assert stats.combine(1e200, 1e200) == pytest.approx(math.sqrt(2) * 1e200)
+    assert stats.combine(1e300, 1e308, 1e308) == math.inf or stats.combine(1e300, 1e308) > 1e307
+    se, dof = stats.welch((1e200, 3), (1e200, 3))
+    assert se == pytest.approx(math.sqrt(2) * 1e200) and dof == pytest.approx(6)
+    assert stats.welch((math.inf, 3), (1.0, 2))[0] == math.inf

@@ -134,8 +134,9 @@ def batch_means_se(x, n_batches: int) -> tuple[float, float]:
 
 
 def combine(*ses) -> float:
-    """Independent standard errors added in quadrature: sqrt(sum se_i^2)."""
-    return float(math.sqrt(sum(float(s) ** 2 for s in ses)))
+    """Independent standard errors added in quadrature: sqrt(sum se_i^2) (by ``math.hypot``, so huge standard
+    errors, e.g. of medians that reach diverging prompts, give a large or infinite result, never an overflow)."""
+    return float(math.hypot(*(float(s) for s in ses)))
 
 
 def welch(*terms) -> tuple[float, float]:
@@ -149,16 +150,18 @@ def welch(*terms) -> tuple[float, float]:
 
     Returns ``(se, dof)``; ``dof`` is ``math.inf`` when every term has infinitely many.
     """
-    se2 = 0.0
-    den = 0.0
+    terms = [(abs(float(se_i)), float(dof_i)) for se_i, dof_i in terms]
+    if any(not dof_i > 0 for _, dof_i in terms):
+        raise ValueError(f"degrees of freedom must be > 0; got {[dof_i for _, dof_i in terms]!r}")
+    scale = max((se_i for se_i, _ in terms), default=0.0)
+    if scale == 0.0 or not math.isfinite(scale):  # all exact, or an infinite (or NaN) term: nothing to weigh
+        return (combine(*(se_i for se_i, _ in terms)), math.inf)
+    se2 = den = 0.0  # in units of the largest term: no overflow of the squares
     for se_i, dof_i in terms:
-        v = float(se_i) ** 2
-        if not dof_i > 0:
-            raise ValueError(f"degrees of freedom must be > 0; got {dof_i!r}")
+        v = (se_i / scale) ** 2
         se2 += v
-        den += v * v / float(dof_i)
-    se = math.sqrt(se2)
-    return se, (se2 * se2 / den if den > 0 else math.inf)
+        den += v * v / dof_i
+    return scale * math.sqrt(se2), (se2 * se2 / den if den > 0 else math.inf)
 
 
 def critical(z: float, dof: float | None = None) -> float:
