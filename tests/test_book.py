@@ -250,3 +250,16 @@ def test_a_figure_is_brought_to_the_standard_before_it_is_shown():
     fig.canvas.draw()
     assert min(t.get_fontsize() for t in fig.findobj(Text)) >= plotting.MIN_FONT_PT
     plt.close(fig)
+
+
+def test_the_table_shows_the_t_band_of_a_few_dof_claim(tmp_path):
+    from companion.report import verdict_table_html
+    from companion.verdict import Verdict
+
+    v = Verdict("t/band", manifest=["few", "many"], parameters={}, results_dir="")
+    v.statistical("few", quantity="q", predicted=0.0, measured=0.01, se=0.01, dof=3, falsifier="f",
+                  falsifier_value=1.0, reason="r")
+    v.statistical("many", quantity="q", predicted=0.0, measured=0.01, se=0.01, falsifier="f", falsifier_value=1.0,
+                  reason="r")
+    html = verdict_table_html([r.__dict__ for r in v.records])
+    assert html.count("band 32.6") == 1 and html.count("cv-band") == 1

@@ -75,7 +75,7 @@ def test_paper_runs_are_distinct_and_include_the_replicates():
     assert len(keys) == len(set(keys))
     c = paper.COMMON
     lr = dict(paper.TABLE1["gaussian"])[1.0]
-    want = C.replicate_kwargs("gaussian", 1.0, c["d"], c["T"], 0.5, 1.5, lr, c["epochs"], 2500, 8, c["seed"])
+    want = C.replicate_kwargs("gaussian", 1.0, c["d"], c["T"], 0.5, 1.5, lr, c["epochs"], 2500, 16, c["seed"])
     want += C.replicate_kwargs("full_one", 1.0, c["d"], c["T"], 0.5, 1.5, 5e-4, c["epochs"], 2500, 6, c["seed"], mask=True)
     want += C.replicate_kwargs("gaussian", 1.0, c["d"], 10, 0.5, 1.5, C.stable_lr("gaussian", 1.0, c["d"], 10, [(0.5, 1.5)],
                                0.25, c["seed"]), c["epochs"], 10_000, 10, c["seed"])

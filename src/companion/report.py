@@ -32,7 +32,8 @@ _COLUMNS = [  # (key for sorting, header, title of the header)
     ("kind", "kind", "identity (implementation test), numerics, statistical, bound or qualitative"),
     ("predicted", "predicted", "the theory's value (the bound, for a bound)"),
     ("measured", "measured", "the simulation's value"),
-    ("z_falsifier", "falsifier", "distance of the measurement from the falsifier's value, in standard errors"),
+    ("z_falsifier", "falsifier", "distance of the measurement from the falsifier's value, in standard errors (with "
+     "few degrees of freedom, the band it must exceed: the Student-t critical value)"),
 ]
 
 
@@ -99,6 +100,15 @@ def _falsifier_distance(r: dict) -> str:
     return f"{zf:.1f} SE" if zf < 100 else f"{fmt_number(zf)} SE"
 
 
+def _band(r: dict) -> str:
+    """' (band c)' when the claim's critical value is a Student-t quantile (few degrees of freedom), so the
+    falsifier's distance is read against c, not against z."""
+    if r.get("z_falsifier") is None or r.get("dof") is None or r.get("crit") is None:
+        return ""
+    return f"<br><span class='cv-band' title='critical number of standard errors: the Student-t quantile on " \
+           f"{r['dof']:.3g} degrees of freedom at the level of z = {fmt_number(r.get('z'))}'>band {r['crit']:.1f}</span>"
+
+
 def _details(r: dict) -> str:
     parts = [f"<span class='cv-quantity'>{_esc(r.get('quantity', ''))}</span>"]
     if r.get("reason"):
@@ -149,7 +159,7 @@ def _claim_rows(r: dict, href: str) -> str:
         f"<td class='cv-kind' data-label='kind'>{_esc(r.get('kind', '?'))}</td>",
         f"<td class='cv-num' data-label='predicted'>{fmt_number(r.get('predicted'))}</td>",
         f"<td class='cv-num' data-label='measured'>{fmt_number(r.get('measured'))}</td>",
-        f"<td class='cv-num' data-label='falsifier'>{_falsifier_distance(r)}</td>",
+        f"<td class='cv-num' data-label='falsifier'>{_falsifier_distance(r)}{_band(r)}</td>",
     ]
     return (f"<tbody class='cv-claim-group cv-row-{st}' id='{_esc(claim_anchor(nb, claim))}' "
             f"data-notebook='{_esc(nb)}' data-kind-name='{_esc(r.get('kind', '?'))}' "

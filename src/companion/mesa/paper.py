@@ -15,7 +15,7 @@ FIG5 = dict(law="gaussian", scale=1.0, lr=1e-4, epochs=300, sigma_ws=[0.01, 0.1]
 APPENDIX_INITS = [(1.5, 0.5), (1.0, 0.2)]  # further diagonal inits (Gaussian sigma = 1, lr 1e-4)
 # replicate training sets (at m_rep and m_rep/4): thm4_1 per (law, scale), its Gaussian middle scale (the one-step-GD
 # deviation), thm4_3 (masked and unmasked); the notebooks' defaults
-REPLICATES = dict(m_rep=2500, n_rep=3, n_rep_dev=8, n_rep_mask=6)
+REPLICATES = dict(m_rep=2500, n_rep=3, n_rep_dev=16, n_rep_mask=6)
 T_SWEEP = dict(Ts=[10, 20, 100], m_sweep=10_000, n_rep=10, kappa=0.25)  # the trained T sweep of prop4_1 (middle init)
 
 
