@@ -21,8 +21,12 @@ def test_cache_guard_wipes_the_cache_when_the_package_changes(tmp_path, monkeypa
     marker = tmp_path / book.CACHE_DIR / "executed-notebook"
     marker.write_text("cached")
     assert book.guard_cache(tmp_path) is False and marker.exists()
+    env = tmp_path / book.DOCTREES / "environment.pickle"
+    env.parent.mkdir(parents=True)
+    env.write_text("pages read by Sphinx")
     monkeypatch.setattr(cache, "source_hash", lambda: "a changed package")  # as if src/companion changed
     assert book.guard_cache(tmp_path) is True and not marker.exists()
+    assert not env.exists()  # else Sphinx keeps the old HTML of every page whose source did not change
     (tmp_path / book.CACHE_DIR / "executed-notebook").write_text("cached")
     (tmp_path / "constraints.txt").write_text("numpy==3\n")
     assert book.guard_cache(tmp_path) is True

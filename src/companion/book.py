@@ -45,6 +45,7 @@ __all__ = ["code_hash", "guard_cache", "toc_pages", "pre_execute", "collect_resu
            "check_math", "make_pdf", "build", "PDF_NAME", "CHROMIUM_FLAGS"]
 
 CACHE_DIR = Path("_build/.jupyter_cache")
+DOCTREES = Path("_build/.doctrees")  # Sphinx's environment: which pages it has read, and when
 HASH_FILE = ".companion-code-hash"
 
 
@@ -62,6 +63,16 @@ def code_hash(root: Path | None = None) -> str:
     return h.hexdigest()
 
 
+def forget_read_pages(root: Path) -> None:
+    """Drop Sphinx's environment, so the next build reads every page again.
+
+    Sphinx re-reads a page only when its *source* changed; a page re-executed because the package changed (or,
+    for the Sweeps page, because a swept notebook changed) has an unchanged source, and Sphinx would keep the
+    HTML of its old outputs beside the new results (seen: after a change of ``companion.report``, the pages kept
+    their old verdict tables while the dashboard showed the new ones)."""
+    shutil.rmtree(root / DOCTREES, ignore_errors=True)
+
+
 def guard_cache(root: Path | None = None) -> bool:
     """Wipe the jupyter cache if the package or the pinned stack changed. Returns True if wiped."""
     root = root or repo_root()
@@ -71,6 +82,7 @@ def guard_cache(root: Path | None = None) -> bool:
     wiped = False
     if cache.exists() and (not stamp.is_file() or stamp.read_text().strip() != current):
         shutil.rmtree(cache)
+        forget_read_pages(root)
         wiped = True
     cache.mkdir(parents=True, exist_ok=True)
     stamp.write_text(current + "\n")
@@ -357,6 +369,7 @@ def build(root: Path | None = None, *, strict: bool = True, force: bool = False,
 
     # jupyter-cache keys a page on its own code cells: the Sweeps page also depends on the notebooks it sweeps
     if guard_sweeps_page(root / CACHE_DIR, root):
+        forget_read_pages(root)
         print("companion book: a notebook swept by the Sweeps page changed; re-executing that page")
     from companion.mesa import kernels
 
