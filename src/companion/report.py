@@ -105,6 +105,8 @@ def _band(r: dict) -> str:
     falsifier's distance is read against c, not against z."""
     if r.get("z_falsifier") is None or r.get("dof") is None or r.get("crit") is None:
         return ""
+    if r.get("z") is not None and abs(r["crit"] - r["z"]) < 0.05:  # many degrees of freedom: the band is z
+        return ""
     return f"<br><span class='cv-band' title='critical number of standard errors: the Student-t quantile on " \
            f"{r['dof']:.3g} degrees of freedom at the level of z = {fmt_number(r.get('z'))}'>band {r['crit']:.1f}</span>"
 
@@ -120,7 +122,7 @@ def _details(r: dict) -> str:
         if r.get("z_falsifier") is not None:
             f += f" ({_falsifier_distance(r)} from the measurement"
             if r.get("z_theory") is not None:
-                f += f"; the theory is {_falsifier_distance({'z_falsifier': r['z_theory']})} from it"
+                f += f"; the theory is {_falsifier_distance({'z_falsifier': abs(r['z_theory'])})} from it"
             f += ")"
         parts.append(f"<span class='cv-falsifier'><b>Falsifier:</b> {f}</span>")
     if r.get("se") is not None:
