@@ -51,6 +51,10 @@ MUTANTS = [
            'status = "failed" if not accepted else "passed"', "a falsifier that is never consulted"),
     Mutant("verdict_upper_sign", "verdict.py", r"error, accepted = meas - pred, meas <= pred \+ tol",
            "error, accepted = meas - pred, meas >= pred - tol", "an upper bound checked as a lower bound"),
+    Mutant("stats_critical_normal", "stats.py", r"return float\(st\.t\.isf\(st\.norm\.sf\(z\), dof\)\)",
+           "return float(z)", "degrees of freedom ignored: few-replicate SEs judged at the normal z"),
+    Mutant("stats_richardson_sqrt", "stats.py", r"measured=\(4 \* mb - ms\) / 3",
+           "measured=2 * mb - ms", "Richardson for an m^-1/2 bias (the old combination)"),
     Mutant("verdict_manifest_unchecked", "verdict.py", r"out \+= \[f\"\{c\}: recorded but not declared",
            "out += [] and [f\"{c}: recorded but not declared", "undeclared claims accepted"),
     # ---- cot theory
