@@ -269,14 +269,17 @@ def _extrapolated_loss(runs_big, runs_small, m_loss: int, seed: int) -> dict:
     td = generate(c["law"], m_loss, c["d"], c["T"], c["scale"], np.random.default_rng([seed, 8]), torch.complex128)
     big = np.array([per_sequence_loss(td, *weights(r)) for r in runs_big])
     small = np.array([per_sequence_loss(td, *weights(r)) for r in runs_small])
-    mb, sb = S.replicate_se(big.mean(1))
-    ms, ss = S.replicate_se(small.mean(1))
-    _, se_test = S.mean_se((4 * big.mean(0) - small.mean(0)) / 3)
     mo = th.moments(c["law"], c["scale"], c["d"])
-    nu = len(runs_big) - 1
-    se, dof = S.welch((4 * sb / 3, nu), (ss / 3, len(runs_small) - 1), (se_test, math.inf))
-    return dict(measured=(4 * mb - ms) / 3, se=se, dof=dof, mean_big=mb, mean_small=ms,
-                se_test=se_test, zero_loss=c["d"] / 2 * (c["T"] - 2) * mo.m2, big=big, small=small)
+    return dict(_richardson_paired(big, small), zero_loss=c["d"] / 2 * (c["T"] - 2) * mo.m2, big=big, small=small)
+
+
+def _richardson_paired(big: np.ndarray, small: np.ndarray) -> dict:
+    """:func:`companion.stats.richardson` of the replicates' mean test losses (rows: replicates, columns: the
+    common test sequences), with the test-set standard error of the same combination added (Welch)."""
+    rich = S.richardson(big.mean(1), small.mean(1))
+    _, se_test = S.mean_se((4 * big.mean(0) - small.mean(0)) / 3)
+    se, dof = S.welch((rich["se"], rich["dof"]), (se_test, math.inf))
+    return dict(rich, se=se, dof=dof, se_test=se_test)
 
 
 def extrapolated_gap(rep_u: dict, rep_m: dict) -> dict:
@@ -285,12 +288,7 @@ def extrapolated_gap(rep_u: dict, rep_m: dict) -> dict:
     m with the 1/m law of :func:`_extrapolated_loss`. Paired twice: per training set (the replicate spread of
     the per-replicate differences) and per test sequence (the test-set SE of the same combination)."""
     u, w = rep_u["loss"], rep_m["loss"]
-    db, ds = u["big"] - w["big"], u["small"] - w["small"]  # (n_rep, m_loss)
-    mb, sb = S.replicate_se(db.mean(1))
-    ms, ss = S.replicate_se(ds.mean(1))
-    _, se_test = S.mean_se((4 * db.mean(0) - ds.mean(0)) / 3)
-    se, dof = S.welch((4 * sb / 3, len(db) - 1), (ss / 3, len(ds) - 1), (se_test, math.inf))
-    return dict(measured=(4 * mb - ms) / 3, se=se, dof=dof, mean_big=mb, mean_small=ms)
+    return _richardson_paired(u["big"] - w["big"], u["small"] - w["small"])  # (n_rep, m_loss) each
 
 
 def loss_evidence(result, c_pop: float, se_ab: float, positions=None, m_test: int | None = None,
