@@ -297,11 +297,12 @@ class Verdict:
             raise ValueError(f"{claim}: need z > 0 and floor >= 0; got z={z!r}, floor={floor!r}")
         if not falsifier or falsifier_value is None:
             raise ValueError(f"{claim}: a statistical claim names its falsifier and the falsifier's value")
-        crit = critical(z, _dof(claim, dof))
+        dof = _dof(claim, dof)
+        crit = critical(z, dof)
         return self.check(claim, kind="statistical", quantity=quantity, predicted=predicted, measured=measured,
                           tolerance=crit * se_ + fl, comparison=comparison, reason=reason, se=se_, z=z, floor=fl,
                           falsifier=falsifier, falsifier_value=falsifier_value, headline=headline,
-                          dof=_dof(claim, dof), crit=crit)
+                          dof=dof, crit=crit)
 
     def bound(self, claim: str, *, quantity: str, bound, measured, comparison: str, reason: str,
               tolerance: float | None = None, se=None, z: float = 4.0, floor: float = 0.0,
@@ -318,11 +319,12 @@ class Verdict:
             raise ValueError(f"{claim}: give either a round-off tolerance or a standard error")
         if se is not None:
             se_ = _num(se)
-            crit = critical(z, _dof(claim, dof))
+            dof = _dof(claim, dof)
+            crit = critical(z, dof)
             return self.check(claim, kind="bound", quantity=quantity, predicted=bound, measured=measured,
                               tolerance=crit * se_ + float(floor), comparison=comparison, reason=reason, se=se_,
                               z=z, floor=float(floor), falsifier=falsifier, falsifier_value=falsifier_value,
-                              headline=headline, dof=_dof(claim, dof), crit=crit)
+                              headline=headline, dof=dof, crit=crit)
         if dof is not None:
             raise ValueError(f"{claim}: degrees of freedom belong to a standard error; this bound has none")
         return self.check(claim, kind="bound", quantity=quantity, predicted=bound, measured=measured,
