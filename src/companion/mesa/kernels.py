@@ -92,18 +92,57 @@ def _lift(dims, zn, ln, Kn, gC, gRv, gA, gP):
 
 
 @njit(fastmath=_FLAGS, cache=True, inline="always")
+def _cdot4(ar, ai, Br, Bi, r0, zero):
+    """sum_t conj(a_t) B[r0 + q, t] for q = 0..3 (complex, split parts): one pass over t for four rows, so a
+    vector loop's set-up, horizontal sum and remainder are paid once per four sums, not per sum."""
+    s0r = zero
+    s0i = zero
+    s1r = zero
+    s1i = zero
+    s2r = zero
+    s2i = zero
+    s3r = zero
+    s3i = zero
+    for t in range(ar.shape[0]):
+        vr = ar[t]
+        vi = ai[t]
+        s0r += vr * Br[r0, t] + vi * Bi[r0, t]
+        s0i += vr * Bi[r0, t] - vi * Br[r0, t]
+        s1r += vr * Br[r0 + 1, t] + vi * Bi[r0 + 1, t]
+        s1i += vr * Bi[r0 + 1, t] - vi * Br[r0 + 1, t]
+        s2r += vr * Br[r0 + 2, t] + vi * Bi[r0 + 2, t]
+        s2i += vr * Bi[r0 + 2, t] - vi * Br[r0 + 2, t]
+        s3r += vr * Br[r0 + 3, t] + vi * Bi[r0 + 3, t]
+        s3i += vr * Bi[r0 + 3, t] - vi * Br[r0 + 3, t]
+    return complex(s0r, s0i), complex(s1r, s1i), complex(s2r, s2i), complex(s3r, s3i)
+
+
+@njit(fastmath=_FLAGS, cache=True, inline="always")
+def _store4(out, i, c0, n, sums):
+    """out[i, c0 + q] = sums[q] for the q < 4 with c0 + q < n (the rows past n are padding)."""
+    out[i, c0] = sums[0]
+    if c0 + 1 < n:
+        out[i, c0 + 1] = sums[1]
+    if c0 + 2 < n:
+        out[i, c0 + 2] = sums[2]
+    if c0 + 3 < n:
+        out[i, c0 + 3] = sums[3]
+
+
+@njit(fastmath=_FLAGS, cache=True, inline="always")
 def _sequence(dims, mode, xr, xi, pr_, pi_, yr, yi, tpos, inv_rho, Cr, Ci, Kr, Ki, Vr, Vi, wgt,
               Fr, Fi, ur, ui, wr, wi, gr, gi, qr, qi, gC, gRv):  # noqa: C901
     """Forward (and for mode 1 backward) pass of one sequence; returns its loss 1/2 sum_t |r_t|^2.
 
     Inlined into :func:`sweep` (no call or reference-counting cost per sequence). Every array argument is a
     distinct buffer. Reads: the tables xr..yi (d, N), tpos, inv_rho (N,), the maps
-    Cr, Ci (2d+2, d), Kr, Ki (d, d), Vr, Vi (d, d+1); scratch: Fr..gi; writes qr, qi (predictions, mode 2)
+    Cr, Ci (2d+2, d), Kr, Ki (d, d), Vr, Vi (d, d+1); scratch: Fr..gi (Fr, Fi with 2d+2 rows rounded up to a multiple of 4); writes qr, qi (predictions, mode 2)
     and gC (d, 2d+2), gRv (d+1, d) (mode 1)."""
     d = len(dims)
     nc = 2 * d + 2
     N = xr.shape[1]
     zero = xr[0, 0] - xr[0, 0]  # a zero of the table dtype (keeps float32 arithmetic in float32)
+    one = zero + 1
     # ---- F[c, t] = sum_k C[k, c] X[k, t]   (columns a, K a, s, s')
     for c in range(nc):
         for t in range(N):
@@ -145,8 +184,9 @@ def _sequence(dims, mode, xr, xi, pr_, pi_, yr, yi, tpos, inv_rho, Cr, Ci, Kr, K
             rr = hr * inv_rho[t] - yr[a, t]
             ri = hi * inv_rho[t] - yi[a, t]
             acc += rr * rr + ri * ri
-            gr[a, t] = rr
-            gi[a, t] = ri
+            sc = inv_rho[t] * wgt if mode == 1 else one  # mode 1: g = r wn / (t-1) at once (no second pass)
+            gr[a, t] = rr * sc
+            gi[a, t] = ri * sc
         L += acc
     if mode == 2:  # predictions yhat = r + x_{t+1}
         for a in range(d):
@@ -155,19 +195,15 @@ def _sequence(dims, mode, xr, xi, pr_, pi_, yr, yi, tpos, inv_rho, Cr, Ci, Kr, K
                 qi[a, t] = gi[a, t] + yi[a, t]
     if mode != 1:
         return 0.5 * L
-    for a in range(d):  # g = r wn / (t-1)
+    # ---- dL/dRv[i, a] = sum_t conj(w_i) g_a, four rows a per pass over t (g padded with zero rows)
+    dp = gr.shape[0]
+    for a in range(d, dp):
         for t in range(N):
-            gr[a, t] *= inv_rho[t] * wgt
-            gi[a, t] *= inv_rho[t] * wgt
-    # ---- dL/dRv[i, a] = sum_t conj(w_i) g_a
+            gr[a, t] = zero
+            gi[a, t] = zero
     for i in range(d + 1):
-        for a in range(d):
-            sr = zero
-            si = zero
-            for t in range(N):
-                sr += wr[i, t] * gr[a, t] + wi[i, t] * gi[a, t]
-                si += wr[i, t] * gi[a, t] - wi[i, t] * gr[a, t]
-            gRv[i, a] = complex(sr, si)
+        for a0 in range(0, dp, 4):
+            _store4(gRv, i, a0, d, _cdot4(wr[i], wi[i], gr, gi, a0, zero))
     # ---- g_w[i] = sum_a g_a conj(Rv[i, a])  (into wr, wi: w is no longer needed)
     for i in range(d + 1):
         for t in range(N):
@@ -202,24 +238,25 @@ def _sequence(dims, mode, xr, xi, pr_, pi_, yr, yi, tpos, inv_rho, Cr, Ci, Kr, K
             si -= wi[j, t]
         Fr[2 * d, t] = sr
         Fi[2 * d, t] = si
-    # ---- dL/dC[k, c] = sum_t conj(X[k, t]) dL/dF[c, t]
+    # ---- dL/dF of the columns d..2d-1 (-g_w) and 2d+1 (g_s') into F too, then zero columns up to a multiple of 4
+    for j in range(d):
+        for t in range(N):
+            Fr[d + j, t] = -wr[j, t]
+            Fi[d + j, t] = -wi[j, t]
+    for t in range(N):
+        Fr[2 * d + 1, t] = wr[d, t]
+        Fi[2 * d + 1, t] = wi[d, t]
+    ncp = Fr.shape[0]
+    for c in range(nc, ncp):
+        for t in range(N):
+            Fr[c, t] = zero
+            Fi[c, t] = zero
+    # ---- dL/dC[k, c] = sum_t conj(X[k, t]) dL/dF[c, t], four columns per pass over t (one pass per sum paid
+    #      a vector loop's set-up, horizontal sum and remainder 90 times per sequence with dL/dRv; grouped, and
+    #      with g scaled in the residual pass, a paper-size epoch is 1.16-1.18x faster, A/B measured)
     for k in range(d):
-        for c in range(nc):
-            sr = zero
-            si = zero
-            if c < d or c == 2 * d:
-                for t in range(N):
-                    sr += xr[k, t] * Fr[c, t] + xi[k, t] * Fi[c, t]
-                    si += xr[k, t] * Fi[c, t] - xi[k, t] * Fr[c, t]
-            elif c < 2 * d:  # -g_w
-                for t in range(N):
-                    sr -= xr[k, t] * wr[c - d, t] + xi[k, t] * wi[c - d, t]
-                    si -= xr[k, t] * wi[c - d, t] - xi[k, t] * wr[c - d, t]
-            else:  # g_s'
-                for t in range(N):
-                    sr += xr[k, t] * wr[d, t] + xi[k, t] * wi[d, t]
-                    si += xr[k, t] * wi[d, t] - xi[k, t] * wr[d, t]
-            gC[k, c] = complex(sr, si)
+        for c0 in range(0, ncp, 4):
+            _store4(gC, k, c0, nc, _cdot4(xr[k], xi[k], Fr, Fi, c0, zero))
     return 0.5 * L
 
 
@@ -247,14 +284,15 @@ def _sweep_blocks(b0, b1, Xr, Xi, Pr, Pi, Yr, Yi, tpos, inv_rho, W_KQ, W_PV, z, 
         Ki = np.empty((d, d), dt)
         Vr = np.empty((d, d + 1), dt)
         Vi = np.empty((d, d + 1), dt)
-        Fr = np.empty((nc, N), dt)
-        Fi = np.empty((nc, N), dt)
+        ncp = 4 * ((nc + 3) // 4)  # F padded to a multiple of 4 columns (the dL/dC passes)
+        Fr = np.empty((ncp, N), dt)
+        Fi = np.empty((ncp, N), dt)
         ur = np.empty((d, N), dt)
         ui = np.empty((d, N), dt)
         wr = np.empty((d + 1, N), dt)
         wi = np.empty((d + 1, N), dt)
-        gr = np.empty((d, N), dt)
-        gi = np.empty((d, N), dt)
+        gr = np.empty((4 * ((d + 3) // 4), N), dt)  # rows rounded up to a multiple of 4 (the dL/dRv passes)
+        gi = np.empty((4 * ((d + 3) // 4), N), dt)
         qr = np.empty((d, N if mode == 2 else 1), dt)
         qi = np.empty((d, N if mode == 2 else 1), dt)
         for n in range(blk * m // nblocks, (blk + 1) * m // nblocks):
