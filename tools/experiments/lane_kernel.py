@@ -107,6 +107,20 @@ def source(d: int) -> str:
     def v(name):
         return (f"{name}_r", f"{name}_i")
 
+    def load_seq():  # x_1, lam and K of this lane's sequence as scalars
+        for j in range(d):
+            e(f"z{j}_r = {Q('zr', j)}")
+            e(f"z{j}_i = {Q('zi', j)}")
+            e(f"lm{j}_r = {Q('lr', j)}")
+            e(f"lm{j}_i = {Q('li', j)}")
+        load_K()
+
+    def load_K():
+        for j in range(d):
+            for k in range(d):
+                e(f"K{j}_{k}_r = {Q('Kr', j * d + k)}")
+                e(f"K{j}_{k}_i = {Q('Ki', j * d + k)}")
+
     e("@njit(fastmath=_FLAGS, cache=True, nogil=True)")
     e("def sweep_blocks(b0, b1, TB, SQ, tpos, inv_rho, WK, WP, wn, mode, loss, gA, gP, pred, ACC):")
     ind[0] += 1
@@ -127,15 +141,7 @@ def source(d: int) -> str:
     # ---------------- maps
     e("for l in range(UNL):")
     ind[0] += 1
-    for j in range(d):
-        e(f"z{j}_r = {Q('zr', j)}")
-        e(f"z{j}_i = {Q('zi', j)}")
-        e(f"lm{j}_r = {Q('lr', j)}")
-        e(f"lm{j}_i = {Q('li', j)}")
-    for j in range(d):
-        for k in range(d):
-            e(f"K{j}_{k}_r = {Q('Kr', j * d + k)}")
-            e(f"K{j}_{k}_i = {Q('Ki', j * d + k)}")
+    load_seq()
     for i in range(d):
         for k in range(d):
             # N_ik = A[i,k] + A[i,d+k] conj(lam_k);  M_ik = N_ik + lam_i (A[d+i,k] + A[d+i,d+k] conj(lam_k))
@@ -208,12 +214,6 @@ def source(d: int) -> str:
                 e(f"pred[b, t, U({(d + a) * NL}) + l] = yh_i * ir")
         e("loss[b, l] += " + " + ".join(terms))
 
-    def load_K():
-        for j in range(d):
-            for k in range(d):
-                e(f"K{j}_{k}_r = {Q('Kr', j * d + k)}")
-                e(f"K{j}_{k}_i = {Q('Ki', j * d + k)}")
-
     def backward():
         e("sc = ir * wb[l]")
         for a in range(d):
@@ -267,12 +267,7 @@ def source(d: int) -> str:
     # ---------------- lift
     e("for l in range(UNL):")
     ind[0] += 1
-    for j in range(d):
-        e(f"z{j}_r = {Q('zr', j)}")
-        e(f"z{j}_i = {Q('zi', j)}")
-        e(f"lm{j}_r = {Q('lr', j)}")
-        e(f"lm{j}_i = {Q('li', j)}")
-    load_K()
+    load_seq()
     for k in range(d):
         for j in range(d):
             terms = [((f"K{q}_{j}_r", f"K{q}_{j}_i"), (A('gCr', k * nc + d + q), A('gCi', k * nc + d + q)))
