@@ -126,14 +126,11 @@ def source(d: int) -> str:
     ind[0] += 1
     e("N = TB.shape[1]")
     e("zero = TB[0, 0, 0] - TB[0, 0, 0]")
-    for i in range(D):
-        for k in range(D):
-            e(f"wk{i}_{k}_r = WK[0, {i}, {k}]")
-            e(f"wk{i}_{k}_i = WK[1, {i}, {k}]")
-    for a in range(d):
-        for k in range(D):
-            e(f"wp{a}_{k}_r = WP[0, {a}, {k}]")
-            e(f"wp{a}_{k}_i = WP[1, {a}, {k}]")
+    for name, arr, rows_w in (("wk", "WK", D), ("wp", "WP", d)):  # the weights as scalars (real, imaginary parts)
+        for i in range(rows_w):
+            for k in range(D):
+                e(f"{name}{i}_{k}_r = {arr}[0, {i}, {k}]")
+                e(f"{name}{i}_{k}_i = {arr}[1, {i}, {k}]")
     e("for b in range(b0, b1):")
     ind[0] += 1
     e("sq = SQ[b]")
