@@ -149,3 +149,16 @@ def test_degrees_of_freedom_widen_the_tolerance_to_the_same_level(tmp_path):
     with pytest.raises(ValueError, match="degrees of freedom"):
         v.statistical("x", quantity="q", predicted=0.0, measured=0.0, se=0.01, dof=0, falsifier="f",
                       falsifier_value=1.0, reason="r")
+
+
+def test_band_words_agree_with_the_verdicts_band(tmp_path):
+    """A reason's words for the band must say what the verdict did: Student-t where it kept the dof, normal where
+    it dropped them as many (a Welch combination dominated by a test-set mean has ~1e14 degrees of freedom)."""
+    from companion.stats import MANY_DOF, band_words
+
+    v = make(tmp_path, ["a", "b", "c"])
+    for claim, dof in (("a", 7.25), ("b", 2 * MANY_DOF), ("c", None)):
+        r = v.statistical(claim, quantity="q", predicted=0.0, measured=0.0, se=0.01, dof=dof, falsifier="f",
+                          falsifier_value=1.0, reason=band_words(dof))
+        assert (r.dof is None) == r.reason.startswith("normal"), (claim, r.dof, r.reason)
+    assert band_words(7.25) == "Student-t on 7.25 degrees of freedom"

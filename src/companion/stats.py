@@ -34,7 +34,7 @@ import math
 import numpy as np
 
 __all__ = ["mean_se", "median_se", "jackknife_se", "replicate_se", "batch_means_se", "combine", "welch", "critical",
-           "wider", "false_alarm", "richardson", "ROUNDOFF"]
+           "wider", "false_alarm", "richardson", "band_words", "MANY_DOF", "ROUNDOFF"]
 
 #: Relative round-off of a float64 computation that accumulates over ~1e4 terms (a stated floor, not a
 #: tuned allowance): sqrt(1e4) * 2.2e-16 ~ 2e-14, rounded up.
@@ -162,6 +162,20 @@ def welch(*terms) -> tuple[float, float]:
         se2 += v
         den += v * v / dof_i
     return scale * math.sqrt(se2), (se2 * se2 / den if den > 0 else math.inf)
+
+
+#: Degrees of freedom above which a standard error counts as known ("many"): the Student-t quantile at the level
+#: of z = 4 differs from 4 by less than 1e-5 relative (a verdict stores no dof then, and its band is z).
+MANY_DOF = 1e6
+
+
+def band_words(dof: float | None) -> str:
+    """The band of a standard error in words, for a verdict's reason: "Student-t on 7.3 degrees of freedom", or
+    "normal (many degrees of freedom)" when ``dof`` is None, infinite or above :data:`MANY_DOF` (a Welch
+    combination dominated by a test-set mean has ~1e14)."""
+    if dof is None or not dof <= MANY_DOF:
+        return "normal (many degrees of freedom)"
+    return f"Student-t on {float(dof):.3g} degrees of freedom"
 
 
 def critical(z: float, dof: float | None = None) -> float:

@@ -134,12 +134,14 @@ class Record:
 
 
 def _dof(claim: str, dof) -> float | None:
-    """Degrees of freedom as a float > 0, or None for 'many' (None, infinite, or above 1e6, where the Student-t
-    quantile at the level of z = 4 differs from 4 by less than 1e-5 relative)."""
+    """Degrees of freedom as a float > 0, or None for 'many' (None, infinite, or above
+    :data:`companion.stats.MANY_DOF`)."""
+    from .stats import MANY_DOF
+
     if dof is None:
         return None
     d = float(dof.item() if hasattr(dof, "item") else dof)
-    if d > 1e6:
+    if d > MANY_DOF:
         return None
     if not d > 0:
         raise ValueError(f"{claim}: degrees of freedom must be > 0; got {dof!r}")

@@ -21,7 +21,7 @@ import math
 import numpy as np
 import torch
 
-from companion.stats import combine, mean_se, median_se, replicate_se, welch, wider
+from companion.stats import band_words, combine, mean_se, median_se, replicate_se, welch, wider
 
 from . import theory as th
 from .data import Prompts, cot_tokens, embed, gd_trajectory, make_generator, sample_prompts
@@ -162,7 +162,7 @@ def trained_vs_prediction(errors: np.ndarray, pred_mean: float, pred_se: float =
         out.update(means=means, se_seeds=replicate_se(means)[1])
         cand.append(welch((out["se_seeds"], len(means) - 1), (pred_se, math.inf)))
     se, dof = wider(z, *cand)
-    src = (f"the spread of {errors.shape[0]} training seeds (Student-t, {dof:.1f} degrees of freedom)" if math.isfinite(dof)
+    src = (f"the spread of {errors.shape[0]} training seeds ({band_words(dof)})" if math.isfinite(dof)
            else "the evaluation prompts")
     return dict(out, se=se, dof=dof, se_from=src)
 
