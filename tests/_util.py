@@ -49,3 +49,14 @@ def run_cli(*args: str, cwd: Path = ROOT, timeout: float = 600, env: dict | None
 
 def read_run(out: Path) -> dict:
     return json.loads((out / "run.json").read_text())
+
+
+def cmdline(proc) -> str:
+    """The command line of a ``psutil.Process`` as one string, or "" once the process is gone (a child listed a
+    moment ago may exit before it is read: psutil then raises, which made the SIGTERM test fail at random)."""
+    import psutil
+
+    try:
+        return " ".join(proc.cmdline())
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        return ""

@@ -17,7 +17,7 @@ from test_sweep import slow_toy
 
 from companion.sweep import expand_grid, parse_grid, read_results, run_sweep
 
-from _util import FIXTURES, MYST_HEADER, ROOT
+from _util import FIXTURES, MYST_HEADER, ROOT, cmdline
 
 TOY = str(FIXTURES / "toy.md")
 pytestmark = pytest.mark.slow
@@ -67,8 +67,8 @@ def cluster(tmp_path):
 
 def _runs_below(pid):
     try:
-        return [p for p in psutil.Process(pid).children(recursive=True) if "companion" in " ".join(p.cmdline())
-                and " run " in f" {' '.join(p.cmdline())} "]
+        return [p for p in psutil.Process(pid).children(recursive=True) if "companion" in cmdline(p)
+                and " run " in f" {cmdline(p)} "]
     except psutil.NoSuchProcess:
         return []
 
@@ -93,17 +93,17 @@ def test_sweep_on_a_real_cluster_survives_a_killed_worker(cluster, tmp_path):
         nanny = psutil.Process(procs["A"].pid)
         tree = nanny.children(recursive=True)
         for run in _runs_below(nanny.pid):
-            pfile = next((a for a in run.cmdline() if a.endswith(".params.yaml")), "")
-            if "crash=True" not in pfile and any("ipykernel" in " ".join(p.cmdline()) for p in tree):
+            pfile = next((a for a in cmdline(run).split() if a.endswith(".params.yaml")), "")
+            if "crash=True" not in pfile and any("ipykernel" in cmdline(p) for p in tree):
                 victim_tree, lost = tree, os.path.basename(pfile).removeprefix(".").removesuffix(".params.yaml")
         time.sleep(0.1)
     assert victim_tree, "worker A never ran a point"
-    cmds = {p.pid: " ".join(p.cmdline()) for p in victim_tree}
+    cmds = {p.pid: cmdline(p) for p in victim_tree}
     workers = [p for p in victim_tree if "companion" not in cmds[p.pid] and "ipykernel" not in cmds[p.pid]]
     for p in [nanny, *workers]:
         p.kill()
     gone, alive = psutil.wait_procs(victim_tree, timeout=HOLD - 2)  # well before its point would end
-    assert not alive, f"left behind by the dead worker: {[' '.join(p.cmdline())[:80] for p in alive]}"
+    assert not alive, f"left behind by the dead worker: {[cmdline(p)[:80] for p in alive]}"
 
     t.join(timeout=240)
     assert not t.is_alive(), "the sweep did not finish after losing a worker"
@@ -141,7 +141,7 @@ def test_a_killed_client_cancels_its_points_on_the_cluster(cluster, tmp_path):
         client.kill()
         client.wait()
         gone, alive = psutil.wait_procs(trees, timeout=30)  # the points would sleep for two minutes
-        assert not alive, [" ".join(p.cmdline())[:80] for p in alive]
+        assert not alive, [cmdline(p)[:80] for p in alive]
         assert procs["A"].poll() is None and procs["B"].poll() is None  # the workers themselves live on
     finally:
         if client.poll() is None:

@@ -11,7 +11,7 @@ import pytest
 
 from companion.sweep import SweepError, expand_grid, parse_grid, point_id, read_results
 
-from _util import FIXTURES, MYST_HEADER, ROOT, run_cli
+from _util import FIXTURES, MYST_HEADER, ROOT, cmdline, run_cli
 
 TOY = str(FIXTURES / "toy.md")
 
@@ -163,15 +163,15 @@ def test_a_killed_client_takes_its_workers_runs_and_kernels_with_it(tmp_path):
         kids = []
         while time.time() < deadline:
             kids = _descendants(proc.pid)
-            cmds = [" ".join(k.cmdline()) for k in kids if k.is_running()]
+            cmds = [cmdline(k) for k in kids if k.is_running()]
             if any("ipykernel" in c for c in cmds) and any("companion run" in c for c in cmds):
                 break
             time.sleep(0.2)
-        assert any("ipykernel" in " ".join(k.cmdline()) for k in kids), "no kernel started"
+        assert any("ipykernel" in cmdline(k) for k in kids), "no kernel started"
         proc.kill()  # SIGKILL to the client alone: no chance to clean up
         proc.wait()
         gone, alive = psutil.wait_procs(kids, timeout=15)  # the points would run for another minute
-        assert not alive, [" ".join(p.cmdline())[:100] for p in alive]
+        assert not alive, [cmdline(p)[:100] for p in alive]
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -243,7 +243,7 @@ def test_sigterm_to_the_client_shuts_the_sweep_down_cleanly(tmp_path):
     kids = []
     try:
         deadline = time.time() + 120
-        while time.time() < deadline and not any("ipykernel" in " ".join(k.cmdline()) for k in kids):
+        while time.time() < deadline and not any("ipykernel" in cmdline(k) for k in kids):
             kids = [k for k in _descendants(proc.pid) if k.is_running()]
             time.sleep(0.2)
         proc.terminate()
