@@ -1,7 +1,7 @@
 """Benchmark of companion.mesa (not a timed test).
 
 1. One full-batch epoch (loss + all gradients) at d=5, T=100, m=10^4 with the fast closed-form
-   implementation (its two backends: the fused numba kernel used for training, and the same formulas as
+   implementation (its two backends: the fused kernel used for training (generated SIMD code, companion.mesa.lanes), and the same formulas as
    batched torch products), against two references that evaluate the model prefix by prefix:
    * the deliberately naive reference of tests/test_mesa_reference.py (one sequence and one prefix at a
      time, autograd), timed on a few sequences and scaled linearly to m (its cost is linear in m);

@@ -1,6 +1,8 @@
-"""The fused numba kernel (companion.mesa.kernels) against the batched torch version of the same formulas:
-both dtypes, weights, position subsets, forward-only and prediction modes, thread-count invariance, and
-the phase tables. (Both are checked against the naive per-prefix reference in test_mesa_reference.py.)"""
+"""The fused kernel (companion.mesa.kernels, generated LLVM IR with 16 sequences per SIMD vector:
+companion.mesa.lanes) against the batched torch version of the same formulas: both dtypes, weights, position
+subsets, forward-only and prediction modes, padding, thread-count invariance, the lane layout, the on-disk
+cache of the compiled code, and the phase tables. (Both are checked against the naive per-prefix reference
+in test_mesa_reference.py.)"""
 
 from __future__ import annotations
 
@@ -22,8 +24,8 @@ def _rel(a, b):
 
 @pytest.mark.parametrize("law,d,T", [("gaussian", 5, 40), ("full_one", 3, 17), ("sparse", 2, 6)])
 def test_fused_equals_torch_complex128(law, d, T):
-    # 300 sequences span all 64 blocks of the kernel: the first sequence of every block runs on freshly
-    # allocated scratch (a read of uninitialised scratch once gave NaN there at one position)
+    # 300 sequences: 19 blocks of 16 lanes, the last one padded with 4 zero sequences, and every block starts
+    # on the scratch the previous one left (a read of stale or uninitialised scratch gives wrong or NaN sums)
     data = generate(law, 300, d, T, 1.3, rng=4)
     A, Pm = init_gaussian(d, 0.4, np.random.default_rng(1), torch.complex128)
     A = A + 0.3j * torch.randn(A.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
@@ -55,8 +57,9 @@ def test_fused_complex64_close_to_complex128():
 
 def test_result_independent_of_thread_count():
     # the sweep split over threads must visit every sequence once and sum the blocks in a fixed order: the
-    # gradients and the per-sequence losses of a 3-thread sweep (more threads than cores; block ranges 0-20,
-    # 21-41, 42-63) equal the 1-thread ones exactly (a range split that skips or repeats a block changes them)
+    # gradients and the per-sequence losses of a 3-thread sweep (more threads than cores; 32 blocks of 16
+    # sequences, ranges 0-9, 10-20, 21-31) equal the 1-thread ones exactly (a range split that skips or
+    # repeats a block changes them)
     data = generate("gaussian", 500, 4, 30, 1.0, rng=1)
     A, Pm = init_gaussian(4, 0.3, np.random.default_rng(2), torch.complex64)
     out = {}
@@ -72,16 +75,24 @@ def test_result_independent_of_thread_count():
     assert torch.equal(one[1], three[1]) and torch.equal(one[2], three[2])
 
 
-def test_split_tables_match_exact_powers():
+def test_tables_match_exact_powers_in_the_lane_layout():
+    # sequence n sits in lane n % 16 of block n // 16; 23 sequences: the second block has 9 padding lanes
     rng = np.random.default_rng(0)
-    theta = rng.uniform(0, 2 * np.pi, (7, 3))
-    x1 = rng.standard_normal((7, 3)) + 0.5j * rng.standard_normal((7, 3))
+    m, d = 23, 3
+    theta = rng.uniform(0, 2 * np.pi, (m, d))
+    x1 = rng.standard_normal((m, d)) + 0.5j * rng.standard_normal((m, d))
     pos = np.array([2, 3, 4, 9, 10, 57, 99])  # runs and jumps
-    Xr, Xi, Pr, Pi, Yr, Yi = kernels.split_tables(theta, x1, pos, np.float64)
+    TB, _ = kernels.tables(theta, x1, np.exp(1j * theta), np.zeros((m, d, d), complex), pos, np.float64)
+    N = len(pos)
+    assert TB.shape == (2, N, 6 * d * 16)
+    lane = TB.reshape(2, N, 6, d, 16).transpose(0, 4, 2, 3, 1).reshape(32, 6, d, N)  # (sequence, q, k, position)
     lam_t = np.exp(1j * theta[:, :, None] * pos[None, None, :])
-    assert np.abs(Pr + 1j * Pi - lam_t).max() < 1e-13
-    assert np.abs(Xr + 1j * Xi - x1[:, :, None] * lam_t * np.exp(-1j * theta)[:, :, None]).max() < 1e-13
-    assert np.abs(Yr + 1j * Yi - x1[:, :, None] * lam_t).max() < 1e-13
+    assert np.abs(lane[:m, 2] + 1j * lane[:m, 3] - lam_t).max() < 1e-13
+    assert np.abs(lane[:m, 0] + 1j * lane[:m, 1] - x1[:, :, None] * lam_t * np.exp(-1j * theta)[:, :, None]).max() < 1e-13
+    assert np.abs(lane[:m, 4] + 1j * lane[:m, 5] - x1[:, :, None] * lam_t).max() < 1e-13
+    assert (lane[m:, 2] == 1).all() and not lane[m:, [0, 1, 3, 4, 5]].any()  # padding: lam^t = 1, x = 0
+    TB32, _ = kernels.tables(theta, x1, np.exp(1j * theta), np.zeros((m, d, d), complex), pos, np.float32)
+    assert TB32.dtype == np.float32 and np.array_equal(TB32, TB.astype(np.float32))
 
 
 def test_backend_name_checked():
@@ -156,3 +167,52 @@ def test_data_sent_to_another_process_gives_the_same_loss():
 def _loss_of(data, A, Pm) -> float:
     return float(loss_grad_fast(data, A, Pm)[0])
 
+
+
+def test_sequences_layout_puts_sequence_16b_plus_l_in_lane_l():
+    from companion.mesa import lanes
+
+    rng = np.random.default_rng(5)
+    m, d = 21, 2  # two blocks, the second with 11 padding lanes
+    z = rng.standard_normal((m, d)) + 1j * rng.standard_normal((m, d))
+    lam = np.exp(1j * rng.uniform(0, 6, (m, d)))
+    K = rng.standard_normal((m, d, d)) + 1j * rng.standard_normal((m, d, d))
+    SQ = lanes.lane_sequences(z, lam, K, np.float64).reshape(2, 4 * d + 2 * d * d, lanes.NL)
+    for n in (0, 15, 17, 20):
+        b, l = divmod(n, 16)
+        assert np.array_equal(SQ[b, :, l], np.concatenate([z[n].real, z[n].imag, lam[n].real, lam[n].imag,
+                                                           K[n].real.ravel(), K[n].imag.ravel()]))
+    assert not SQ[1, :2 * d, 5:].any()  # padding: x_1 = 0
+
+
+def test_compiled_kernel_is_cached_on_disk_and_reloaded(tmp_path):
+    # the first process compiles d = 1 and writes the object code; the second loads it (no compilation) and
+    # gives bit-identical losses and gradients
+    import json
+    import subprocess
+    import sys
+
+    code = ("import json, numpy as np, torch\n"
+            "from companion.mesa import lanes\n"
+            "from companion.mesa.data import generate\n"
+            "from companion.mesa.model import loss_grad_fast\n"
+            "from companion.mesa.train import init_gaussian\n"
+            "lanes.compiled(1, 'double')\n"
+            "data = generate('gaussian', 40, 1, 9, 1.0, rng=2)\n"
+            "A, Pm = init_gaussian(1, 0.4, np.random.default_rng(1), torch.complex128)\n"
+            "L, gA, gP = loss_grad_fast(data, A, Pm)\n"
+            "print(json.dumps([0, float(L), gA.flatten().tolist().__repr__(), gP.flatten().tolist().__repr__()]))\n")
+    env = dict(__import__("os").environ, NUMBA_CACHE_DIR=str(tmp_path))
+
+    def run():
+        return json.loads(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                                         check=True).stdout)
+
+    first = run()
+    files = list(tmp_path.glob("mesa-lanes-d1-double-*.o"))
+    assert len(files) == 1 and files[0].stat().st_size > 1000
+    stamp = (files[0].stat().st_ino, files[0].stat().st_mtime_ns)
+    second = run()
+    assert first[1:] == second[1:]
+    assert list(tmp_path.glob("mesa-lanes-d1-double-*")) == files  # no second object, no leftover temporary
+    assert (files[0].stat().st_ino, files[0].stat().st_mtime_ns) == stamp  # loaded, not written again

@@ -80,7 +80,7 @@ def test_fast_equals_naive(law, d, T, scale):
     w = torch.rand(6, dtype=torch.float64, generator=torch.Generator().manual_seed(1)) + 0.5
     for weights in (None, w):
         L0, gA0, gP0, y0 = naive_loss_and_grad(data, A, P, weights)
-        L1, gA1, gP1 = loss_grad_fast(data, A, P, weights=weights)  # fused numba kernel
+        L1, gA1, gP1 = loss_grad_fast(data, A, P, weights=weights)  # fused kernel
         L3, gA3, gP3 = loss_grad_fast(data, A, P, weights=weights, backend="torch")  # batched torch products
         L2, gA2, gP2 = loss_and_grad(data, A, P, weights=weights)
         for L in (L1, L2, L3):

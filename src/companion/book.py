@@ -373,7 +373,7 @@ def build(root: Path | None = None, *, strict: bool = True, force: bool = False,
         print("companion book: a notebook swept by the Sweeps page changed; re-executing that page")
     from companion.mesa import kernels
 
-    # compile the fused mesa kernels once, before the notebooks (numba caches them on disk; a no-op after)
+    # compile the fused mesa kernels once, before the notebooks (cached on disk; a no-op after)
     print(f"companion book: mesa kernels ready in {kernels.warm_up():.1f} s", flush=True)
     t0 = time.perf_counter()
     executed = pre_execute(root, jobs=2 if (os.cpu_count() or 1) >= 2 else 1)

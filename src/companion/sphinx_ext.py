@@ -35,8 +35,8 @@ STATIC = Path(__file__).with_name("_static")
 
 _PROOF_LABEL = re.compile(r"^(mesa|cot)-(thm|prop|cor|ass|lem|def|ex)-(\d+)-(\d+)$")
 _EQ_LABEL = re.compile(r"^equation-(mesa|cot)-eq-(\d+)$")
-PROVENANCE_PACKAGES = ("companion", "numpy", "scipy", "numba", "torch", "matplotlib", "jupyter-book", "myst-nb",
-                       "sphinx", "ipykernel")
+PROVENANCE_PACKAGES = ("companion", "numpy", "scipy", "numba", "llvmlite", "torch", "matplotlib", "jupyter-book",
+                       "myst-nb", "sphinx", "ipykernel")
 
 
 # ----------------------------------------------------------------------------------------- numbering

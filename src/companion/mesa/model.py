@@ -210,11 +210,6 @@ def _sweep_torch(data: ARData, pos, K, Dg, C, Rv, wn, backward: bool):
     return per_seq, g_C, g_Rv, yhat
 
 
-#: blocks of sequences of the fused kernel: fixed (not the thread count), so that the per-block gradient
-#: sums and therefore every trained weight are identical whatever the number of threads.
-FUSED_BLOCKS = 64
-
-
 def _use_fused(data: ARData, backend: str) -> bool:
     backend = P.choice("backend", backend, ["auto", "fused", "torch"])
     if backend == "torch":
@@ -223,32 +218,30 @@ def _use_fused(data: ARData, backend: str) -> bool:
 
 
 def _sweep_fused(data: ARData, W_KQ, W_PV, pos, wn, mode: int):
-    """The sweep with the fused numba kernel (:mod:`companion.mesa.kernels`): per-sequence maps, positions
-    and the lift back to the weights in one pass. Returns (per-sequence loss, grad W_KQ, grad W_PV, yhat)."""
+    """The sweep with the fused kernel (:mod:`companion.mesa.kernels`): per-sequence maps, positions and the
+    lift back to the weights in one pass. Returns (per-sequence loss, grad W_KQ, grad W_PV, yhat)."""
     from companion.mesa import kernels
 
     rdt = np.float32 if data.dtype == torch.complex64 else np.float64
-    key = ("split", tuple(int(t) for t in pos))
+    key = ("lanes", tuple(int(t) for t in pos))
     if key not in data._tables:
-        data._tables[key] = kernels.split_tables(data.theta, data.x1.numpy(), pos, rdt)
-    if "np" not in data._tables:
         # copies, not views: torch may move a tensor's storage (share_memory_ when the data set is sent to
         # another process), which would leave a cached view pointing at freed memory
-        data._tables["np"] = (np.array(data.x1.numpy()), np.array(data.lam.numpy()), np.array(_cauchy(data)[0].numpy()))
-    z, lam, K = data._tables["np"]
+        data._tables[key] = kernels.tables(data.theta, np.array(data.x1.numpy()), np.array(data.lam.numpy()),
+                                           np.array(_cauchy(data)[0].numpy()), pos, rdt)
+    TB, SQ = data._tables[key]
     m, d, N = data.m, data.d, len(pos)
-    nb = min(m, FUSED_BLOCKS)  # the kernel reads the number of blocks from gA
+    nb = TB.shape[0]  # blocks of 16 sequences
     per_seq = np.empty(m)
     gA = np.zeros((nb, 2 * d, 2 * d) if mode == 1 else (nb, 1, 1), np.complex128)
     gP = np.zeros((nb, d, 2 * d) if mode == 1 else (nb, 1, 1), np.complex128)
     pred = np.empty((2, m, d, N) if mode == 2 else (1, 1, 1, 1), rdt)
-    kernels.sweep(*data._tables[key], pos.astype(rdt), (1.0 / (pos - 1)).astype(rdt),
-                  np.ascontiguousarray(W_KQ.resolve_conj().numpy()), np.ascontiguousarray(W_PV.resolve_conj().numpy()), z, lam, K,
-                  wn.numpy().astype(rdt), mode, per_seq, gA, gP, pred, (0,) * d)
+    kernels.sweep(TB, SQ, pos, 1.0 / (pos - 1), W_KQ.resolve_conj().numpy(), W_PV.resolve_conj().numpy(),
+                  wn.numpy(), mode, per_seq, gA, gP, pred)
     yhat = None
     if mode == 2:
         yhat = torch.complex(torch.from_numpy(pred[0]), torch.from_numpy(pred[1])).transpose(1, 2)
-    cdt = z.dtype
+    cdt = np.complex64 if rdt == np.float32 else np.complex128
     return (torch.from_numpy(per_seq), torch.from_numpy(gA.sum(0).astype(cdt)),
             torch.from_numpy(gP.sum(0).astype(cdt)), yhat)
 
@@ -320,7 +313,7 @@ def loss_grad_fast(data: ARData, W_KQ, W_PV, weights=None, positions=None, backe
     ``F = X [Ma^T | Mb^T | Ma^T 1 | N^T conj(z)]`` gives (a, K a, s, s') at once, and
     ``yhat rho = [w | s'] [R'^T; v^T]`` with ``w = t a + lam^t K(conj(lam)^t a) - K a - s``,
     ``R' = R diag(z)``, ``v = W_PV1 z``. The backward pass applies the adjoints of the same maps
-    (K is Hermitian). ``backend="auto"`` runs the sweep over positions in the fused numba kernel
+    (K is Hermitian). ``backend="auto"`` runs the sweep over positions in the fused kernel
     (:mod:`companion.mesa.kernels`), ``"torch"`` with batched torch products (same formulas); data with
     coinciding phases always take the torch path. Returns (loss, grad W_KQ, grad W_PV); the tests compare
     both backends with autograd and with a naive per-prefix implementation.
