@@ -92,6 +92,12 @@ MUTANTS = [
            r"cuts = \[i \* nblocks // n for i in range\(n \+ 1\)\]",
            "cuts = [i * nblocks // n for i in range(n)] + [nblocks - 1]",
            "a sweep on several threads skips the last block of sequences"),
+    Mutant("lanes_gradient_conjugate_dropped", "mesa/lanes.py",
+           r'e\(f"\{A\(\'gCi\', k \* nc \+ c\)\} \+= x\{k\}_r \* \{dF\}_i - x\{k\}_i \* \{dF\}_r"\)',
+           'e(f"{A(\'gCi\', k * nc + c)} += x{k}_r * {dF}_i + x{k}_i * {dF}_r")',
+           "the generated kernel accumulates x dF instead of conj(x) dF into dL/dC (imaginary part)"),
+    Mutant("tables_rotation_sign", "mesa/kernels.py", r"c, s = c \* c1 - s \* s1, s \* c1 \+ c \* s1",
+           "c, s = c * c1 - s * s1, s * c1 - c * s1", "lam^t advanced along a run of positions by the wrong rotation"),
     # ---- caches
     Mutant("cache_hash_ignores_contents", "cache.py", r"h\.update\(Path\(f\)\.read_bytes\(\)\)", "pass",
            "source_hash ignores file contents"),
