@@ -136,6 +136,24 @@ def _execute_into_cache(cache_path: str, path: str, timeout: int) -> tuple[str, 
     return path, result.time, None
 
 
+def _page_seconds(root: Path, update: dict[str, float] | None = None) -> dict[str, float]:
+    """Seconds each page took when it was last executed (``_build/.page_seconds.json``; ``update`` adds to it)."""
+    import json
+
+    path = root / "_build" / ".page_seconds.json"
+    try:
+        known = json.loads(path.read_text())
+    except (OSError, ValueError):
+        known = {}
+    if update:
+        known.update(update)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(known, indent=1, sort_keys=True))
+        tmp.replace(path)
+    return known
+
+
 def pre_execute(root: Path, jobs: int = 2, warm_mesa: bool = True) -> dict[str, float]:
     """Execute every page of the table of contents that has code cells and is not in the jupyter cache,
     ``jobs`` at a time (slowest first), into the cache. Returns page -> seconds of the pages executed.
@@ -166,8 +184,12 @@ def pre_execute(root: Path, jobs: int = 2, warm_mesa: bool = True) -> dict[str, 
             cache.match_cache_notebook(myst_nb_reader_plugin(str(page)))
         except KeyError:
             todo.append(page)
-    # the mesa notebooks train the longest: start them first so that the two workers finish together
-    todo.sort(key=lambda p: (0 if "/mesa/" in str(p) else 1 if p.name == "sweeps.md" else 2))
+    # slowest first, so that the workers finish together: the seconds each page took in the last build that
+    # executed it (``_build/.page_seconds.json``), else the Sweeps page, then the cot pages (they train), then
+    # the mesa pages (their training runs are computed before, see below)
+    last = _page_seconds(root)
+    todo.sort(key=lambda p: -last.get(str(p.relative_to(root)),
+                                      30.0 if p.name == "sweeps.md" else 20.0 if "/cot/" in str(p) else 10.0))
     done: dict[str, float] = {}
     if not todo:
         return done
@@ -186,6 +208,7 @@ def pre_execute(root: Path, jobs: int = 2, warm_mesa: bool = True) -> dict[str, 
             path, seconds, err = fut.result()
             rel = Path(path).relative_to(root)
             done[str(rel)] = seconds
+            _page_seconds(root, {str(rel): seconds})
             print(f"companion book: {rel} {'FAILED (the build reports it)' if err else 'executed'} in {seconds:.0f} s"
                   + (f": {err}" if err else ""), flush=True)
     return done
@@ -319,12 +342,14 @@ def find_browser() -> str | None:
     return None
 
 
-def check_math(html_dir: Path, pages: list[str] | None = None, browser: str | None = None) -> dict[str, list[str]]:
+def check_math(html_dir: Path, pages: list[str] | None = None, browser: str | None = None,
+               jobs: int = 2) -> dict[str, list[str]]:
     """Render pages in headless Chromium with the site's own (offline) MathJax and return the TeX errors
     MathJax reports, per page (e.g. "Double exponent: use braces to clarify"). The Sphinx build cannot
-    see these: it passes TeX through untouched."""
+    see these: it passes TeX through untouched. ``jobs`` browsers at a time."""
     import re
     import tempfile
+    from concurrent.futures import ThreadPoolExecutor
 
     browser = browser or find_browser()
     if browser is None:
@@ -332,10 +357,11 @@ def check_math(html_dir: Path, pages: list[str] | None = None, browser: str | No
     html_dir = Path(html_dir)
     files = [html_dir / f"{p}.html" for p in pages] if pages else sorted(html_dir.rglob("*.html"))
     errors: dict[str, list[str]] = {}
-    for f in files:
+
+    def one(f: Path) -> None:
         text = f.read_text(errors="replace")
         if "math" not in text:
-            continue
+            return
         with tempfile.TemporaryDirectory() as profile:
             proc = subprocess.run(
                 [browser, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--virtual-time-budget=20000", "--dump-dom",
@@ -347,7 +373,10 @@ def check_math(html_dir: Path, pages: list[str] | None = None, browser: str | No
             found.append(f"page did not render (chromium exit {proc.returncode})")
         if found:
             errors[str(f.relative_to(html_dir))] = found
-    return errors
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        list(pool.map(one, files))
+    return dict(sorted(errors.items()))
 
 
 def build(root: Path | None = None, *, strict: bool = True, force: bool = False, extra_args=()) -> int:
@@ -408,20 +437,28 @@ def build(root: Path | None = None, *, strict: bool = True, force: bool = False,
     if status == 0 and (summary["missing"] or summary["failed"]):
         status = 1
     if status == 0 and find_browser():
-        bad = check_math(root / "_build" / "html")
-        for page, errs in bad.items():
-            print(f"companion book: TeX errors on {page}: {sorted(set(errs))}", file=sys.stderr)
-        status = 1 if bad else 0
+        # the TeX check and the PDF side by side (each is mostly one Chromium process); a PDF printed from
+        # pages whose TeX fails is removed again
+        from concurrent.futures import ThreadPoolExecutor
+
+        t1 = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=1) as bg:
+            printing = bg.submit(make_pdf, root)
+            bad = check_math(root / "_build" / "html", jobs=1)
+            for page, errs in bad.items():
+                print(f"companion book: TeX errors on {page}: {sorted(set(errs))}", file=sys.stderr)
+            try:
+                pdf = printing.result()
+                print(f"companion book: TeX checked and {pdf.relative_to(root)} printed in "
+                      f"{time.perf_counter() - t1:.0f} s")
+            except (RuntimeError, subprocess.TimeoutExpired) as exc:
+                print(f"companion book: the PDF failed: {exc}", file=sys.stderr)
+                status = 1
+        if bad:
+            status = 1
+            (root / "_build" / "html" / PDF_NAME).unlink(missing_ok=True)
     elif status == 0:
         print("companion book: no Chromium found; the TeX of the pages was not checked", file=sys.stderr)
-    if status == 0 and find_browser():
-        t1 = time.perf_counter()
-        try:
-            pdf = make_pdf(root)
-            print(f"companion book: {pdf.relative_to(root)} printed in {time.perf_counter() - t1:.0f} s")
-        except (RuntimeError, subprocess.TimeoutExpired) as exc:
-            print(f"companion book: the PDF failed: {exc}", file=sys.stderr)
-            status = 1
     if status == 0:
         print(f"companion book: open {root / '_build' / 'html' / 'index.html'}")
     print(f"companion book: {time.perf_counter() - start:.0f} s in all, exit status {status}")
