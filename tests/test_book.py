@@ -110,6 +110,21 @@ def test_the_whole_book_builds_strictly(smoke_site):
     assert book.find_browser(), "Chromium is needed to check the TeX (`make test` installs it; or set COMPANION_NO_BROWSER=1)"
     bad = book.check_math(html)
     assert not bad, f"TeX errors: {bad}"
+    # and the check can fail: a formula with a double exponent, and a page whose MathJax does not load
+    # (written beside the site's pages, removed again)
+    src = (html / "notebooks" / "mesa" / "setup.html").read_text()
+    seeded = {"zz_bad_tex": src.replace("<article", '<p><span class="math notranslate nohighlight">\\(x^2^3\\)'
+                                                     "</span></p><article", 1),
+              "zz_no_mathjax": src.replace("tex-chtml.js", "no-such-file.js")}
+    try:
+        for name, text in seeded.items():
+            (html / "notebooks" / "mesa" / f"{name}.html").write_text(text)
+        bad = book.check_math(html, pages=[f"notebooks/mesa/{n}" for n in seeded])
+    finally:
+        for name in seeded:
+            (html / "notebooks" / "mesa" / f"{name}.html").unlink(missing_ok=True)
+    assert "Double exponent: use braces to clarify" in bad.get("notebooks/mesa/zz_bad_tex.html", []), bad
+    assert any("did not render" in e for e in bad.get("notebooks/mesa/zz_no_mathjax.html", [])), bad
 
 
 # ---------------------------------------------------------------------------------------------- rendering
