@@ -216,3 +216,9 @@ def test_compiled_kernel_is_cached_on_disk_and_reloaded(tmp_path):
     assert first[1:] == second[1:]
     assert list(tmp_path.glob("mesa-lanes-d1-double-*")) == files  # no second object, no leftover temporary
     assert (files[0].stat().st_ino, files[0].stat().st_mtime_ns) == stamp  # loaded, not written again
+    # a damaged cache file (here: its last byte flipped) is compiled again and replaced, never loaded
+    blob = bytearray(files[0].read_bytes())
+    blob[-1] ^= 0xFF
+    files[0].write_bytes(bytes(blob))
+    assert run()[1:] == first[1:]
+    assert files[0].read_bytes() != bytes(blob)

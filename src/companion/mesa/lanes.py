@@ -614,19 +614,28 @@ def compiled(d: int, F: str = "float"):
                          ".".join(map(str, llvm.llvm_version_info))])
         path = os.path.join(_cache_dir(), f"mesa-lanes-d{d}-{F}-{hashlib.sha256(tag.encode()).hexdigest()[:16]}.o")
         obj = None
-        if os.path.exists(path):
+        try:
             with open(path, "rb") as fh:
-                obj = fh.read()
-        if not obj:
+                blob = fh.read()
+            # the object code is followed by its sha256: a damaged file is compiled again, never loaded
+            if len(blob) > 32 and hashlib.sha256(blob[:-32]).digest() == blob[-32:]:
+                obj = blob[:-32]
+        except OSError:
+            pass
+        if obj is None:
             mod = llvm.parse_assembly(ir)
             mod.verify()
             pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(speed_level=3))
             pb.getModulePassManager().run(mod, pb)
             obj = tm.emit_object(mod)
             tmp = f"{path}.{os.getpid()}.tmp"
-            with open(tmp, "wb") as fh:
-                fh.write(obj)
-            os.replace(tmp, path)  # atomic: a concurrent process reads the whole file or none
+            try:
+                with open(tmp, "wb") as fh:
+                    fh.write(obj + hashlib.sha256(obj).digest())
+                os.replace(tmp, path)  # atomic: a concurrent process reads the whole file or none
+            except OSError:  # a full or read-only disk: the kernel still runs, compiled again next time
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
         engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
         engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
         engine.finalize_object()
