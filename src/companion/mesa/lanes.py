@@ -1,8 +1,8 @@
 """The fused mesa kernel with sixteen sequences in the lanes of one SIMD vector (LLVM IR via llvmlite).
 
-Why. :mod:`companion.mesa.kernels` vectorises along the positions t of one sequence: about 120 short vector
-loops per sequence (N = 98 positions at T = 100), each paying a set-up, a horizontal sum and a remainder.
-At N = 2 a paper-size epoch still took 13 of 47 ms there. Here the vector runs across 16 sequences
+Why. The numba kernel this module replaced vectorised along the positions t of one sequence: about 120
+short vector loops per sequence (N = 98 positions at T = 100), each paying a set-up, a horizontal sum and a
+remainder. At N = 2 a paper-size epoch still took 13 of 47 ms there. Here the vector runs across 16 sequences
 instead: every per-position quantity of the closed-form forward and backward pass (the formulas of
 :mod:`companion.mesa.kernels`, its module docstring) is one ``<16 x float>`` value, the loops over
 coordinates are unrolled when the code is generated (one kernel per d), and nothing is left for an
@@ -34,8 +34,9 @@ of this one, 24 ms now; the loss alone 26, 18 and 13 ms):
 * the forward pass computes the columns of F where they are needed, and the backward pass adds each
   column of dL/dF to dL/dC as soon as it is known.
 
-Compiled code is cached on disk (object code keyed by the IR text, the CPU and llvmlite's version), so only
-the first process on a machine pays the compilation.
+Compiled code is cached on disk (object code keyed by the IR text, the CPU, its features and the LLVM
+version, followed by its own sha256 so that a damaged file is compiled again), so only the first process on
+a machine pays the compilation.
 """
 
 from __future__ import annotations
