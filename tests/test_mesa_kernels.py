@@ -222,3 +222,32 @@ def test_compiled_kernel_is_cached_on_disk_and_reloaded(tmp_path):
     files[0].write_bytes(bytes(blob))
     assert run()[1:] == first[1:]
     assert files[0].read_bytes() != bytes(blob)
+
+
+def test_sweep_refuses_arrays_the_compiled_code_would_overrun():
+    # the kernel reads and writes through raw pointers: a table of another d, a sequence block of another
+    # dtype, a short position list or an unknown mode must be refused before the call, naming the argument
+    rng = np.random.default_rng(0)
+    m, d, pos = 20, 2, np.arange(2, 6)
+    theta = rng.uniform(0, 6, (m, d))
+    x1 = rng.standard_normal((m, d)) + 0j
+    K = np.zeros((m, d, d), complex)
+    TB, SQ = kernels.tables(theta, x1, np.exp(1j * theta), K, pos, np.float64)
+    TB3, SQ3 = kernels.tables(rng.uniform(0, 6, (m, 3)), np.ones((m, 3), complex), np.ones((m, 3), complex),
+                              np.zeros((m, 3, 3), complex), pos, np.float64)
+    W_KQ, W_PV = np.zeros((2 * d, 2 * d), complex), np.zeros((d, 2 * d), complex)
+    nb = TB.shape[0]
+
+    def call(**kw):
+        a = dict(TB=TB, SQ=SQ, tpos=pos, inv_rho=1.0 / (pos - 1), W_KQ=W_KQ, W_PV=W_PV, wn=np.full(m, 1.0 / m), mode=1,
+                 loss=np.empty(m), gA=np.zeros((nb, 2 * d, 2 * d), complex), gP=np.zeros((nb, d, 2 * d), complex),
+                 pred=np.empty((1, 1, 1, 1)))
+        a.update(kw)
+        kernels.sweep(**a)
+
+    call()  # the consistent call runs
+    for kw, name in ((dict(TB=TB3), "TB"), (dict(SQ=SQ3), "SQ"), (dict(SQ=SQ.astype(np.float32)), "SQ"),
+                     (dict(tpos=pos[:3]), "tpos"), (dict(mode=3), "mode"), (dict(loss=np.empty(m + 16)), "loss"),
+                     (dict(TB=np.asfortranarray(TB)), "TB")):
+        with pytest.raises(ValueError, match=f"^{name}: "):
+            call(**kw)

@@ -86,12 +86,13 @@ def sweep(TB, SQ, tpos, inv_rho, W_KQ, W_PV, wn, mode: int, loss, gA, gP, pred) 
     nblocks, N = TB.shape[0], TB.shape[1]
     d = W_PV.shape[0]
     m = loss.shape[0]
+    _check_sweep(TB, SQ, tpos, inv_rho, W_KQ, W_PV, wn, mode, loss, gA, gP, pred)
     fn = lanes.compiled(d, "float" if rdt == np.float32 else "double")
     W = np.concatenate([W_KQ.real.ravel(), W_KQ.imag.ravel(), W_PV.real.ravel(), W_PV.imag.ravel()]).astype(rdt)
     WL = np.zeros(nblocks * lanes.NL, rdt)
     WL[:m] = wn
     LS = np.empty((nblocks, lanes.NL))
-    GO = np.empty((nblocks, 2 * (6 * d * d))) if mode == 1 else np.empty(1)
+    GO = np.empty((nblocks, lanes.gradient_slots(d))) if mode == 1 else np.empty(1)
     PR = np.empty((nblocks, N, 2 * d, lanes.NL), rdt) if mode == 2 else np.empty(1, rdt)
     tpos = np.ascontiguousarray(tpos, dtype=rdt)
     inv_rho = np.ascontiguousarray(inv_rho, dtype=rdt)
@@ -116,6 +117,40 @@ def sweep(TB, SQ, tpos, inv_rho, W_KQ, W_PV, wn, mode: int, loss, gA, gP, pred) 
         gP[:] = g[:, D * D:].reshape(nblocks, d, D)
     elif mode == 2:
         pred[:] = PR.reshape(nblocks, N, 2, d, lanes.NL).transpose(2, 0, 4, 3, 1).reshape(2, -1, d, N)[:, :m]
+
+
+def _check_sweep(TB, SQ, tpos, inv_rho, W_KQ, W_PV, wn, mode, loss, gA, gP, pred) -> None:
+    """The compiled kernel reads and writes through raw pointers: every array must have the layout it
+    assumes, or it would touch memory outside them. Raises ValueError naming the first argument that does not."""
+    d, nb, N = W_PV.shape[0], TB.shape[0], TB.shape[1]
+    rdt = TB.dtype
+    m = loss.shape[0]
+    want = {
+        "TB": (TB, (nb, N, lanes.table_rows(d) * _NL), rdt),
+        "SQ": (SQ, (nb, lanes.sequence_rows(d) * _NL), rdt),
+        "tpos": (np.asarray(tpos), (N,), None),
+        "inv_rho": (np.asarray(inv_rho), (N,), None),
+        "W_KQ": (W_KQ, (2 * d, 2 * d), None),
+        "W_PV": (W_PV, (d, 2 * d), None),
+        "wn": (np.asarray(wn), (m,), None),
+        "loss": (loss, (m,), np.float64),
+    }
+    if mode == 1:
+        want["gA"] = (gA, (nb, 2 * d, 2 * d), np.complex128)
+        want["gP"] = (gP, (nb, d, 2 * d), np.complex128)
+    if mode == 2:
+        want["pred"] = (pred, (2, m, d, N), None)
+    if rdt not in (np.float32, np.float64):
+        raise ValueError(f"TB: must be float32 or float64; got {rdt}")
+    if mode not in (0, 1, 2):
+        raise ValueError(f"mode: must be 0 (loss), 1 (and gradients) or 2 (and predictions); got {mode!r}")
+    if not (nb - 1) * _NL < m <= nb * _NL:
+        raise ValueError(f"loss: {m} sequences do not fill {nb} blocks of {_NL}")
+    for name, (a, shape, dtype) in want.items():
+        if tuple(a.shape) != shape:
+            raise ValueError(f"{name}: must have shape {shape}; got {tuple(a.shape)}")
+        if dtype is not None and (a.dtype != dtype or not a.flags.c_contiguous):
+            raise ValueError(f"{name}: must be C-contiguous {np.dtype(dtype)}; got {a.dtype}")
 
 
 _NL = lanes.NL
@@ -165,7 +200,7 @@ def tables(theta: np.ndarray, x1: np.ndarray, lam: np.ndarray, K: np.ndarray, po
     ``real_dtype``); SQ holds the sequences' x_1, lam and K (complex (m, d), (m, d), (m, d, d))."""
     m, d = theta.shape
     N = len(positions)
-    TB = np.empty((-(-m // _NL), N, 6 * d * _NL), real_dtype)
+    TB = np.empty((-(-m // _NL), N, lanes.table_rows(d) * _NL), real_dtype)
     x1 = np.asarray(x1)
     _tables(np.ascontiguousarray(theta, dtype=float), np.ascontiguousarray(x1.real, dtype=float),
             np.ascontiguousarray(x1.imag, dtype=float), np.asarray(positions, dtype=np.int64), TB)

@@ -58,6 +58,21 @@ _FM = "reassoc nsz arcp contract"  # IEEE-safe fast math, as numba's kernel: NaN
 # The bodies, written as straight-line Python-like statements over lane vectors (generated per d)
 # ----------------------------------------------------------------------------------------------------------
 
+def table_rows(d: int) -> int:
+    """Rows (of 16 lanes) of the tables per block and position: x_t, lam^t, x_{t+1}, real and imaginary."""
+    return 6 * d
+
+
+def sequence_rows(d: int) -> int:
+    """Rows (of 16 lanes) of the sequences per block: x_1, lam (d each) and K (d^2), real and imaginary."""
+    return 4 * d + 2 * d * d
+
+
+def gradient_slots(d: int) -> int:
+    """float64 numbers of one block's gradient: dL/dW_KQ (2d x 2d) then dL/dW_PV (d x 2d), complex."""
+    return 2 * (4 * d * d + 2 * d * d)
+
+
 def scratch_rows(d: int) -> int:
     """Rows (of 16 lanes) of the scratch ACC a thread needs for coordinate dimension d."""
     return _rows(d)["total"]
@@ -450,7 +465,7 @@ class _Function:
         for s in statements:
             self.statement(s)
         d = self.d
-        deref = {"TB": 6 * d * NL * self.size, "SQ": (4 * d + 2 * d * d) * NL * self.size,
+        deref = {"TB": table_rows(d) * NL * self.size, "SQ": sequence_rows(d) * NL * self.size,
                  "ACC": _rows(d)["total"] * NL * self.size}
 
         def attrs(ty, nm):
@@ -467,9 +482,9 @@ def _driver(F: str, d: int) -> str:
     size = 4 if F == "float" else 8
     DV = f"<{NL} x double>"
     rows = _rows(d)
-    sq_rows = 4 * d + 2 * d * d
-    tb_rows = 6 * d
-    gout = 2 * (4 * d * d + 2 * d * d)
+    sq_rows = sequence_rows(d)
+    tb_rows = table_rows(d)
+    gout = gradient_slots(d)
     g0, g1 = rows["gCr"] * NL * size, rows["total"] * NL * size
     half = ", ".join([f"double {_const(0.5)}"] * NL)
     return f"""
@@ -650,7 +665,7 @@ def compiled(d: int, F: str = "float"):
 # ----------------------------------------------------------------------------------------------------------
 
 def lane_sequences(z, lam, K, real_dtype) -> np.ndarray:
-    """x_1, lam and K (complex, (m, d), (m, d), (m, d, d)) in the lane layout ``(nb, (4 d + 2 d^2) 16)``;
+    """x_1, lam and K (complex, (m, d), (m, d), (m, d, d)) in the lane layout ``(nb, sequence_rows(d) 16)``;
     padding sequences have x_1 = 0 and the phases of sequence 0."""
     m, d = z.shape
     nb = -(-m // NL)
