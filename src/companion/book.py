@@ -342,47 +342,17 @@ def find_browser() -> str | None:
     return None
 
 
-def check_math(html_dir: Path, pages: list[str] | None = None, browser: str | None = None,
-               jobs: int = 2) -> dict[str, list[str]]:
+def check_math(html_dir: Path, pages: list[str] | None = None, browser: str | None = None) -> dict[str, list[str]]:
     """Render pages in headless Chromium with the site's own (offline) MathJax and return the TeX errors
     MathJax reports, per page (e.g. "Double exponent: use braces to clarify"). The Sphinx build cannot
-    see these: it passes TeX through untouched. ``jobs`` browsers at a time."""
-    import re
-    import tempfile
-    from concurrent.futures import ThreadPoolExecutor
-
+    see these: it passes TeX through untouched. One browser, driven by playwright, renders the pages one
+    after the other, each once MathJax has typeset it."""
     browser = browser or find_browser()
     if browser is None:
         raise FileNotFoundError("no Chromium found to render the pages (install Debian's 'chromium')")
     html_dir = Path(html_dir)
     files = [html_dir / f"{p}.html" for p in pages] if pages else sorted(html_dir.rglob("*.html"))
-    try:
-        from playwright.sync_api import sync_playwright  # noqa: F401  (installed with the test extras)
-    except ImportError:
-        pass
-    else:
-        return _check_math_one_browser(html_dir, files, browser)
-    errors: dict[str, list[str]] = {}
-
-    def one(f: Path) -> None:
-        text = f.read_text(errors="replace")
-        if "math" not in text:
-            return
-        with tempfile.TemporaryDirectory() as profile:
-            proc = subprocess.run(
-                [browser, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--virtual-time-budget=20000", "--dump-dom",
-             f.as_uri()],
-                capture_output=True, text=True, timeout=120,
-            )
-        found = re.findall(r'data-mjx-error="([^"]*)"', proc.stdout)
-        if proc.returncode != 0 or "<mjx-container" not in proc.stdout and "class=\"math" in text:
-            found.append(f"page did not render (chromium exit {proc.returncode})")
-        if found:
-            errors[str(f.relative_to(html_dir))] = found
-
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        list(pool.map(one, files))
-    return dict(sorted(errors.items()))
+    return _check_math_one_browser(html_dir, files, browser)
 
 
 # "none": the page loads no MathJax; "done": typeset; "timeout": MathJax did not start within 20 s
@@ -397,8 +367,8 @@ _MATHJAX_DONE = """async () => {
 
 
 def _check_math_one_browser(html_dir: Path, files: list[Path], browser: str) -> dict[str, list[str]]:
-    """:func:`check_math` in one Chromium driven by playwright (a page after the other, each once MathJax has
-    typeset it), instead of one Chromium process per page: about 1 s per page less."""
+    """:func:`check_math` over ``files`` (one Chromium for all of them, not one process per page: about 1 s
+    per page less)."""
     from playwright.sync_api import sync_playwright
 
     errors: dict[str, list[str]] = {}
@@ -492,7 +462,7 @@ def build(root: Path | None = None, *, strict: bool = True, force: bool = False,
         t1 = time.perf_counter()
         with ThreadPoolExecutor(max_workers=1) as bg:
             printing = bg.submit(make_pdf, root)
-            bad = check_math(root / "_build" / "html", jobs=1)
+            bad = check_math(root / "_build" / "html")
             for page, errs in bad.items():
                 print(f"companion book: TeX errors on {page}: {sorted(set(errs))}", file=sys.stderr)
             try:
