@@ -64,14 +64,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from .claims import EVIDENCE_KINDS, KINDS, STATUSES
+
 __all__ = [
     "Verdict", "VerdictError", "Record", "METADATA_KEY", "KINDS", "EVIDENCE_KINDS", "STATUSES", "slug",
 ]
 
 METADATA_KEY = "companion_results"
-KINDS = ("identity", "numerics", "statistical", "bound", "qualitative")
-EVIDENCE_KINDS = ("numerics", "statistical", "bound", "qualitative")  # identity = implementation test
-STATUSES = ("passed", "failed", "not_resolvable", "not_applicable")
 _COMPARISONS = ("abs", "rel", "upper", "lower")
 _CLAIM_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 

@@ -1,0 +1,88 @@
+"""The claim vocabulary: what a claim is, what it measures, and where each numbered result lives.
+
+The bottom layer of the package (it imports nothing from ``companion``). Every other layer speaks it:
+
+* a **kind** says what sort of evidence a claim is (:data:`KINDS`; see :mod:`companion.verdict`);
+* a **target** says what was measured (:data:`TARGETS`): a transformer trained by the book's trainer
+  (``trained``), population or reduced-model gradient descent (``reduced``), a closed form evaluated
+  exactly (``closed_form``), a Monte-Carlo estimate (``monte_carlo``) or an integrated ODE (``ode``);
+* a :class:`ClaimSpec` is one line of a result's ``CLAIMS`` manifest: the claim id (a pattern whose
+  ``{placeholders}`` the notebook fills from its parameters), its kind, its target, whether it is a
+  headline claim, the function that computes the theory's prediction and the falsifier it rejects;
+* a :class:`ResultSpec` is one numbered result of one paper: its number in the paper, the label of the
+  statement in the book, the notebook that checks it, the module that holds its computation and claims,
+  its figures and the sweep that maps it. The registries ``companion.<paper>.results.RESULTS`` list them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = ["KINDS", "EVIDENCE_KINDS", "TARGETS", "STATUSES", "ClaimSpec", "ResultSpec"]
+
+KINDS = ("identity", "numerics", "statistical", "bound", "qualitative")
+EVIDENCE_KINDS = ("numerics", "statistical", "bound", "qualitative")  # identity = implementation test
+TARGETS = ("trained", "reduced", "closed_form", "monte_carlo", "ode")
+STATUSES = ("passed", "failed", "not_resolvable", "not_applicable")
+
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+@dataclass(frozen=True)
+class ClaimSpec:
+    """One claim of a result's manifest.
+
+    ``id`` is the claim id, or a pattern such as ``"loss_{law}"`` whose placeholders stand for the parts
+    the notebook computes from its parameters (each placeholder matches ``[A-Za-z0-9_]+``). ``prediction``
+    names the function of the result's module (or of the science layer) that computes the theory's value;
+    ``falsifier`` names the competitor the claim rejects ("" for kinds that name none)."""
+
+    id: str
+    kind: str
+    target: str
+    headline: bool = False
+    prediction: str = ""
+    falsifier: str = ""
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"claim {self.id!r}: kind must be one of {KINDS}; got {self.kind!r}")
+        if self.target not in TARGETS:
+            raise ValueError(f"claim {self.id!r}: target must be one of {TARGETS}; got {self.target!r}")
+
+    @property
+    def pattern(self) -> re.Pattern:
+        """The regular expression a recorded claim id of this spec matches."""
+        parts, pos = [], 0
+        for m in _PLACEHOLDER.finditer(self.id):
+            parts.append(re.escape(self.id[pos:m.start()]))
+            parts.append("[A-Za-z0-9_]+?")
+            pos = m.end()
+        parts.append(re.escape(self.id[pos:]))
+        return re.compile("^" + "".join(parts) + "$")
+
+    def matches(self, claim_id: str) -> bool:
+        return bool(self.pattern.match(claim_id))
+
+
+@dataclass(frozen=True)
+class ResultSpec:
+    """One numbered result of one paper and where the book checks it."""
+
+    paper: str  # "mesa" or "cot"
+    number: str  # the paper's numbering, e.g. "Theorem 4.2"
+    title: str  # a few words, e.g. "capability: recovery iff Assumption 4.2"
+    label: str  # the statement's label in the book, e.g. "mesa-thm-4-2"
+    notebook: str  # e.g. "mesa/thm4_2_capability" (notebooks/<notebook>.md)
+    module: str  # e.g. "companion.mesa.results.thm4_2"
+    claims: tuple[ClaimSpec, ...] = ()
+    figures: tuple[str, ...] = ()  # glue names of the page's figures
+    sweep: str = ""  # the sweep that maps it (a section of the Sweeps page), "" if none
+
+    def spec_of(self, claim_id: str) -> ClaimSpec | None:
+        """The manifest line a recorded claim id belongs to (the first that matches), or None."""
+        for spec in self.claims:
+            if spec.matches(claim_id):
+                return spec
+        return None
