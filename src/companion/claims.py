@@ -26,7 +26,9 @@ EVIDENCE_KINDS = ("numerics", "statistical", "bound", "qualitative")  # identity
 TARGETS = ("trained", "reduced", "closed_form", "monte_carlo", "ode")
 STATUSES = ("passed", "failed", "not_resolvable", "not_applicable")
 
-_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(?::(num))?\}")
+# a number as the notebooks write it into a claim id: "." -> "p", "-" -> "m" (0p5, 1, m1p5, 1em05)
+_NUMBER = "m?[0-9]+(?:p[0-9]+)?(?:e[mp]?[0-9]+)?"
 
 
 @dataclass(frozen=True)
@@ -34,7 +36,9 @@ class ClaimSpec:
     """One claim of a result's manifest.
 
     ``id`` is the claim id, or a pattern such as ``"loss_{law}"`` whose placeholders stand for the parts
-    the notebook computes from its parameters (each placeholder matches ``[A-Za-z0-9_]+``). ``prediction``
+    the notebook computes from its parameters (each placeholder matches ``[A-Za-z0-9_]+``; a placeholder
+    ``{name:num}`` matches only a number as the notebooks tag it, ``0p5`` or ``m1p5``, so that
+    ``loss_sparse_{s:num}`` does not also match ``loss_sparse_gaussian_1``). ``prediction``
     names the function of the result's module (or of the science layer) that computes the theory's value;
     ``falsifier`` names the competitor the claim rejects ("" for kinds that name none)."""
 
@@ -57,7 +61,7 @@ class ClaimSpec:
         parts, pos = [], 0
         for m in _PLACEHOLDER.finditer(self.id):
             parts.append(re.escape(self.id[pos:m.start()]))
-            parts.append("[A-Za-z0-9_]+?")
+            parts.append(_NUMBER if m.group(2) else "[A-Za-z0-9_]+?")
             pos = m.end()
         parts.append(re.escape(self.id[pos:]))
         return re.compile("^" + "".join(parts) + "$")
