@@ -1,5 +1,5 @@
 """Unit tests of the cot theory added for the evidence claims (rates, horizons, Marchenko--Pastur at n = d,
-importance-weighted looped optimum, OOD one-step formula) and of companion.cot.checks.
+importance-weighted looped optimum, OOD one-step formula) and of the evidence functions of companion.cot.results.
 
 Each test compares with a closed form or an independent computation and is meant to fail on a plausible bug
 (a sign in the Gauss--Newton vector, a missing factor n in the likelihood ratio, the gamma = 1 branch, ...)."""
@@ -11,8 +11,9 @@ import math
 import numpy as np
 import pytest
 
-from companion.cot import checks
 from companion.cot import theory as th
+from companion.cot.results import cor3_1, thm3_1, thm3_2, thm4_1, thm4_2
+from companion.stats import mean_se
 
 
 def _num_hessian(f, x, h=1e-5):
@@ -34,7 +35,7 @@ def test_fixed_point_rate_is_the_smallest_hessian_eigenvalue(eta, k, lam):
 
 
 def test_rate_derived_horizon_reaches_the_tolerance_and_the_fitted_rate_is_mu():
-    a = checks.stage_analysis(0.5, 5, 0.01, tol=1e-6)
+    a = thm4_1.stage_analysis(0.5, 5, 0.01, tol=1e-6)
     assert a["final"] <= 1e-6
     assert a["T"] == pytest.approx(a["t2"] + math.log(1e-3 * 100 / 1e-6) / a["mu"])
     assert a["rate"] == pytest.approx(a["mu"], rel=1e-3)
@@ -42,8 +43,8 @@ def test_rate_derived_horizon_reaches_the_tolerance_and_the_fitted_rate_is_mu():
 
 def test_separation_parameter_orders_the_reviewers_example():
     # eta = 1, k = 3, sigma = 0.1: no separation (w(t1) = 0.66); eta = 0.3, k = 20: two clear stages
-    assert checks.separation_parameter(1.0, 3, 0.1) >= 1
-    a = checks.stage_analysis(0.3, 20, 0.01)
+    assert thm4_1.separation_parameter(1.0, 3, 0.1) >= 1
+    a = thm4_1.stage_analysis(0.3, 20, 0.01)
     assert a["eps"] < 0.25 and a["w1"] < 0.5
     assert abs(a["t_half"] - a["t_pred"]) <= 2 * a["eps"] * a["t_half"]
 
@@ -59,7 +60,7 @@ def test_mp_integral_reproduces_the_narayana_moments_also_at_n_equal_d(gamma):
 
 def test_mp_limit_fit_recovers_the_integral_and_the_wishart_moments():
     rng = np.random.default_rng(3)
-    f = checks.mp_limit_fit(2, 0.4, 4, 8, 4, 8000, rng)
+    f = thm3_2.mp_limit_fit(2, 0.4, 4, 8, 4, 8000, rng)
     assert abs(f["a"] - th.gd_error_mp(2, 0.4, 0.5)) <= 4 * f["a_se"]
     # the exact finite-d value (moments m_0..m_4) is a + b/d to O(1/d^2): the fitted line passes near it
     exact = th.gd_error_exact(2, 0.4, 16, 32) / 16
@@ -69,10 +70,10 @@ def test_mp_limit_fit_recovers_the_integral_and_the_wishart_moments():
 def test_importance_weights_are_exact_likelihood_ratios():
     rng = np.random.default_rng(5)
     e, w = th.wishart_is_sample(4, 10, 40_000, rng)
-    m, se = checks.mean_se(w)
+    m, se = mean_se(w)
     assert abs(m - 1) <= 4 * se
     for p in (1, 2, 3):
-        est, est_se = checks.mean_se(w * np.sum(e**p, axis=1))
+        est, est_se = mean_se(w * np.sum(e**p, axis=1))
         assert abs(est - th.wishart_trace_moment(p, 4, 10)) <= 4 * est_se
 
 
@@ -91,7 +92,7 @@ def test_one_step_ood_formula_against_monte_carlo_and_not_the_printed_factor_two
     Sigma = np.diag(np.linspace(0.5, 2.0, d))
     V = -th.eta_star(d, n) * np.eye(d)
     S = th.sample_S(d, n, 100_000, rng, Sigma)
-    m, se = checks.mean_se(np.sum((np.eye(d) + V @ S) ** 2, axis=(1, 2)))
+    m, se = mean_se(np.sum((np.eye(d) + V @ S) ** 2, axis=(1, 2)))
     assert abs(m - th.one_step_ood_error(V, Sigma, n)) <= 4 * se
     assert abs(m - th.one_step_ood_error(V, Sigma, n, factor=2.0)) > 4 * se
 
@@ -99,9 +100,9 @@ def test_one_step_ood_formula_against_monte_carlo_and_not_the_printed_factor_two
 def test_eta_argmin_and_floor_monte_carlo_against_the_closed_forms():
     rng = np.random.default_rng(4)
     S = th.sample_S(5, 9, 50_000, rng)
-    eta, se = checks.eta_argmin_mc(S)
+    eta, se = thm3_1.eta_argmin_mc(S)
     assert abs(eta - th.eta_star(5, 9)) <= 4 * se and se < 5e-3
-    m, se = checks.floor_mc(5, 9, 50_000, rng)
+    m, se = cor3_1.floor_mc(5, 9, 50_000, rng)
     assert abs(m - th.no_cot_floor(5, 9)) <= 4 * se
 
 
@@ -114,7 +115,7 @@ def test_ood_row_follows_gd_for_the_construction():
         W_KQ, W_PV = construction(3, 0.3)
 
     rng = np.random.default_rng(1)
-    row = checks.ood_row(R, np.diag([0.5, 1.0, 1.5]), 0.3, [4, 8], 9, 4000, 4000, 7, rng)
+    row = thm4_2.ood_row(R, np.diag([0.5, 1.0, 1.5]), 0.3, [4, 8], 9, 4000, 4000, 7, rng)
     for k in (4, 8):
         (mm, ms, _), (ml, ls) = row["ks"][k]["model"], row["ks"][k]["law"]
         assert abs(mm - ml) <= 4 * math.hypot(ms, ls)

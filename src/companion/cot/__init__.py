@@ -6,13 +6,14 @@
 * :mod:`companion.cot.train`  -- full-parameter training (Adam/GD on fresh prompts, float64), replicates side by side;
 * :mod:`companion.cot.theory` -- closed forms, Monte Carlo, Marchenko--Pastur, the reduced ODE and its rates, the
   restricted matrix flow, the (importance-weighted) looped optimum;
-* :mod:`companion.cot.checks` -- the per-theorem measurements behind the notebooks' verdicts, with standard errors;
-* :mod:`companion.cot.figures` -- the notebooks' figures (imported on demand: it needs matplotlib).
+* :mod:`companion.cot.stats`  -- per-prompt errors of trained models and their standard errors (shared by the results);
+* :mod:`companion.cot.results` -- one module per result (notebook): its evidence, figures and ``CLAIMS`` manifest
+  (imported on demand: they need matplotlib).
 """
 
 from __future__ import annotations
 
-from . import checks, data, model, theory, train
+from . import data, model, stats, theory, train
 from .data import Prompts, cot_tokens, embed, gd_trajectory, make_generator, sample_prompts
 from .model import (
     blocks,
@@ -32,7 +33,7 @@ from .model import (
 )
 
 __all__ = [
-    "checks", "data", "model", "theory", "train",
+    "data", "model", "stats", "theory", "train",
     "Prompts", "cot_tokens", "embed", "gd_trajectory", "make_generator", "sample_prompts",
     "blocks", "construction", "cot_inference", "eval_loss", "looped_predict", "lsa", "no_cot_predict",
     "outcome_loss", "per_prompt_error", "cot_effective_blocks", "no_cot_effective_matrix", "sparse_parameters", "teacher_forced_loss",

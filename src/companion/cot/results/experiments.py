@@ -1,0 +1,87 @@
+r"""Experiments: training with and without CoT ({prf:ref}`cot-prop-experiments`, notebook ``cot/experiments``;
+Figure 2 of the paper).
+
+At each n (:func:`cot_vs_no_cot`): independently seeded CoT models trained side by side against the Monte-Carlo
+k-step GD error :math:`\E\tr(I-\eta S)^{2k}`, and a no-CoT model against the floor :math:`d(d+1)/(n+d+1)`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from companion.claims import ClaimSpec, ResultSpec
+from companion.plotting import legend_outside, new_figure
+
+from .. import theory as th
+from ..data import make_generator, sample_prompts
+from ..stats import model_errors, replicate_errors, trained_vs_prediction
+from ..train import cached_train_full
+
+__all__ = ["CLAIMS", "RESULT", "cot_vs_no_cot", "figure", "manifest"]
+
+COT = ClaimSpec("cotexp_cot_n{n}", "statistical", "trained", headline=True, prediction="companion.cot.theory.gd_error_mc",
+                falsifier="no gain from CoT: the no-CoT floor")
+NO_COT = ClaimSpec("cotexp_no_cot_n{n}", "statistical", "trained", headline=True,
+                   prediction="companion.cot.theory.no_cot_floor",
+                   falsifier="one layer does k GD steps: E tr(I - eta S)^(2k)")
+CLAIMS = (COT, NO_COT)
+
+RESULT = ResultSpec(paper="cot", number="Figure 2 (Section 5)", title="training with and without CoT",
+                    label="cot-prop-experiments", notebook="cot/experiments", module=__name__, claims=CLAIMS,
+                    figures=("fig_cot_experiments",), sweep="")
+
+
+def manifest(n_list) -> list[str]:
+    """The claim ids the notebook records: a CoT and a no-CoT claim per n."""
+    return [c.id.format(n=n) for n in n_list for c in CLAIMS]
+
+
+def cot_vs_no_cot(d: int, n: int, eta: float, k: int, *, steps: int, lr: float, lr_final: float, lr_no_cot: float,
+                  lr_final_no_cot: float, replicates: int, eval_batch: int, num_mc: int, seed: int,
+                  rng: np.random.Generator) -> dict:
+    r"""Figure 2 of the paper at one n ({prf:ref}`cot-prop-experiments`): ``replicates`` CoT models (k teacher-forced
+    GD steps of size ``eta``) trained side by side and one no-CoT model, all for ``steps`` Adam steps on fresh
+    prompts (through the run cache); the ``eval_batch`` evaluation prompts split among the CoT replicates, each on its
+    own (:func:`companion.cot.stats.replicate_errors`; the expected number of divergent prompts is that of one set of ``eval_batch``),
+    against an independent Monte-Carlo estimate of :math:`\E\tr(I-\eta S)^{2k}` from
+    ``num_mc`` spectra, the no-CoT model against the floor :math:`d(d+1)/(n+d+1)`; and, on the same spectra, the
+    fraction of prompts with :math:`\eta\lambda_{\max}(S) > 2` and the 99.9 % quantile of :math:`\lambda_{\max}`.
+
+    Returns
+    -------
+    dict
+        ``dict(n, eta, cot, noc, pred, floor, m_cot, m_noc, unstable, q999)`` (``m_*``:
+        :func:`companion.cot.stats.trained_vs_prediction`).
+    """
+    every = max(1, steps // 20)
+    cot = cached_train_full("cot", d, n, k, eta, steps=steps, lr=lr, lr_final=lr_final, batch=64, seed=seed,
+                            eval_every=every, eval_batch=500, replicates=replicates)
+    noc = cached_train_full("no_cot", d, n, 1, steps=steps, lr=lr_no_cot, lr_final=lr_final_no_cot, batch=64,
+                            seed=seed, eval_every=every, eval_batch=500)
+    eigs = th.sample_S_eigs(d, n, num_mc, rng)
+    pred, floor = th.gd_error_mc(k, eta, eigs), th.no_cot_floor(d, n)
+    return dict(n=n, eta=eta, cot=cot, noc=noc, pred=pred, floor=floor,
+                m_cot=trained_vs_prediction(replicate_errors("cot", cot, k, eval_batch // replicates, seed + 7), pred.mean,
+                                            pred.se),
+                m_noc=trained_vs_prediction(model_errors("no_cot", noc, sample_prompts(eval_batch, d, n, make_generator(seed + 7)), 1),
+                                            floor),
+                unstable=float(np.mean(eta * eigs[:, -1] > 2)), q999=float(np.quantile(eigs[:, -1], 0.999)))
+
+
+def figure(runs: list, d: int, k: int):
+    r"""``fig_cot_experiments``: evaluation loss during training, with CoT (the replicates' mean, each replicate thin) and without, per n;
+    dotted: the no-CoT floor and the k-step GD error (:func:`cot_vs_no_cot` rows)."""
+    fig, axs = new_figure(ncols=len(runs), width=3.5, height=3.0)
+    for ax, r in zip(np.atleast_1d(axs), runs):
+        cot, noc = r["cot"], r["noc"]
+        curves = np.asarray(cot.eval_loss).reshape(len(cot.steps), -1)
+        ax.semilogy(cot.steps, curves, color="C0", lw=0.5, alpha=0.5)
+        ax.semilogy(cot.steps, curves.mean(axis=1), color="C0", label=f"with CoT (k={k}), {curves.shape[1]} seeds")
+        ax.semilogy(noc.steps, noc.eval_loss, color="C1", label="without CoT")
+        ax.axhline(r["floor"], color="C1", ls=":", lw=1, label="floor d(d+1)/(n+d+1)")
+        ax.axhline(r["pred"].mean, color="C0", ls=":", lw=1, label=r"$E\,\mathrm{tr}(I-\eta S)^{2k}$")
+        ax.set_xlabel("Adam step")
+        ax.set_ylabel("evaluation loss (7)")
+        ax.set_title(rf"d={d}, n={r['n']}, $\eta$={r['eta']:g}")
+    legend_outside(fig, "below", ncol=2)
+    return fig

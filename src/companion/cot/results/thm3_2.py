@@ -1,0 +1,174 @@
+r"""Theorem 3.2 ({prf:ref}`cot-thm-3-2`, notebook ``cot/thm3_2_construction``): with CoT, one LSA layer runs k steps
+of gradient descent, error :math:`L_k(\eta) = \E\tr(I-\eta S)^{2k}`.
+
+The construction's CoT inference on fresh prompts (:func:`construction_errors`) against: the exact moment formula
+at k = 2; the median of an independent sample of the per-prompt k-step law (:func:`law_medians`); the
+Marchenko--Pastur limit through a finite-d fit (:func:`mp_limit_fit`, with the quadrature checked against the
+closed-form moments, :func:`mp_quadrature_pair`); and the geometric bound :math:`d\rho_{\rm MP}^{2k}`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from companion.claims import ClaimSpec, ResultSpec
+from companion.plotting import legend_outside, new_figure
+from companion.stats import combine, median_se
+
+from .. import theory as th
+from ..data import make_generator, sample_prompts
+from ..model import construction, cot_inference
+from ..train import threads1
+
+__all__ = ["CLAIMS", "RESULT", "construction_errors", "law_medians", "median_pair", "mp_quadrature_pair",
+           "mp_limit_fit", "decay_curves", "figure", "figure_mp", "manifest"]
+
+LAW = ClaimSpec("cot32_law_k{k}", "statistical", "monte_carlo", headline=True,  # headline: the largest k of k_list
+                prediction="companion.cot.theory.gd_error_samples",
+                falsifier="one GD step instead of k (median of the one-step law)")
+CLAIMS = (
+    ClaimSpec("cot32_exact_k2", "statistical", "monte_carlo", prediction="companion.cot.theory.gd_error_exact",
+              falsifier="one GD step instead of two: L_1(eta)"),
+    LAW,
+    ClaimSpec("cot32_mp_quadrature", "numerics", "closed_form", prediction="companion.cot.theory.mp_moment"),
+    ClaimSpec("cot32_mp_limit", "statistical", "monte_carlo", headline=True, prediction="companion.cot.theory.gd_error_mp",
+              falsifier="S = I (gamma -> 0): (1 - eta)^(2k)"),
+    ClaimSpec("cot32_decay_bound", "bound", "monte_carlo", prediction="companion.cot.theory.mp_rate"),
+)
+
+RESULT = ResultSpec(paper="cot", number="Theorem 3.2", title="with CoT, one LSA layer runs multi-step gradient descent",
+                    label="cot-thm-3-2", notebook="cot/thm3_2_construction", module=__name__, claims=CLAIMS,
+                    figures=("fig_cot_thm32", "fig_cot_thm32_mp"),
+                    sweep=r"CoT: the error of $k$-step CoT over $(k, \eta)$")
+
+
+def manifest(k_list) -> list[str]:
+    """The claim ids the notebook records: one law claim per k of ``k_list`` besides the fixed ones."""
+    return (["cot32_exact_k2"] + [LAW.id.format(k=k) for k in k_list]
+            + ["cot32_mp_quadrature", "cot32_mp_limit", "cot32_decay_bound"])
+
+
+def construction_errors(d: int, n: int, eta: float, K: int, num: int, seed: int) -> np.ndarray:
+    """Per-prompt squared errors of CoT inference with the construction of {prf:ref}`cot-thm-3-2` after
+    0..K steps on ``num`` fresh prompts, shape (num, K+1)."""
+    with threads1(), torch.no_grad():
+        prompts = sample_prompts(num, d, n, make_generator(seed))
+        W_KQ, W_PV = construction(d, eta)
+        w_hat = cot_inference(prompts, W_KQ, W_PV, K)
+        return ((w_hat - prompts.w_star[:, None, :]) ** 2).sum(-1).numpy()
+
+
+def median_pair(a, b) -> tuple[float, float, float]:
+    """Medians of two independent samples and the combined order-statistic standard error."""
+    ma, sa = median_se(a)
+    mb, sb = median_se(b)
+    return ma, mb, combine(sa, sb)
+
+
+def law_medians(err: np.ndarray, k_list, eta: float, eigs: np.ndarray, rng: np.random.Generator) -> tuple[dict, dict]:
+    r"""The per-prompt k-step law on an independent sample of spectra ``eigs``,
+    :math:`\sum_j(1-\eta\lambda_j)^{2k}z_j^2` with :math:`z \sim N(0, I)` (:func:`companion.cot.theory.gd_error_samples`),
+    for every k of ``k_list`` and k = 1 (the falsifier), in increasing k; and for each k of ``k_list`` the median
+    of the construction's errors ``err[:, k]`` against the median of the law (:func:`median_pair`).
+
+    Returns
+    -------
+    tuple
+        ``(law, med)``: ``law[k]`` the sample, ``med[k] = (model, prediction, combined se)``.
+    """
+    law = {k: th.gd_error_samples(k, eta, eigs, rng) for k in sorted(set(k_list) | {1})}
+    return law, {k: median_pair(err[:, k], law[k]) for k in k_list}
+
+
+def mp_quadrature_pair(eta: float, gamma: float) -> tuple[float, float]:
+    r"""The Marchenko--Pastur limit at k = 2 by quadrature (:func:`companion.cot.theory.gd_error_mp`) and from the
+    closed-form moments, :math:`\sum_{p\le 4}\binom4p(-\eta)^p\int\lambda^p\,d\mathrm{MP}_\gamma`."""
+    return th.gd_error_mp(2, eta, gamma), sum(math.comb(4, p) * (-eta) ** p * th.mp_moment(p, gamma) for p in range(5))
+
+
+def decay_curves(d: int, ratios, eta: float, K: int, num: int, rng: np.random.Generator) -> dict:
+    r"""Geometric decay of :math:`\E\tr(I-\eta S)^{2k}` for k = 0..K at :math:`n = \max(d, \mathrm{round}(r d))` for each
+    ratio r, from ``num`` Monte-Carlo spectra each: ``{n: (mean over k, median over k)}``."""
+    out = {}
+    for r in ratios:
+        nn = max(d, int(round(r * d)))
+        e = th.sample_S_eigs(d, nn, num, rng)
+        with np.errstate(over="ignore"):
+            per = np.sum((1 - eta * e[:, None, :]) ** (2 * np.arange(K + 1)[None, :, None]), axis=-1)
+        out[nn] = (per.mean(0), np.median(per, axis=0))
+    return out
+
+
+def mp_limit_fit(k: int, eta: float, d: int, n: int, levels: int, num: int, rng: np.random.Generator) -> dict:
+    r"""Monte-Carlo :math:`\frac1d\E\tr(I-\eta S)^{2k}` at :math:`(2^j d, 2^j n)`, :math:`j <` ``levels``, from
+    ``num / 4^j`` draws (so :math:`\gamma = d/n` is exact at every level), and the weighted least-squares fit
+    :math:`a + b/d` (the finite-d correction of a real Wishart linear statistic is :math:`O(1/d)`). The intercept
+    :math:`a` estimates the Marchenko--Pastur limit of {prf:ref}`cot-thm-3-2`; its standard error propagates the
+    Monte-Carlo errors.
+
+    Returns
+    -------
+    dict
+        ``dict(ds, values, ses, a, a_se, b, chi2)``.
+    """
+    ds, vals, ses = [], [], []
+    for j in range(levels):
+        dj, nj = d * 2**j, n * 2**j
+        # the variance of (1/d) tr f(S) falls like 1/d^2: num / 4^j draws keep the standard error level-independent
+        m, se = th.gd_error_mc(k, eta, th.sample_S_eigs(dj, nj, max(200, num // 4**j), rng))
+        ds.append(dj)
+        vals.append(m / dj)
+        ses.append(se / dj)
+    ds, vals, ses = np.array(ds, float), np.array(vals), np.array(ses)
+    X = np.stack([np.ones_like(ds), 1 / ds], axis=1)
+    Wt = 1 / ses**2
+    cov = np.linalg.inv(X.T @ (X * Wt[:, None]))
+    a, b = cov @ (X.T @ (Wt * vals))
+    chi2 = float(np.sum(Wt * (vals - a - b / ds) ** 2))
+    return dict(ds=ds, values=vals, ses=ses, a=float(a), a_se=float(np.sqrt(cov[0, 0])), b=float(b), chi2=chi2)
+
+
+def figure(err, k_list, med: dict, decay: dict, rho: float, eta: float, d: int, n: int):
+    """``fig_cot_thm32``: (a) the construction's error against k with the exact, independent-law, MP-limit and
+    bound curves; (b) the geometric decay of the mean and median for several n/d (``decay[n] = (mean, median)``)."""
+    K, gam = err.shape[1] - 1, d / n
+    ks = np.arange(K + 1)
+    fig, (ax0, ax1) = new_figure(ncols=2, width=3.5, height=3.0)
+    ax0.semilogy(ks, err.mean(0), "-", label="CoT construction (mean)")
+    ax0.semilogy(ks, np.median(err, axis=0), "--", label="CoT construction (median)")
+    ax0.plot([1, 2], [th.gd_error_exact(1, eta, d, n), th.gd_error_exact(2, eta, d, n)], "ko", ms=5, mfc="none",
+             label="exact (moments)")
+    ax0.plot(k_list, [med[k][1] for k in k_list], "s", ms=4, mfc="none", color="C2", label="independent law (median)")
+    ax0.semilogy(ks, [d * th.gd_error_mp(int(k), eta, gam) for k in ks], ":", color="C3", label="d × MP limit")
+    ax0.semilogy(ks, d * rho ** (2 * ks), "-.", color="C4", lw=0.8, label=r"bound $d\rho_{\rm MP}^{2k}$")
+    ax0.axhline(th.no_cot_floor(d, n), color="k", lw=0.8, ls="-.", label="no-CoT floor")
+    ax0.set_xlabel("CoT steps k")
+    ax0.set_ylabel(r"$\|\hat w_k - w^\star\|^2$")
+    ax0.set_title(f"(a) d = {d}, n = {n}")
+    for c, (nn, (mean, median)) in enumerate(decay.items()):
+        steps = np.arange(len(mean))
+        ax1.semilogy(steps, mean, "-", color=f"C{c}", label=f"n/d = {nn / d:g}")
+        ax1.semilogy(steps, median, "--", color=f"C{c}", lw=0.8)
+    ax1.set_xlabel("CoT steps k")
+    ax1.set_ylabel(r"$E\,\mathrm{tr}(I-\eta S)^{2k}$")
+    ax1.set_title("(b) geometric decay (— mean, -- median)")
+    legend_outside(fig, "below", ncol=3)
+    return fig
+
+
+def figure_mp(fit: dict, mp_k: float, k: int, ratio: float):
+    r"""``fig_cot_thm32_mp``: the Monte-Carlo values of :math:`\E\tr(I-\eta S)^{2k}/d` against 1/d (``fit``:
+    :func:`mp_limit_fit`), the fit a + b/d and the Marchenko-Pastur integral at 1/d = 0."""
+    fig, ax = new_figure(width=4.2, height=3.0)
+    xs = np.linspace(0, 1.05 / fit["ds"][0], 50)
+    ax.errorbar(1 / fit["ds"], fit["values"], yerr=2 * fit["ses"], fmt="o", ms=4, mfc="none", label="Monte Carlo (±2 SE)")
+    ax.plot(xs, fit["a"] + fit["b"] * xs, "-", lw=1, label="fit a + b/d")
+    ax.plot([0], [mp_k], "k*", ms=10, label="Marchenko–Pastur integral")
+    ax.set_xlabel("1 / d   (n/d fixed)")
+    ax.set_ylabel(r"$E\,\mathrm{tr}(I-\eta S)^{2k}\,/\,d$")
+    ax.set_title(f"k = {k}, n/d = {ratio:g}")
+    legend_outside(ax, "below", ncol=2)
+    return fig

@@ -1,0 +1,280 @@
+r"""Theorem 4.1 ({prf:ref}`cot-thm-4-1`, notebook ``cot/thm4_1_dynamics``): gradient flow learns the CoT
+construction, in two stages.
+
+The reduced (v, w) flow for :math:`n \to \infty` and at finite n (:func:`stage_analysis`: the stage-1 separation
+:math:`\varepsilon` from :func:`separation_parameter`, the slow-manifold time, the stage-2 rate :math:`\mu`, the
+distance at the rate-derived horizon); the restricted matrix flow from Assumption 4.1 (:func:`matrix_flow`);
+full-parameter training of independently seeded replicates against the k-step GD error (:func:`full_eval`); the
+regime :math:`n \sim d\log d`, :math:`k \sim \log d` (:func:`regime_errors`, :func:`regime_decay_ratio`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy import integrate
+
+from companion.claims import ClaimSpec, ResultSpec
+from companion.plotting import legend_outside, new_figure
+
+from .. import theory as th
+from ..model import blocks, cot_effective_blocks
+from ..stats import replicate_errors, trained_vs_prediction
+
+__all__ = ["CLAIMS", "RESULT", "separation_parameter", "stage_analysis", "matrix_flow", "regime_errors",
+           "regime_decay_ratio", "full_eval", "trained_weights", "figures", "manifest"]
+
+FLOW = "companion.cot.theory.reduced_flow_converged"
+REGIME_DECAY = ClaimSpec("cot41_regime_decay", "qualitative", "monte_carlo",
+                         prediction="companion.cot.results.thm4_1.regime_errors",
+                         falsifier="no decay with d: a Theta(1) error per coordinate")
+REGIME = ClaimSpec("cot41_regime_d{d}", "bound", "monte_carlo", prediction="companion.cot.theory.mp_rate")
+CLAIMS = (
+    ClaimSpec("cot41_separation", "qualitative", "ode", prediction="companion.cot.theory.v_curvature",
+              falsifier="no stage separation: w reaches 1/2 while v relaxes"),
+    ClaimSpec("cot41_stage1_time", "numerics", "ode", prediction="companion.cot.theory.slow_manifold_time"),
+    ClaimSpec("cot41_stage2_rate", "numerics", "ode", prediction="companion.cot.theory.fixed_point_rate"),
+    ClaimSpec("cot41_ode_limit", "numerics", "ode", prediction=FLOW),
+    ClaimSpec("cot41_finite_n_limit", "numerics", "ode", prediction=FLOW),
+    ClaimSpec("cot41_flow_eigenbasis", "identity", "ode", prediction="companion.cot.theory.symmetrised_S_sample"),
+    ClaimSpec("cot41_flow_limit", "numerics", "ode", prediction="companion.cot.results.thm4_1.matrix_flow"),
+    ClaimSpec("cot41_full_eval", "statistical", "trained", headline=True, prediction="companion.cot.theory.gd_error_mc",
+              falsifier="no gain from CoT: the no-CoT floor"),
+    REGIME_DECAY,  # before REGIME: the pattern cot41_regime_d{d} also matches the id cot41_regime_decay
+    REGIME,
+)
+
+RESULT = ResultSpec(paper="cot", number="Theorem 4.1", title="gradient flow learns the CoT construction in two stages",
+                    label="cot-thm-4-1", notebook="cot/thm4_1_dynamics", module=__name__, claims=CLAIMS,
+                    figures=("fig_cot_thm41_ode", "fig_cot_thm41_flow", "fig_cot_thm41_weights", "fig_cot_thm41_regime"),
+                    sweep="")
+
+
+def manifest(regime: list[dict]) -> list[str]:
+    """The claim ids the notebook records: the fixed ones and one bound per dimension of the regime."""
+    return ([c.id for c in CLAIMS if c is not REGIME] + [REGIME.id.format(d=r["d"]) for r in regime])
+
+
+def _first_crossing(t, x, level):
+    """First time x(t) reaches ``level`` (linear interpolation between grid points); nan if never."""
+    i = int(np.argmax(x >= level))
+    if x[i] < level:
+        return float("nan")
+    if i == 0:
+        return float(t[0])
+    return float(t[i - 1] + (level - x[i - 1]) * (t[i] - t[i - 1]) / (x[i] - x[i - 1]))
+
+
+def separation_parameter(eta: float, k: int, sigma: float, lam=1.0, num: int = 60) -> float:
+    r"""Singular-perturbation parameter of stage 1: :math:`\varepsilon = \max_{w\in[\sigma, 1/2]}\gamma(w)/\kappa(w)`,
+    the largest ratio of the slow relative growth rate of w on the slow manifold,
+    :math:`\gamma(w) = \dot w / w` with :math:`v = v_{\rm eq}(w)`, to the fast relaxation rate :math:`\kappa(w)` of v.
+    Two well-separated stages need :math:`\varepsilon < 1`."""
+    ws = np.geomspace(sigma, 0.5, num)
+    return float(max(-th.reduced_grad(th.stage1_v(w, eta, k, lam), w, eta, k, lam)[1] / w / th.v_curvature(w, eta, k, lam)
+                     for w in ws))
+
+
+def stage_analysis(eta: float, k: int, sigma: float, lam=1.0, tol: float = 1e-6, stages: bool = True) -> dict:
+    r"""The two stages of the reduced flow ({prf:ref}`cot-thm-4-1`) measured on the ODE and predicted.
+
+    * stage 1: the relaxation time of v, :math:`t_1 = \ln(10^3)/\kappa(\sigma)` (v within 0.1 % of
+      :math:`v_{\rm eq}`); the ODE's :math:`w(t_1)`; the time :math:`t_{1/2}` at which w reaches 1/2, measured and
+      predicted by the slow-manifold reduction started from the ODE's state at :math:`t_1`;
+    * stage 2: the late decay rate fitted on distances in :math:`[10^{-8}, 10^{-5}]` and the predicted rate
+      :math:`\mu` (:func:`companion.cot.theory.fixed_point_rate`); the distance at the rate-derived horizon.
+    """
+    r = th.reduced_flow_converged(eta, k, sigma, tol, lam=lam, num_t=4001 if stages else 601)
+    t, v, w = r["t"], r["v"], r["w"]
+    final = float(max(abs(v[-1] + eta), abs(w[-1] - 1)))
+    if not stages:
+        return dict(r, final=final)
+    kap = th.v_curvature(sigma, eta, k, lam)
+    t1 = float(np.log(1e3) / kap)
+    w1 = float(np.interp(t1, t, w))
+    eps = separation_parameter(eta, k, sigma, lam)
+    t_half = _first_crossing(t, w, 0.5)
+    t_pred = t1 + th.slow_manifold_time(eta, k, w1, lam=lam) if w1 < 0.5 else float("nan")
+    dist = np.hypot(v + eta, w - 1)
+    sel = (dist > 1e-8) & (dist < 1e-5)
+    rate = float(-np.polyfit(t[sel], np.log(dist[sel]), 1)[0]) if sel.sum() >= 5 else float("nan")
+    return dict(r, kappa=kap, t1=t1, w1=w1, eps=eps, t_half=t_half, t_pred=t_pred, rate=rate,
+                final=final, veq=np.array([th.stage1_v(x, eta, k, lam) for x in w]))
+
+
+def matrix_flow(d: int, n: int, num_S: int, eta: float, k: int, sigma: float, rng: np.random.Generator,
+                tol: float = 1e-6, enter: float = 1e-3, margin: float = 100.0, num_t: int = 121) -> dict:
+    r"""The restricted matrix flow of {prf:ref}`cot-thm-4-1` from the Assumption 4.1 initialisation, on a fixed
+    S sample symmetrised by Hadamard sign flips in the initial eigenbasis U, integrated to a horizon that follows
+    from its own rate: :math:`\mu` is the smallest eigenvalue of the Hessian of the sample loss at
+    :math:`(-\eta I, I)` in the U-diagonal coordinates (central differences of the exact gradient); the flow runs
+    until its distance to :math:`(-\eta I, I)` is below ``enter``, then :math:`\log(\mathrm{enter}\cdot
+    \mathrm{margin}/\mathrm{tol})/\mu` longer.
+
+    Returns
+    -------
+    dict
+        ``dict(t, Vu, Wu, L, mu, T, off, final)`` (Vu, Wu in the basis U; ``off`` the largest off-diagonal entry).
+    """
+    V0, W0 = th.assumption41_init(d, sigma, rng)
+    U = np.linalg.eigh(V0)[1]
+    S = th.symmetrised_S_sample(th.sample_S(d, n, num_S, rng), U)
+    A = th._A(S, eta, k)
+
+    def diag_grad(p):
+        V, W = (U * p[:d]) @ U.T, (U * p[d:]) @ U.T
+        _, gV, gW = th.restricted_loss_grad(V, W, S, A, eta)
+        return np.concatenate([np.diag(U.T @ gV @ U), np.diag(U.T @ gW @ U)])
+
+    p0 = np.concatenate([-eta * np.ones(d), np.ones(d)])
+    h = 1e-6
+    H = np.array([(diag_grad(p0 + h * e) - diag_grad(p0 - h * e)) / (2 * h) for e in np.eye(2 * d)])
+    mu = float(np.linalg.eigvalsh((H + H.T) / 2)[0])
+    I = np.eye(d)
+
+    def rhs(_t, y):
+        V, W = y[: d * d].reshape(d, d), y[d * d:].reshape(d, d)
+        _, gV, gW = th.restricted_loss_grad(V, W, S, A, eta)
+        return -np.concatenate([gV.ravel(), gW.ravel()])
+
+    def near(_t, y):
+        return max(np.abs(y[: d * d].reshape(d, d) + eta * I).max(), np.abs(y[d * d:].reshape(d, d) - I).max()) - enter
+
+    near.terminal, near.direction = True, -1
+    y0 = np.concatenate([V0.ravel(), W0.ravel()])
+    sol = integrate.solve_ivp(rhs, (0.0, 1e4 / mu), y0, method="LSODA", events=near, rtol=1e-8, atol=1e-11)
+    if not sol.t_events[0].size:
+        raise ValueError("the matrix flow did not reach the construction")
+    T = float(sol.t_events[0][0] + np.log(enter * margin / tol) / mu)
+    t = np.linspace(0.0, T, num_t)
+    sol = integrate.solve_ivp(rhs, (0.0, T), y0, method="LSODA", t_eval=t, rtol=1e-10, atol=1e-13)
+    Vt = sol.y[: d * d].T.reshape(-1, d, d)
+    Wt = sol.y[d * d:].T.reshape(-1, d, d)
+    Vu = np.einsum("ji,tjk,kl->til", U, Vt, U)
+    Wu = np.einsum("ji,tjk,kl->til", U, Wt, U)
+    off = max(float(np.abs(M - np.einsum("tii->ti", M)[:, :, None] * I).max()) for M in (Vu, Wu))
+    L = np.array([th.restricted_loss_grad(V, W, S, A, eta)[0] for V, W in zip(Vt, Wt)])
+    final = float(max(np.abs(Vt[-1] + eta * I).max(), np.abs(Wt[-1] - I).max()))
+    return dict(t=t, Vu=Vu, Wu=Wu, L=L, mu=mu, T=T, off=off, final=final)
+
+
+def regime_errors(d_list, c_n: float, c_k: float, num: int, rng: np.random.Generator) -> list[dict]:
+    r"""The regime of {prf:ref}`cot-thm-4-1`, :math:`n = \lceil c_n d\ln d\rceil`, :math:`k = \lceil c_k\ln d\rceil`, with the
+    step :math:`\eta = 2/(\lambda_+ + \lambda_-)` that balances the Marchenko--Pastur edges (:math:`\gamma = d/n`):
+    per d, the Monte-Carlo per-coordinate k-step GD error :math:`\frac1d\E\tr(I-\eta S)^{2k}` with its standard error,
+    and the edge bound :math:`\rho_{\rm MP}^{2k}`."""
+    out = []
+    for d in d_list:
+        n = int(math.ceil(c_n * d * math.log(d)))
+        k = int(math.ceil(c_k * math.log(d)))
+        lo, hi = th.mp_edges(d / n)
+        eta = 2 / (lo + hi)
+        m, se = th.gd_error_mc(k, eta, th.sample_S_eigs(d, n, num, rng))
+        out.append(dict(d=d, n=n, k=k, eta=eta, err=m / d, se=se / d, bound=th.mp_rate(eta, d / n) ** (2 * k)))
+    return out
+
+
+def regime_decay_ratio(regime: list[dict]) -> float:
+    """The largest ratio (err(next d) + 4 SE) / (err(d) - 4 SE) along the regime (:func:`regime_errors`): below 1
+    when the error falls at every step of d by more than 4 standard errors on each side."""
+    return max((b["err"] + 4 * b["se"]) / max(a["err"] - 4 * a["se"], 1e-300) for a, b in zip(regime, regime[1:]))
+
+
+def full_eval(runs, pred, k: int, eval_batch: int, seed: int) -> dict:
+    r"""The ``runs.replicates`` trained CoT models, each on its own ``eval_batch // replicates`` fresh prompts
+    (:func:`companion.cot.stats.replicate_errors`), against the Monte-Carlo k-step GD error ``pred``
+    (:func:`companion.cot.theory.gd_error_mc`): :func:`companion.cot.stats.trained_vs_prediction`."""
+    errors = replicate_errors("cot", runs, k, eval_batch // runs.replicates, seed + 7)
+    return trained_vs_prediction(errors, pred.mean, pred.se)
+
+
+def trained_weights(res, d: int, eta: float) -> dict:
+    r"""The invariants of one trained model: :math:`W_{24}` (the rescaling :math:`c = -W_{24}`) and the relative
+    deviation :math:`\max|V_{31}W_{13} + \eta I|/\eta` from the construction."""
+    eff = cot_effective_blocks(res.W_KQ, res.W_PV, d)
+    c = float(-blocks(res.W_KQ, d)["24"][0, 0])
+    return dict(W24=-c, dev13=float(np.abs(eff["V31W13"] + eta * np.eye(d)).max() / eta))
+
+
+def figures(ode: dict, fin: dict, flow: dict, runs, pred_mean: float, regime: list, *, eta_ode: float, k_ode: int,
+          eta: float, d: int, n: int, d_flow: int):
+    r"""``fig_cot_thm41_ode``, ``_flow``, ``_weights``, ``_regime``: the four figures of {prf:ref}`cot-thm-4-1`.
+
+    (1) The reduced flow and the distance to the construction;
+    (2) the restricted matrix flow and full-parameter training (one line per seed); (3) the trained weights of
+    replicate 0, rescaled by :math:`c = -W_{24}`; (4) the regime :math:`n \sim d\log d`, :math:`k \sim \log d`.
+
+    Returns
+    -------
+    tuple
+        the four figures, in that order.
+    """
+    fig, (ax0, ax1) = new_figure(ncols=2, width=3.6, height=3.1)
+    tt = ode["t"] <= 2 * ode["t_half"] + 5 / ode["mu"]
+    ax0.plot(ode["t"][tt], ode["v"][tt], label="v(t)")
+    ax0.plot(ode["t"][tt], ode["w"][tt], label="w(t)")
+    ax0.plot(ode["t"][tt], ode["veq"][tt], "k--", lw=0.8, label=r"$v_{\rm eq}(w(t))$")
+    ax0.axvline(ode["t1"], color="0.5", lw=0.8, ls=":")
+    ax0.axhline(-eta_ode, color="C0", lw=0.6, ls=":")
+    ax0.axhline(1, color="C1", lw=0.6, ls=":")
+    ax0.set_ylim(-eta_ode - 0.15, 1.15)
+    ax0.set_xlabel("t")
+    ax0.set_title(rf"(a) $n\to\infty$, $\eta$={eta_ode:g}, k={k_ode}")
+    legend_outside(ax0, "below")
+    dist0 = np.hypot(ode["v"] + eta_ode, ode["w"] - 1)
+    ax1.semilogy(ode["t"], dist0, label="reduced, n→∞")
+    ax1.semilogy(ode["t"], 1e-3 * np.exp(-ode["mu"] * (ode["t"] - ode["t2"])), "k:", lw=0.8, label=r"rate $\mu$")
+    ax1.semilogy(fin["t"], np.hypot(fin["v"] + eta, fin["w"] - 1), label=f"reduced, d={d}, n={n}")
+    ax1.semilogy(flow["t"], np.maximum(np.abs(flow["Vu"] + eta * np.eye(d_flow)).max(axis=(1, 2)),
+                                       np.abs(flow["Wu"] - np.eye(d_flow)).max(axis=(1, 2))), "--", label=f"matrix flow, d={d_flow}")
+    ax1.set_ylim(1e-10, 3)
+    ax1.set_xlabel("t")
+    ax1.set_ylabel("distance to the construction")
+    ax1.set_title("(b) convergence (stage 2)")
+    legend_outside(ax1, "below", ncol=2)
+
+    fig2, (ax2, ax3) = new_figure(ncols=2, width=3.6, height=3.1)
+    for j in range(d_flow):
+        ax2.plot(flow["t"], flow["Vu"][:, j, j], color="C0", lw=0.9)
+        ax2.plot(flow["t"], flow["Wu"][:, j, j], color="C1", lw=0.9)
+    ax2.plot([], [], color="C0", label=r"eig. of $V_{31}$")
+    ax2.plot([], [], color="C1", label=r"eig. of $W_{13}$")
+    ax2.set_xlabel("t")
+    ax2.set_title(f"(a) matrix flow, d={d_flow}")
+    legend_outside(ax2, "below", ncol=1)
+    curves = np.asarray(runs.eval_loss).reshape(len(runs.steps), -1)
+    ax3.semilogy(runs.steps, curves, color="C0", lw=0.8)
+    ax3.plot([], [], color="C0", label=f"trained, eval. loss (7), {curves.shape[1]} seeds")
+    ax3.axhline(pred_mean, color="k", ls="--", lw=0.8, label="k GD steps")
+    ax3.axhline(th.no_cot_floor(d, n), color="k", ls=":", lw=0.8, label="no-CoT floor")
+    ax3.set_xlabel("Adam step")
+    ax3.set_title("(b) full-parameter training")
+    legend_outside(ax3, "below", ncol=1)
+
+    res = runs.replicate(0)
+    c = float(-blocks(res.W_KQ, d)["24"][0, 0])
+    fig3, axs = new_figure(ncols=2, width=3.4, height=3.1)
+    for ax, M, title in ((axs[0], res.W_KQ.numpy() / c, r"(a) $W^{KQ}$ / c"), (axs[1], res.W_PV.numpy() * c, r"(b) $W^{PV}$ · c")):
+        lim = np.abs(M).max()
+        im = ax.imshow(M, cmap="RdBu_r", vmin=-lim, vmax=lim, interpolation="nearest")
+        fig3.colorbar(im, ax=ax, shrink=0.75)
+        for r_ in (d - 0.5, d + 0.5, 2 * d + 0.5):
+            ax.axhline(r_, color="k", lw=0.4)
+            ax.axvline(r_, color="k", lw=0.4)
+        ax.set_title(title)
+        ax.grid(False)
+        ax.set_xticks([])
+        ax.set_yticks([])
+
+    fig4, ax4 = new_figure(width=4.2, height=3.0)
+    ds = [r_["d"] for r_ in regime]
+    ax4.errorbar(ds, [r_["err"] for r_ in regime], yerr=[2 * r_["se"] for r_ in regime], fmt="o-", ms=4,
+                 label=r"$E\,\mathrm{tr}(I-\eta S)^{2k}/d$ (MC, ±2 SE)")
+    ax4.plot(ds, [r_["bound"] for r_ in regime], "s--", ms=4, mfc="none", label=r"$\rho_{\rm MP}^{2k}$")
+    ax4.set_xscale("log", base=2)
+    ax4.set_yscale("log")
+    ax4.set_xlabel(r"d  (n = ⌈$c_n$ d ln d⌉, k = ⌈$c_k$ ln d⌉)")
+    ax4.set_ylabel("error per coordinate")
+    legend_outside(ax4, "below", ncol=1)
+    return fig, fig2, fig3, fig4

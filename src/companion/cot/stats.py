@@ -1,0 +1,99 @@
+r"""The statistics of trained cot models that several results share: per-prompt errors and their standard errors.
+
+Every result that trains a model (:mod:`companion.cot.results`) measures it the same way: the per-prompt
+squared error :math:`\|\hat w - w^\star\|^2` on fresh prompts (:func:`model_errors`; one row per
+independently seeded replicate, each on its own prompts, :func:`replicate_errors`), summarised by a mean
+(:func:`trained_vs_prediction`) or, where the errors are heavy-tailed, a median (:func:`replicate_median`),
+with standard errors from :mod:`companion.stats`. The noise models:
+
+* *prompts*: the per-prompt errors of a model on i.i.d. evaluation prompts (:func:`companion.stats.mean_se`
+  or, for heavy-tailed errors, :func:`companion.stats.median_se`);
+* *Monte Carlo*: the independent sample behind a prediction, combined in quadrature
+  (:func:`companion.stats.combine`, :func:`companion.stats.welch`);
+* *seeds*: independent training runs (:func:`companion.stats.replicate_se`), where a page trains replicates.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from companion.stats import band_words, combine, mean_se, median_se, replicate_se, welch, wider
+
+from .data import make_generator, sample_prompts
+from .model import cot_inference, looped_predict, no_cot_predict, per_prompt_error
+from .train import replicate_seed, threads1
+
+__all__ = ["model_errors", "replicate_errors", "trained_vs_prediction", "replicate_median"]
+
+
+def model_errors(objective: str, res, prompts, k: int) -> np.ndarray:
+    r"""Per-prompt :math:`\|\hat w - w^\star\|^2` of a trained model (CoT: k autoregressive steps; no-CoT; looped
+    with k loops) on the given prompts; non-finite values (divergent prompts) become +inf."""
+    with threads1(), torch.no_grad():
+        if objective == "cot":
+            w_hat = cot_inference(prompts, res.W_KQ, res.W_PV, k)[:, -1]
+        elif objective == "no_cot":
+            w_hat = no_cot_predict(prompts, res.W_KQ, res.W_PV)
+        else:
+            w_hat = looped_predict(prompts, res.W_KQ, res.W_PV, k)
+        e = per_prompt_error(w_hat, prompts).numpy()
+    return np.nan_to_num(e, nan=np.inf)
+
+
+def replicate_errors(objective: str, res, k: int, num: int, seed: int) -> np.ndarray:
+    """Per-prompt errors of every replicate of a :class:`~companion.cot.train.TrainResult` trained with
+    ``replicates=R``, replicate r on its *own* ``num`` fresh prompts (seed ``replicate_seed(seed, r)``), shape
+    (R, num): R independent repetitions of the whole experiment, training and evaluation."""
+    d, n = res.config["d"], res.config["n"]
+    return np.stack([model_errors(objective, res.replicate(r), sample_prompts(num, d, n, make_generator(replicate_seed(seed, r))), k)
+                     for r in range(res.replicates)])
+
+
+def trained_vs_prediction(errors: np.ndarray, pred_mean: float, pred_se: float = 0.0, z: float = 4.0) -> dict:
+    r"""Mean of trained models' per-prompt errors with its standard error and degrees of freedom, combined with
+    the Monte-Carlo error of an (independent) prediction.
+
+    ``errors`` of shape (N,): one model, the standard error is over the prompts (many degrees of freedom).
+    Shape (R, N): R independently seeded training runs, each evaluated on its own prompts; the replicate means
+    are i.i.d., so their spread (:func:`companion.stats.replicate_se`) covers the training seeds *and* the
+    prompts, on R - 1 degrees of freedom. The prompts-only standard error of all R N errors
+    (:func:`companion.stats.mean_se`) is a lower bound of the true one, on many degrees of freedom. Each is a
+    valid test at the level of ``z`` normal standard errors on its own; the verdict takes the one with the wider
+    band (:func:`companion.stats.wider`): the seed spread at the Student-t critical value, or the prompts at z.
+    Returns ``se`` and ``dof`` (``math.inf`` when the prompts decide) to hand to the verdict, and ``se_from``,
+    which of the two it is, in words.
+    """
+    errors = np.asarray(errors, dtype=float)
+    m, se = mean_se(errors)
+    out = dict(mean=m, se_prompts=se, pred=pred_mean, pred_se=pred_se)
+    cand = [welch((se, math.inf), (pred_se, math.inf))]
+    if errors.ndim == 2:
+        means = errors.mean(axis=1)
+        out.update(means=means, se_seeds=replicate_se(means)[1])
+        cand.append(welch((out["se_seeds"], len(means) - 1), (pred_se, math.inf)))
+    se, dof = wider(z, *cand)
+    src = (f"the spread of {errors.shape[0]} training seeds ({band_words(dof)})" if math.isfinite(dof)
+           else "the evaluation prompts")
+    return dict(out, se=se, dof=dof, se_from=src)
+
+
+def replicate_median(errors: np.ndarray, z: float = 4.0) -> tuple[float, float, float]:
+    """The median of R models' per-prompt errors, shape (R, N), each model on its own prompts: the mean of the R
+    medians, with the standard error of that mean over the replicates (training seeds and prompts, R - 1
+    degrees of freedom) or the order-statistic standard errors of the R medians
+    (:func:`companion.stats.median_se`) combined (many degrees of freedom), whichever band is wider at the level
+    of ``z`` (:func:`companion.stats.wider`). One model (R = 1 or a 1-d array): its median and order-statistic
+    standard error. Returns ``(median, se, dof)``."""
+    errors = np.atleast_2d(np.asarray(errors, dtype=float))
+    meds = [median_se(e) for e in errors]
+    if len(meds) == 1:
+        return meds[0][0], meds[0][1], math.inf
+    m = np.array([a for a, _ in meds])
+    floor = combine(*(b for _, b in meds)) / len(meds)
+    if not np.all(np.isfinite(m)):
+        return float(np.mean(m)), float("inf"), math.inf
+    se, dof = wider(z, (replicate_se(m)[1], len(m) - 1), (floor, math.inf))
+    return float(m.mean()), se, dof
