@@ -25,8 +25,8 @@ RESULTS = registry.results()
 
 
 def _matching(spec: ResultSpec, claim: str):
-    """The manifest lines a recorded claim id belongs to: the line with exactly that id if there is one (an id
-    such as ``cot41_regime_decay`` also fits the pattern ``cot41_regime_d{d}``), else every pattern it fits."""
+    """The manifest lines a recorded claim id belongs to: the line with exactly that id if there is one (an exact
+    id takes precedence over a pattern it also fits), else every pattern it fits."""
     exact = [c for c in spec.claims if c.id == claim]
     return exact or [c for c in spec.claims if c.matches(claim)]
 

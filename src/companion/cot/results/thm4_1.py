@@ -29,7 +29,7 @@ FLOW = "companion.cot.theory.reduced_flow_converged"
 REGIME_DECAY = ClaimSpec("cot41_regime_decay", "qualitative", "monte_carlo",
                          prediction="companion.cot.results.thm4_1.regime_errors",
                          falsifier="no decay with d: a Theta(1) error per coordinate")
-REGIME = ClaimSpec("cot41_regime_d{d}", "bound", "monte_carlo", prediction="companion.cot.theory.mp_rate")
+REGIME = ClaimSpec("cot41_regime_d{d:num}", "bound", "monte_carlo", prediction="companion.cot.theory.mp_rate")
 CLAIMS = (
     ClaimSpec("cot41_separation", "qualitative", "ode", prediction="companion.cot.theory.v_curvature",
               falsifier="no stage separation: w reaches 1/2 while v relaxes"),
@@ -41,7 +41,7 @@ CLAIMS = (
     ClaimSpec("cot41_flow_limit", "numerics", "ode", prediction="companion.cot.results.thm4_1.matrix_flow"),
     ClaimSpec("cot41_full_eval", "statistical", "trained", headline=True, prediction="companion.cot.theory.gd_error_mc",
               falsifier="no gain from CoT: the no-CoT floor"),
-    REGIME_DECAY,  # before REGIME: the pattern cot41_regime_d{d} also matches the id cot41_regime_decay
+    REGIME_DECAY,
     REGIME,
 )
 
@@ -53,7 +53,7 @@ RESULT = ResultSpec(paper="cot", number="Theorem 4.1", title="gradient flow lear
 
 def manifest(regime: list[dict]) -> list[str]:
     """The claim ids the notebook records: the fixed ones and one bound per dimension of the regime."""
-    return ([c.id for c in CLAIMS if c is not REGIME] + [REGIME.id.format(d=r["d"]) for r in regime])
+    return ([c.id for c in CLAIMS if c is not REGIME] + [REGIME.id.replace(":num}", "}").format(d=r["d"]) for r in regime])
 
 
 def _first_crossing(t, x, level):
