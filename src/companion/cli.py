@@ -96,7 +96,7 @@ def _num(v) -> str:
 
 def cmd_sweep(args) -> int:
     from .runner import read_yaml_file
-    from .sweep import SweepError, expand_grid, parse_grid, run_sweep
+    from .sweep import SweepError, check_point_count, count_points, expand_grid, parse_grid, run_sweep, worker_count
 
     text_grid = parse_grid(args.grid or [])
     typed_grid: dict = {}
@@ -115,9 +115,17 @@ def cmd_sweep(args) -> int:
         fixed.update(data.get("fixed") or {})
     if not text_grid and not typed_grid:
         raise SweepError("nothing to sweep: give --grid NAME=V1,V2 or -f grid.yaml")
-    if args.workers < 1:
-        raise SweepError(f"--workers must be >= 1; got {args.workers}")
-    points = expand_grid(args.notebook, text_grid, typed_grid, fixed, _text_params(args.param))
+    if args.max_points < 1:
+        raise SweepError(f"--max-points must be >= 1; got {args.max_points}")
+    workers, note = worker_count(args.workers)  # refuses --workers < 1; caps at the cores, with a note
+    if note and not args.scheduler:
+        print(f"companion: {note}", file=sys.stderr, flush=True)
+    # the count from the grid's sizes, before a value is checked or a point built
+    n = count_points(text_grid, typed_grid)
+    print(f"companion: {n} point(s) to sweep (--max-points {args.max_points})", file=sys.stderr, flush=True)
+    check_point_count(n, args.max_points)
+    points = expand_grid(args.notebook, text_grid, typed_grid, fixed, _text_params(args.param),
+                         max_points=args.max_points)
     out = args.out or os.path.join("sweeps", args.notebook.replace("/", "__").removesuffix(".md"))
     import signal
 
@@ -127,7 +135,7 @@ def cmd_sweep(args) -> int:
     old = signal.signal(signal.SIGTERM, stop)
     try:
         summary = run_sweep(
-            args.notebook, points, out, workers=args.workers, resume=args.resume,
+            args.notebook, points, out, workers=workers, resume=args.resume, max_points=args.max_points,
             scheduler=args.scheduler, progress=not args.quiet, swept=[*typed_grid, *text_grid],
             log=lambda msg: print(f"companion: {msg}", file=sys.stderr, flush=True),
         )
@@ -192,6 +200,9 @@ def cmd_book(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .runner import available_cores
+    from .sweep import MAX_POINTS
+
     parser = argparse.ArgumentParser(
         prog="companion",
         description="Run, sweep and build the verified notebooks of the linear-transformer companion book.",
@@ -209,7 +220,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"),
                    help="set a parameter (converted to the type declared in the parameters cell)")
     p.add_argument("-f", "--file", action="append", metavar="PARAMS.yaml", help="parameters from a YAML mapping")
-    p.add_argument("-o", "--output", metavar="OUT", help="output directory (default runs/<notebook>/<time>)")
+    p.add_argument("-o", "--output", "--out", dest="output", metavar="OUT",
+                   help="output directory (default runs/<notebook>/<time>)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace a non-empty OUT, once the new run has reached its verdict")
     p.add_argument("--log", action="store_true", help="stream the notebook's output while it runs")
@@ -223,8 +235,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a parameter fixed for every point")
     p.add_argument("-f", "--file", action="append", metavar="GRID.yaml",
                    help="YAML with 'grid: {name: [values]}' and optional 'fixed: {name: value}'")
-    p.add_argument("--out", metavar="DIR", help="sweep directory (default sweeps/<notebook>)")
-    p.add_argument("--workers", type=int, default=2, help="local worker processes (default 2)")
+    p.add_argument("-o", "--out", metavar="DIR",
+                   help="sweep directory (default sweeps/<notebook>); locked while the sweep runs: a second sweep "
+                        "on it is refused with the holder's pid")
+    p.add_argument("--workers", type=int, default=2,
+                   help="local worker processes (default 2); never more than this machine's cores "
+                        f"({available_cores()} here): a larger number is capped with a note")
+    p.add_argument("--max-points", type=int, default=MAX_POINTS, metavar="N",
+                   help=f"refuse a grid of more than N points (default {MAX_POINTS}); the count is printed first")
     p.add_argument("--resume", action="store_true", help="skip points already finished in DIR")
     p.add_argument("--scheduler", metavar="ADDRESS", help="use a running Dask scheduler instead of a local cluster")
     p.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -6,6 +6,17 @@ Layout of a sweep directory::
       sweep.json                  notebook, grid, fixed parameters (written once; --resume checks it)
       results.jsonl               one line per finished point, appended atomically as it completes
       points/<id>/                one directory per point: executed notebook, run.json, records
+      sweep.lock                  while a sweep runs: the pid of the process that holds the folder
+
+One sweep at a time per folder: :func:`run_sweep` takes ``OUT/sweep.lock`` (an exclusive ``flock`` on a
+file holding its pid; the kernel releases it when the holder dies, however it dies, so a lock left by a
+killed sweep is taken over) before it reads or writes anything there; a second sweep on the same folder
+is refused with the holder's pid. The holder clears the stale ``.<id>.partial-*`` folders (and parameter
+files) that runs of a killed sweep leave in ``points/``, when it starts and when it ends.
+
+Limits, checked before any work: at most ``max_points`` points (:data:`MAX_POINTS` by default; the
+count comes from the grid's sizes, before a point is built) and at most as many local workers as the
+machine has cores (:func:`companion.runner.available_cores`; more are capped with a note).
 
 Each point runs in its own process (``python -m companion run ...``), so kernels of different points
 never share a ZMQ context, and the runner retries a kernel that fails to start. A point that fails is
@@ -31,9 +42,12 @@ Faults:
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import hashlib
 import itertools
 import json
+import math
 import os
 import subprocess
 import sys
@@ -46,10 +60,11 @@ from typing import Any, Mapping, Sequence
 import yaml
 
 from . import notebooks as nbs
-from .runner import InputError, coerce_parameters, kill_tree, threads_env
+from .runner import InputError, available_cores, coerce_parameters, kill_tree, threads_env
 
-__all__ = ["SweepError", "parse_grid", "expand_grid", "point_id", "run_sweep", "read_results", "scan_results",
-           "repair_results", "flat_rows"]
+__all__ = ["SweepError", "parse_grid", "count_points", "expand_grid", "point_id", "run_sweep", "read_results",
+           "scan_results", "repair_results", "flat_rows", "worker_count", "SweepLock", "clear_partials",
+           "MAX_POINTS"]
 
 
 class SweepError(InputError):
@@ -58,6 +73,38 @@ class SweepError(InputError):
 
 ALLOWED_FAILURES = 2  # times a point may lose its worker before it is recorded as an error
 CONNECT_TIMEOUT = 10  # seconds to reach a --scheduler
+#: points a sweep may have unless --max-points says otherwise (a 10^4-point grid of the fastest page
+#: already takes hours on two cores)
+MAX_POINTS = 10_000
+LOCK_NAME = "sweep.lock"
+
+
+def count_points(*grids: Mapping[str, Sequence] | None) -> int:
+    """The number of points of the cartesian product of the grids' value lists (0 without any axis),
+    computed from their sizes alone: nothing is validated or built."""
+    sizes = [len(v) if isinstance(v, (list, tuple)) else 1 for g in grids for v in (g or {}).values()]
+    return math.prod(sizes) if sizes else 0
+
+
+def check_point_count(n: int, max_points: int) -> None:
+    """Refuse more than ``max_points`` points in one line (the count and the limit)."""
+    if n > max_points:
+        raise SweepError(
+            f"--max-points: the grid has {n} points, more than the limit of {max_points}; sweep fewer values "
+            "or raise --max-points"
+        )
+
+
+def worker_count(workers: int, cores: int | None = None) -> tuple[int, str | None]:
+    """Local worker processes for ``workers`` asked on a machine of ``cores`` cores: never more than the
+    cores (each point's run already uses its share of them). Returns the count and a one-line note when
+    the request was capped (None otherwise)."""
+    cores = available_cores() if cores is None else cores
+    if workers < 1:
+        raise SweepError(f"--workers must be >= 1; got {workers}")
+    if workers > cores:
+        return cores, f"--workers {workers}: this machine has {cores} cores; using {cores} local workers"
+    return workers, None
 
 
 def parse_grid(items: Sequence[str]) -> dict[str, list[str]]:
@@ -103,8 +150,14 @@ def expand_grid(
     typed_grid: Mapping[str, list[Any]] | None = None,
     fixed: Mapping[str, Any] | None = None,
     fixed_text: Mapping[str, str] | None = None,
+    max_points: int | None = None,
 ) -> list[dict]:
-    """Validate every value against the notebook's parameters cell and return the list of points."""
+    """Validate every value against the notebook's parameters cell and return the list of points.
+
+    With ``max_points``, a grid of more points is refused (:class:`SweepError`) from its sizes, before a
+    value is validated or a point built."""
+    if max_points is not None:
+        check_point_count(count_points(text_grid, typed_grid), max_points)
     name = nbs.name_of(nbs.resolve(notebook))
     specs = nbs.parameters(notebook)
     axes: dict[str, list[Any]] = {}
@@ -252,6 +305,95 @@ class _Appender:
                 os.close(fd)
 
 
+class SweepLock:
+    """The lock of a sweep folder: ``OUT/sweep.lock``, held with an exclusive ``flock`` and holding the pid
+    of its holder. The kernel drops the ``flock`` when the holder dies, so a lock left by a killed sweep is
+    simply taken over; a live holder makes :meth:`acquire` raise :class:`SweepError` naming the lock and
+    the holder's pid.
+
+    Parameters
+    ----------
+    out : Path
+        The sweep folder (it must exist)."""
+
+    def __init__(self, out: str | Path):
+        self.out = Path(out)
+        self.path = self.out / LOCK_NAME
+        self.fd: int | None = None
+
+    def holder(self) -> str:
+        """The pid written in the lock file ('unknown' while its holder has not written it yet)."""
+        for _ in range(20):
+            try:
+                text = self.path.read_text().strip()
+            except OSError:
+                text = ""
+            if text:
+                return text
+            time.sleep(0.01)
+        return "unknown"
+
+    def acquire(self) -> SweepLock:
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                os.close(fd)
+                if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    raise SweepError(
+                        f"--out '{self.out}': another sweep is running on it (lock {self.path} held by pid "
+                        f"{self.holder()}); wait for it to end or give another --out"
+                    ) from None
+                raise SweepError(f"--out '{self.out}': cannot lock {self.path} ({exc.strerror or exc})") from None
+            try:
+                same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if not same:  # the previous holder removed the file between our open and our lock: retry
+                os.close(fd)
+                continue
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+            os.fsync(fd)
+            self.fd = fd
+            return self
+
+    def release(self) -> None:
+        if self.fd is None:
+            return
+        try:
+            self.path.unlink()  # while still holding it: a waiter that opened it sees another inode and retries
+        except OSError:
+            pass
+        os.close(self.fd)
+        self.fd = None
+
+
+def clear_partials(out: str | Path) -> list[str]:
+    """Remove what the runs of an earlier, killed sweep left in ``OUT/points/``: the private
+    ``.<id>.partial-*`` and ``.<id>.old-*`` folders of :func:`companion.runner.run_notebook` and the
+    ``.<id>.params.yaml`` files. Call it only while holding the folder's :class:`SweepLock` and with no
+    point running. Returns the names removed."""
+    import shutil
+
+    points = Path(out) / "points"
+    removed: list[str] = []
+    if not points.is_dir():
+        return removed
+    for entry in sorted(points.iterdir()):
+        if not entry.name.startswith("."):
+            continue
+        if entry.is_dir() and (".partial-" in entry.name or ".old-" in entry.name):
+            shutil.rmtree(entry, ignore_errors=True)
+        elif entry.is_file() and entry.name.endswith(".params.yaml"):
+            entry.unlink(missing_ok=True)
+        else:
+            continue
+        removed.append(entry.name)
+    return removed
+
+
 def _still_wanted(key: str | None) -> bool:
     """False once the scheduler has cancelled this task (its client went away)."""
     if key is None:
@@ -395,11 +537,15 @@ def run_sweep(
     progress: bool = True,
     swept: Sequence[str] | None = None,
     log=None,
+    max_points: int | None = MAX_POINTS,
 ) -> dict:
     """Execute ``points`` of ``notebook`` in parallel; returns a summary dict (counts, paths).
 
     ``swept`` names the grid's parameters (they make the point folders' names; default: those whose
-    value differs between points). ``log`` receives one-line notes (cores, repaired lines)."""
+    value differs between points). ``log`` receives one-line notes (cores, repaired lines, capped workers,
+    cleared leftovers). More than ``max_points`` points (None: no limit) are refused, and local workers
+    are capped at the machine's cores (:func:`worker_count`), before anything starts. The folder is
+    locked (:class:`SweepLock`) from the first read of it to the end."""
     import dask
     from dask.distributed import as_completed
     from tqdm import tqdm
@@ -410,6 +556,9 @@ def run_sweep(
     out = Path(out).absolute()
     if out.exists() and not out.is_dir():
         raise SweepError(f"--out '{out}': is a file; give a new directory (or a sweep's directory with --resume)")
+    if max_points is not None:
+        check_point_count(len(points), max_points)
+    n_workers, note = (1, None) if scheduler else worker_count(int(workers))
     if swept is None:
         swept = [k for k in (points[0] if points else {})
                  if len({json.dumps(p.get(k), default=str) for p in points}) > 1]
@@ -418,28 +567,46 @@ def run_sweep(
         raise SweepError("the grid gives the same point twice; give each value once")
     results_path = out / "results.jsonl"
     mpath = out / "sweep.json"
-    if results_path.exists() and not resume and read_results(out):
-        raise SweepError(f"--out '{out}': already holds a sweep; pass --resume to continue it or choose another --out")
-    if resume and mpath.is_file():
-        try:
-            old = json.loads(mpath.read_text())
-        except ValueError:
-            old = {}
-        if old.get("notebook") not in (None, name):
-            raise SweepError(f"--out '{out}': holds a sweep of {old.get('notebook')}, not {name}")
 
-    # connect before writing anything: a wrong --scheduler leaves no trace behind
-    client = cluster = None
-    if scheduler:
-        client = _connect(scheduler)
+    # the lock first: every check below reads the folder, and a sweep running on it is reported as such
+    created = next((p for p in [out, *out.parents] if p.exists()), None)
+    created = [q for q in [out, *out.parents] if created is None or len(q.parts) > len(created.parts)]
     try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SweepError(f"--out '{out}': cannot be written ({exc.strerror or exc}); give a writable directory") from None
+    lock = SweepLock(out)
+    try:
+        lock.acquire()
+    except BaseException:
+        _remove_empty(created)
+        raise
+    client = cluster = None
+    wrote = False
+    try:
+        if results_path.exists() and not resume and read_results(out):
+            raise SweepError(f"--out '{out}': already holds a sweep; pass --resume to continue it or choose another --out")
+        if resume and mpath.is_file():
+            try:
+                old = json.loads(mpath.read_text())
+            except ValueError:
+                old = {}
+            if old.get("notebook") not in (None, name):
+                raise SweepError(f"--out '{out}': holds a sweep of {old.get('notebook')}, not {name}")
+
+        # connect before writing anything: a wrong --scheduler leaves no trace behind
+        if scheduler:
+            client = _connect(scheduler)
         try:
-            out.mkdir(parents=True, exist_ok=True)
             mpath.write_text(json.dumps({"notebook": name, "points": len(points), "swept": list(swept)}, indent=2))
+            wrote = True
         except OSError as exc:
             raise SweepError(
                 f"--out '{out}': cannot be written ({exc.strerror or exc}); give a writable directory"
             ) from None
+        stale = clear_partials(out)
+        if stale:
+            log(f"removed {len(stale)} leftover(s) of interrupted runs from {out / 'points'}")
         for lineno, why in repair_results(out):
             log(f"{results_path} line {lineno}: {why}; moved aside to {out / 'results.rejected'}, its point runs again")
 
@@ -458,9 +625,11 @@ def run_sweep(
 
             from dask.distributed import Client, LocalCluster
 
+            if note:
+                log(note)
             with dask.config.set({"distributed.scheduler.allowed-failures": ALLOWED_FAILURES}):
                 cluster = LocalCluster(
-                    n_workers=max(1, int(workers)),
+                    n_workers=max(1, min(n_workers, len(todo))),
                     threads_per_worker=1,
                     processes=True,
                     dashboard_address=None,
@@ -509,4 +678,18 @@ def run_sweep(
             client.close()
         if cluster is not None:
             cluster.close()
+        if wrote:
+            clear_partials(out)  # the runs of points cut short by a timeout or an interrupt
+        lock.release()
+        if not wrote:
+            _remove_empty(created)
     return {"out": str(out), "results": str(results_path), "total": len(points), **counts}
+
+
+def _remove_empty(dirs: Sequence[Path]) -> None:
+    """Remove the folders this sweep created (deepest first) if nothing else was put there."""
+    for d in dirs:
+        try:
+            d.rmdir()
+        except OSError:
+            return
