@@ -103,8 +103,9 @@ def implementation_section(text: str) -> str | None:
 
 
 # the aliases under which the notebooks import the modules whose functions the note must name
+# (mesa: R is the page's result module, companion.mesa.results.<name> of the registry)
 NOTE_ALIASES = {"cot": {"checks": "checks", "th": "theory", "figures": "figures"},
-                "mesa": {"C": "checks", "th": "theory", "F": "figures", "D": "domain"}}
+                "mesa": {"R": "results.{result}", "th": "theory", "F": "figures", "D": "domain"}}
 
 
 def test_the_notation_page_names_code_that_exists():
@@ -129,7 +130,7 @@ def test_every_implementation_note_names_code_that_exists():
     domain) modules that the page's code calls, so the note cannot fall behind the code."""
     import jupytext
 
-    assert not resolves("companion.mesa.checks.no_such_check")  # a stale name is caught
+    assert not resolves("companion.mesa.evidence.no_such_check")  # a stale name is caught
     notes = 0
     for path in sorted(ROOT.glob("notebooks/*/*.md")):
         text = path.read_text()
@@ -144,6 +145,10 @@ def test_every_implementation_note_names_code_that_exists():
             assert resolves(dotted), f"{path.name}: `{dotted}` does not exist"
         code = "\n".join(c.source for c in jupytext.reads(text, fmt="md:myst").cells if c.cell_type == "code")
         for alias, module in NOTE_ALIASES[paper].items():
+            if "{result}" in module:
+                from companion.mesa.results import module_of
+
+                module = module.format(result=module_of(f"{paper}/{path.stem}").rsplit(".", 1)[1])
             for fn in set(re.findall(rf"(?<![\w.]){alias}\.([A-Za-z_][A-Za-z0-9_]*)\(", code)):
                 assert f"companion.{paper}.{module}.{fn}" in names, (
                     f"{path.name}: the code calls {alias}.{fn} but the Implementation note does not name "

@@ -1,4 +1,5 @@
-"""The mesa checks (companion.mesa.checks) and the noise model behind the mesa verdicts: each test fails on a
+"""The mesa checks (the shared evidence and stability modules and the result modules companion.mesa.results.*)
+and the noise model behind the mesa verdicts: each test fails on a
 plausible bug (seeded bugs of the review: position loss at t instead of t-1, test set drawn with the training
 seed, jackknife SE inflated by sqrt(G), kernel results tied to the thread count, kernel at d = 7)."""
 
@@ -11,11 +12,14 @@ import pytest
 import torch
 
 from companion import stats as S
-from companion.mesa import checks as C
+from companion.mesa import evidence as E
+from companion.mesa import stability as St
 from companion.mesa import theory as th
 from companion.mesa.data import generate
 from companion.mesa.empirical import diagonal_stats, exact_population, sampling_spread
 from companion.mesa.model import loss_grad_fast, per_sequence_loss
+from companion.mesa.results import setup as result_setup
+from companion.mesa.results import thm4_3
 from companion.mesa.train import init_diagonal, run
 
 
@@ -68,10 +72,10 @@ def test_jackknife_se_of_the_restricted_gd_covers_its_spread():
 
 def test_falsifiers():
     d, T = 5, 20
-    name, al_f = C.falsifier_alpha("gaussian", 2.0, d, T)
+    name, al_f = E.falsifier_alpha("gaussian", 2.0, d, T)
     _, be = th.alpha_beta("gaussian", 2.0, d, T)
     assert be / al_f == pytest.approx(1 / (5 * 2.0**2), rel=1e-14) and "infinity" in name
-    name, al_f = C.falsifier_alpha("sparse", 1.0, d, T)
+    name, al_f = E.falsifier_alpha("sparse", 1.0, d, T)
     al, be = th.alpha_beta("sparse", 1.0, d, T)
     assert al_f > al and "independent" in name  # sparse: m24 = 0, the falsifier puts m2 m4 in its place
 
@@ -80,7 +84,7 @@ def test_full_parameter_stability_bound_is_below_the_reduced_one_and_refuses_iss
     """Masked full-one training at d = 5, T = 30, lr = 1e-2 passes the reduced (diagonal) check but its loss
     rises: the full-parameter bound must refuse it."""
     inits = [(0.1, 0.1), (0.5, 1.5), (2.0, 2.0)]
-    b = C.stability_bound("full_one", 1.0, 5, 30, inits, m_h=400)
+    b = St.stability_bound("full_one", 1.0, 5, 30, inits, m_h=400)
     al, be = th.alpha_beta("full_one", 1.0, 5, 30)
     reduced = min(2 / (al * max(a * a + bb * bb, sum(x * x for x in th.limits(a, bb, be / al)))) for a, bb in inits)
     assert b["lr_max"] < reduced
@@ -91,7 +95,7 @@ def test_hessian_power_iteration_against_the_reduced_curvature():
     """On a diagonal point the largest Hessian eigenvalue is at least alpha (a^2 + b^2) (the reduced system's
     curvature along (b, a)), computed for the same data."""
     data = generate("sparse", 400, 3, 10, 1.0, np.random.default_rng(0), torch.complex128)
-    lam = C.hessian_max_eig(data, *init_diagonal(3, 0.5, 1.5, torch.complex128))
+    lam = St.hessian_max_eig(data, *init_diagonal(3, 0.5, 1.5, torch.complex128))
     al, _ = th.alpha_beta("sparse", 1.0, 3, 10)
     assert lam >= 0.9 * al * (0.5**2 + 1.5**2)
 
@@ -152,7 +156,7 @@ def test_richardson_extrapolation_arithmetic(monkeypatch):
         return R(base + 0.001 * (kw["seed"] % 3))
 
     monkeypatch.setattr(T_, "run", fake_run)
-    q = C.extrapolated_ab("gaussian", 1.0, 5, 20, 0.5, 1.5, 1e-4, 1, 1000, 3, 7)
+    q = E.extrapolated_ab("gaussian", 1.0, 5, 20, 0.5, 1.5, 1e-4, 1, 1000, 3, 7)
     big = [0.21 + 0.001 * (replicate_seed(7, 1 + k) % 3) for k in range(3)]
     small = [0.24 + 0.001 * (replicate_seed(7, 17 + k) % 3) for k in range(3)]
     assert q["measured"] == pytest.approx((4 * np.mean(big) - np.mean(small)) / 3)
@@ -163,14 +167,14 @@ def test_richardson_extrapolation_arithmetic(monkeypatch):
 
 def test_setup_checks_sparse_at_cstar_has_a_roundoff_floor():
     """At c* the sparse law's loss is 0 for every sequence: the tolerance must not be 0."""
-    q = C.setup_checks("sparse", 1.0, 3, 10, 200, 1.0, 1.0, 20, 0)
+    q = result_setup.setup_checks("sparse", 1.0, 3, 10, 200, 1.0, 1.0, 20, 0)
     assert q["L_floor"] > 0 and abs(q["L_emp"] - q["L_pop"]) <= 4 * q["L_se"] + q["L_floor"]
 
 
 def test_moment_ratio_rel_se_matches_monte_carlo():
     import numpy as np
 
-    from companion.mesa.checks import moment_ratio_rel_se
+    from companion.mesa.results.thm4_1 import moment_ratio_rel_se
 
     rng = np.random.default_rng(5)
     n = 4000
@@ -232,7 +236,7 @@ def test_masked_equivariant_gd_is_the_reduced_system():
 def test_equivariant_moments_give_each_sequence_its_exact_loss():
     """l_n(c) = (c'G_n c - 2 h_n'c + y_n)/2 is the model's per-sequence loss at the equivariant weights."""
     d, T = 3, 9
-    mo = C.equivariant_moments("full_one", d, T, 50, 4, chunk=20)
+    mo = thm4_3.equivariant_moments("full_one", d, T, 50, 4, chunk=20)
     a, ap, b, bp = 0.7, -0.1, 0.9, 0.05
     c = th.equivariant_c(a, ap, b, bp)
     from_moments = 0.5 * (np.einsum("k,nkl,l->n", c, mo["G"], c) - 2 * mo["h"] @ c + mo["y"])
@@ -251,7 +255,7 @@ def test_extrapolated_gap_pairs_replicates_and_test_sequences():
     common = rng.normal(size=200)  # test-sequence effects shared by every model
     u = dict(loss=dict(big=common + 1.0 + 0.01 * rng.normal(size=(3, 200)), small=common + 1.4 + 0.01 * rng.normal(size=(3, 200))))
     m = dict(loss=dict(big=common + 2.0 + 0.01 * rng.normal(size=(3, 200)), small=common + 2.1 + 0.01 * rng.normal(size=(3, 200))))
-    q = C.extrapolated_gap(u, m)
+    q = thm4_3.extrapolated_gap(u, m)
     assert q["measured"] == pytest.approx((4 * (-1.0) - (-0.7)) / 3, abs=0.01)
     assert q["se"] < 0.01  # the common test-set effects (sd 1) do not enter
 
@@ -259,14 +263,10 @@ def test_extrapolated_gap_pairs_replicates_and_test_sequences():
 def test_replicate_training_sets_of_nearby_seeds_are_distinct():
     """Seed s's replicates must not be seed s+1's (with ``seed + 1000 + k`` the held-out seed 2 reused seed 1's
     replicates 1.. as its 0..): every training set of seeds 1..4 is its own."""
-    from companion.mesa import checks as C
-
-    seeds = [kw["seed"] for s in range(1, 5) for kw in C.replicate_kwargs("gaussian", 1.0, 3, 6, 0.5, 1.5, 1e-3, 2, 400, 16, s)]
+    seeds = [kw["seed"] for s in range(1, 5) for kw in E.replicate_kwargs("gaussian", 1.0, 3, 6, 0.5, 1.5, 1e-3, 2, 400, 16, s)]
     assert len(seeds) == len(set(seeds)) == 4 * 32
 
 
 def test_sweep_replicates_rule():
-    from companion.mesa import checks as C
-
-    assert C.sweep_replicates(10, [10, 20, 100]) == {10: 10, 20: 7, 100: 3}
-    assert C.sweep_replicates(3, [5, 1000]) == {5: 3, 1000: 3}
+    assert E.sweep_replicates(10, [10, 20, 100]) == {10: 10, 20: 7, 100: 3}
+    assert E.sweep_replicates(3, [5, 1000]) == {5: 3, 1000: 3}

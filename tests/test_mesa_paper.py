@@ -68,18 +68,19 @@ def test_paper_runs_are_distinct_and_include_the_replicates():
     the replicate training sets included (keys as the notebooks build them)."""
     from dataclasses import asdict
 
-    from companion.mesa import checks as C
+    from companion.mesa import evidence as E
+    from companion.mesa import stability as St
     from companion.mesa.train import RunConfig
 
     keys = [tuple(sorted(asdict(RunConfig(**kw)).items())) for kw in paper.paper_runs()]
     assert len(keys) == len(set(keys))
     c = paper.COMMON
     lr = dict(paper.TABLE1["gaussian"])[1.0]
-    want = C.replicate_kwargs("gaussian", 1.0, c["d"], c["T"], 0.5, 1.5, lr, c["epochs"], 2500, 16, c["seed"])
-    want += C.replicate_kwargs("full_one", 1.0, c["d"], c["T"], 0.5, 1.5, 5e-4, c["epochs"], 2500, 6, c["seed"], mask=True)
-    want += C.replicate_kwargs("gaussian", 1.0, c["d"], 10, 0.5, 1.5, C.stable_lr("gaussian", 1.0, c["d"], 10, [(0.5, 1.5)],
+    want = E.replicate_kwargs("gaussian", 1.0, c["d"], c["T"], 0.5, 1.5, lr, c["epochs"], 2500, 16, c["seed"])
+    want += E.replicate_kwargs("full_one", 1.0, c["d"], c["T"], 0.5, 1.5, 5e-4, c["epochs"], 2500, 6, c["seed"], mask=True)
+    want += E.replicate_kwargs("gaussian", 1.0, c["d"], 10, 0.5, 1.5, St.stable_lr("gaussian", 1.0, c["d"], 10, [(0.5, 1.5)],
                                0.25, c["seed"]), c["epochs"], 10_000, 10, c["seed"])
-    want.append(C.first_step_kwargs("full_one", c["d"], c["T"], c["m"], 2.0, 2.0, 5e-4, c["seed"]))
+    want.append(E.first_step_kwargs("full_one", c["d"], c["T"], c["m"], 2.0, 2.0, 5e-4, c["seed"]))
     for kw in want:
         assert tuple(sorted(asdict(RunConfig(**kw)).items())) in set(keys), kw
 

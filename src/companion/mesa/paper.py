@@ -1,7 +1,13 @@
 """The paper-scale run configurations (Table 1 step sizes of the reference code), shared by the notebooks' defaults,
-the benchmark and any pre-computation of the run cache."""
+the benchmark and any pre-computation of the run cache.
+
+The run plan is science-layer data: it reads the run designs of :mod:`companion.mesa.evidence` and the step-size
+rule of :mod:`companion.mesa.stability`, and never a result (the results read it)."""
 
 from __future__ import annotations
+
+from companion.mesa.evidence import first_step_kwargs, replicate_kwargs, sweep_replicates
+from companion.mesa.stability import stable_lr
 
 COMMON = dict(d=5, T=100, m=10_000, m_test=10_000, epochs=200, seed=1)
 INITS = [(0.1, 0.1), (0.5, 1.5), (2.0, 2.0)]
@@ -22,11 +28,9 @@ T_SWEEP = dict(Ts=[10, 20, 100], m_sweep=10_000, n_rep=10, kappa=0.25)  # the tr
 def paper_runs() -> list[dict]:
     """Every training run the mesa notebooks do at their default (paper) parameters, as keyword arguments of
     :func:`companion.mesa.train.run`, each once: the figure runs, the replicate training sets behind the
-    claims (:func:`companion.mesa.checks.replicate_kwargs`), the T sweep and the first GD steps of Prop 4.2.
+    claims (:func:`companion.mesa.evidence.replicate_kwargs`), the T sweep and the first GD steps of Prop 4.2.
     ``python -m companion.mesa.paper --jobs 2`` computes them into the run cache; the benchmark
     (``benchmarks/bench_mesa.py --notebooks``) reports any run a notebook does that is missing here."""
-    from companion.mesa import checks as C
-
     out = []
     for law in ("gaussian", "sparse"):
         for s, lr in TABLE1[law]:
@@ -52,16 +56,16 @@ def paper_runs() -> list[dict]:
     for law in ("gaussian", "sparse"):
         for s, lr in TABLE1[law]:
             n = rep["n_rep_dev"] if (law, s) == ("gaussian", s_mid) else rep["n_rep"]
-            out += C.replicate_kwargs(law, s, d, T, a0, b0, lr, E, rep["m_rep"], n, seed)
+            out += replicate_kwargs(law, s, d, T, a0, b0, lr, E, rep["m_rep"], n, seed)
     for mask in (True, False):  # thm4_3: the masked ab and loss; the unmasked-minus-masked gap and off-diagonals
-        out += C.replicate_kwargs("full_one", 1.0, d, T, a0, b0, TABLE1["full_one"][0][1], E, rep["m_rep"],
-                                  rep["n_rep_mask"], seed, mask=mask)
-    reps = C.sweep_replicates(T_SWEEP["n_rep"], T_SWEEP["Ts"])
+        out += replicate_kwargs("full_one", 1.0, d, T, a0, b0, TABLE1["full_one"][0][1], E, rep["m_rep"],
+                                rep["n_rep_mask"], seed, mask=mask)
+    reps = sweep_replicates(T_SWEEP["n_rep"], T_SWEEP["Ts"])
     for TT in T_SWEEP["Ts"]:
-        lrT = C.stable_lr("gaussian", 1.0, d, TT, [(a0, b0)], T_SWEEP["kappa"], seed)
-        out += C.replicate_kwargs("gaussian", 1.0, d, TT, a0, b0, lrT, E, T_SWEEP["m_sweep"], reps[TT], seed)
+        lrT = stable_lr("gaussian", 1.0, d, TT, [(a0, b0)], T_SWEEP["kappa"], seed)
+        out += replicate_kwargs("gaussian", 1.0, d, TT, a0, b0, lrT, E, T_SWEEP["m_sweep"], reps[TT], seed)
     for a0, b0 in INITS:  # Prop 4.2: one GD epoch of the full-one transformer
-        out.append(C.first_step_kwargs("full_one", d, T, COMMON["m"], a0, b0, TABLE1["full_one"][0][1], seed))
+        out.append(first_step_kwargs("full_one", d, T, COMMON["m"], a0, b0, TABLE1["full_one"][0][1], seed))
     return out
 
 

@@ -1,0 +1,177 @@
+r"""The appendix experiments of the mesa paper (notebook ``mesa/appendix_experiments``): random initialisation
+(Fig. 5), other diagonal inits, and the step sizes of Table 1 (the book's proposition on the stability of GD on
+the reduced system, :prf:ref:`mesa-prop-stability`).
+
+What the page checks, and where:
+
+* from a standard Gaussian init, the trained mean :math:`a_jb_j` against the per-coordinate population GD and
+  the paired test loss against a diagonal init (:func:`fig5_evidence`);
+* from several diagonal inits, the final (a, b) against the population GD, which conserves :math:`a^2-b^2`
+  (:func:`init_evidence`);
+* the Table-1 step sizes against the stability bound of the reduced system (:func:`table1_stability`) and the
+  divergence beyond it (:func:`divergence_check`);
+* Fig. 5 (:func:`fig5_heatmaps`), the (a, b) paths (:func:`init_paths`) and the step sizes (:func:`table1_steps`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from companion import stats as S
+from companion.claims import ClaimSpec, ResultSpec
+from companion.mesa import paper
+from companion.mesa import theory as th
+from companion.mesa.analysis import per_sequence_loss, test_data, weights
+from companion.mesa.empirical import jackknife_ab
+from companion.mesa.evidence import ab_evidence
+from companion.mesa.figures import init_label, plain_log_ticks
+from companion.mesa.results import number_tag
+from companion.mesa.stability import reduced_stability
+from companion.mesa.train import TrainingDiverged, run
+from companion.plotting import COLORS, legend_outside, new_figure
+
+__all__ = ["CLAIMS", "RESULT", "tag", "manifest", "in_fig5_scope", "fig5_evidence", "init_evidence",
+           "table1_stability", "divergence_check", "fig5_heatmaps", "init_paths", "table1_steps"]
+
+CLAIMS = (
+    ClaimSpec("fig5_ab_{sw}", "statistical", "trained", prediction="companion.mesa.evidence.population_ab",
+              falsifier="T -> infinity constant m4/m6 (m24 > 0) or independent coordinates (m24 = m2 m4)"),
+    ClaimSpec("fig5_same_loss_{sw}", "statistical", "trained",  # predicted 0: the same loss as the diagonal init
+              falsifier="the random init does not find the mesa-optimizer (loss of the zero predictor)"),
+    ClaimSpec("init_a_{a0}_{b0}", "statistical", "trained", prediction="companion.mesa.theory.reduced_gd",
+              falsifier="no conserved a^2 - b^2 (equal factors a = b = sqrt(ab))"),
+    ClaimSpec("init_b_{a0}_{b0}", "statistical", "trained", prediction="companion.mesa.theory.reduced_gd",
+              falsifier="no conserved a^2 - b^2 (equal factors a = b = sqrt(ab))"),
+    ClaimSpec("table1_stable", "bound", "closed_form", prediction="companion.mesa.results.appendix.table1_stability"),
+    ClaimSpec("lr_stable", "bound", "closed_form", prediction="companion.mesa.stability.reduced_stability"),
+    ClaimSpec("unstable_diverges", "qualitative", "trained", prediction="companion.mesa.stability.reduced_stability",
+              falsifier="the bound is not sharp: GD converges beyond it"),
+)
+
+RESULT = ResultSpec(paper="mesa", number="Appendix", title="random init, other inits, Table-1 step sizes",
+                    label="mesa-prop-stability", notebook="mesa/appendix_experiments", module=__name__,
+                    claims=CLAIMS, figures=("fig_mesa_fig5", "fig_mesa_inits", "fig_mesa_table1"), sweep="")
+
+
+tag = number_tag  # the claim-id part of a number: 0p01
+
+
+def manifest(fig5: dict, init_rows: dict) -> list[str]:
+    """The claim ids the page's verdict declares for the Fig. 5 scales and the diagonal inits."""
+    ids = [f"fig5_{k}_{tag(sw)}" for sw in fig5 for k in ("ab", "same_loss")]
+    ids += [f"init_{k}_{tag(a0)}_{tag(b0)}" for a0, b0 in init_rows for k in ("a", "b")]
+    return ids + ["table1_stable", "lr_stable", "unstable_diverges"]
+
+
+def in_fig5_scope(sigma_w: float, d: int, cst: float) -> bool:
+    r"""The stated scope of the coordinate-wise prediction from a Gaussian init: the initial off-manifold mass is
+    small against the final diagonal, :math:`\sigma_w\sqrt{6d^2-2d}\le 0.1\sqrt{2dc^*}`."""
+    return sigma_w * np.sqrt(6 * d * d - 2 * d) <= 0.1 * np.sqrt(2 * d * cst)
+
+
+def fig5_evidence(sigma_ws, epochs_fig5: int, stats, cst: float, **common) -> tuple[dict, dict]:
+    """Fig. 5: runs from a standard Gaussian init per ``sigma_w``, against a diagonal-init reference (0.5, 1.5) on
+    the same data. Per sigma_w: the run ``r``, whether it is in scope (:func:`in_fig5_scope`), the evidence on
+    mean a_j b_j (:func:`companion.mesa.evidence.ab_evidence`), the paired test-loss difference to the reference
+    ``dL`` (mean, SE) and the falsifier's difference ``dL_f`` (the zero predictor). Returns ``(fig5, extra)``
+    with ``extra`` holding ``L_zero``, the zero predictor's loss."""
+    d, T = common["d"], common["T"]
+    ref = run(a0=0.5, b0=1.5, epochs=epochs_fig5, **common)
+    L_ref = per_sequence_loss(test_data(ref), *weights(ref))
+    L_zero = d / 2 * (T - 2) * th.moments("gaussian", 1.0, d).m2
+    fig5 = {}
+    for sw in sigma_ws:
+        r = run(init="gaussian", sigma_w=sw, epochs=epochs_fig5, **common)
+        fig5[sw] = dict(r=r, in_scope=in_fig5_scope(sw, d, cst), ab=ab_evidence(r, stats),
+                        dL=S.mean_se(per_sequence_loss(test_data(r), *weights(r)) - L_ref), dL_f=L_zero - float(L_ref.mean()))
+    return fig5, dict(L_zero=L_zero)
+
+
+def init_evidence(inits, epochs: int, stats, al: float, be: float, **common) -> dict:
+    """Several diagonal inits: per init the run ``r``, the final mean diagonal (a, b) each as (measured, population
+    GD, jackknife SE of the restricted GD), the equal-factor falsifier ``f`` = sqrt of the population-GD ab, the
+    limit from the conserved a^2 - b^2 ``lim`` and the jackknife degrees of freedom ``dof``."""
+    lr = common["lr"]
+    rows = {}
+    for a0, b0 in inits:
+        r = run(a0=a0, b0=b0, epochs=epochs, **common)
+        ap, bp, cp = th.reduced_gd(a0, b0, lr, epochs, al, be)
+        jk = jackknife_ab(a0, b0, lr, epochs, stats)
+        rows[a0, b0] = dict(r=r, a=(r.a_mean[-1], ap[-1], jk["se_a_mean"]), b=(r.b_mean[-1], bp[-1], jk["se_b_mean"]),
+                            f=float(np.sqrt(cp[-1])), lim=th.limits(a0, b0, be / al), dof=jk["dof"])
+    return rows
+
+
+def table1_stability(d: int, T: int) -> list[dict]:
+    """:func:`reduced_stability` of every Table-1 step size (:data:`companion.mesa.paper.TABLE1`, the paper's
+    inits) at (d, T): rows with law, s, lr, number, lr_max."""
+    return [dict(law=law, s=s, lr=lr, **reduced_stability(law, s, d, T, lr, paper.INITS))
+            for law, rows in paper.TABLE1.items() for s, lr in rows]
+
+
+def divergence_check(d: int, T: int, m: int, seed: int, a0: float = 1.2, factor: float = 1.5, epochs: int = 60) -> dict:
+    """Full-parameter GD (sparse law, c = 1, from (a0 I, a0 I)) at ``factor`` x the largest stable step of the
+    reduced system: ``diverged`` (1.0 if training raised TrainingDiverged), ``lr_crit`` and the message."""
+    lr_crit = reduced_stability("sparse", 1.0, d, T, 1.0, [(a0, a0)])["lr_max"]
+    try:
+        run(law="sparse", scale=1.0, a0=a0, b0=a0, lr=factor * lr_crit, epochs=epochs, d=d, T=T, m=m, m_test=10,
+            seed=seed, check_lr=False)
+    except TrainingDiverged as err:
+        return dict(diverged=1.0, lr_crit=lr_crit, message=str(err))
+    return dict(diverged=0.0, lr_crit=lr_crit, message="training did not diverge")
+
+
+# ---- figures
+
+
+def fig5_heatmaps(fig5: dict, d: int):
+    """Fig. 5: the red blocks of the runs from a standard Gaussian init (``fig5[sigma_w]["r"]``), one colour
+    scale per row."""
+    fig, axes = new_figure(ncols=len(fig5), nrows=2, width=2.9, height=2.6, squeeze=False)
+    for rr, (key, sl, name) in enumerate([("W_KQ", np.s_[d:, :d], r"$W^{KQ}_{21}$"), ("W_PV", np.s_[:, :d], r"$W^{PV}_{11}$")]):
+        vmax = max(np.abs(getattr(q["r"], key)[sl].real).max() for q in fig5.values())
+        for c, (sw, q) in enumerate(fig5.items()):
+            ax = axes[rr][c]
+            im = ax.imshow(getattr(q["r"], key)[sl].real, cmap="RdBu_r", vmin=-vmax, vmax=vmax)
+            ax.set_title(f"{name}, $\\sigma_w$ = {sw:g}", fontsize=9)
+            ax.set_xticks([])
+            ax.set_yticks([])
+            ax.grid(False)
+        fig.colorbar(im, ax=list(axes[rr]), shrink=0.85)
+    return fig
+
+
+def init_paths(init_rows: dict, cst: float):
+    """The (a, b) paths of the diagonal-init runs (``init_rows[ini]["r"]``), their limits (stars, from the
+    conserved a^2 - b^2) and the hyperbola ab = c*."""
+    fig, ax = new_figure(width=4.2, height=3.4)
+    hi = 1.1 * max(max(abs(a0), abs(b0)) for a0, b0 in init_rows)
+    for i, (ini, q) in enumerate(init_rows.items()):
+        ax.plot(q["r"].a_mean, q["r"].b_mean, color=COLORS[i % len(COLORS)], lw=1.5, label=init_label(ini))
+        ax.plot(*q["lim"], "k*", ms=8)
+    cc = np.linspace(0.02, hi, 200)
+    ax.plot(cc, cst / cc, "k--", lw=0.8, label="$ab=c^*$")
+    ax.set_xlim(0, hi)
+    ax.set_ylim(0, hi)
+    ax.set_xlabel("$a$ (mean diagonal of $W^{KQ}_{21}$)")
+    ax.set_ylabel("$b$ (mean diagonal of $W^{PV}_{11}$)")
+    legend_outside(ax, ncol=3, fontsize=7)
+    return fig
+
+
+def table1_steps(stab: list, laws):
+    """Table-1 step sizes against the largest stable step per law and scale (``stab``: rows with law, s,
+    lr, lr_max)."""
+    fig, ax = new_figure(width=5.0, height=3.0)
+    for i, law in enumerate(laws):
+        qs = [q for q in stab if q["law"] == law]
+        scales = sorted({q["s"] for q in qs})
+        ax.loglog(scales, [min(q["lr_max"] for q in qs if q["s"] == s) for s in scales], "-", marker="_", ms=14,
+                  color=COLORS[i], label=f"{law}: largest stable step")  # a dash where a law has one scale
+        ax.loglog(scales, [next(q["lr"] for q in qs if q["s"] == s) for s in scales], "o", color=COLORS[i],
+                  label=f"{law}: Table 1")
+    plain_log_ticks(ax, sorted({q["s"] for q in stab}))
+    ax.set_xlabel(r"scale ($\sigma$ or $c$)")
+    ax.set_ylabel("step size $\\eta$")
+    legend_outside(ax, ncol=2, fontsize=7)
+    return fig

@@ -1,0 +1,142 @@
+r"""Proposition 4.1 of the mesa paper: with a Gaussian start the mesa-optimizer under-predicts and does not
+recover the sequence (notebook ``mesa/prop4_1_gaussian``).
+
+What the page checks, and where:
+
+* trained :math:`ab\,\sigma^2` at several context lengths, extrapolated in m, against the population GD and
+  away from the :math:`T\to\infty` value 1/5 (:func:`t_sweep`, with the replicate rule
+  :func:`companion.mesa.evidence.sweep_replicates` and the stable step :func:`companion.mesa.stability.stable_lr`);
+* the trained model's last-position and whole-sequence test losses against the population losses at the
+  population-GD ab (:func:`no_recovery`);
+* the limit model at long test contexts against :math:`\ell_t(c^*)` (:func:`limit_position_losses`);
+* Fig. 1b (:func:`ratio_curves`) and the T sweep (:func:`T_sweep`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from companion import params as P
+from companion import stats as S
+from companion.claims import ClaimSpec, ResultSpec
+from companion.mesa import theory as th
+from companion.mesa.data import generate
+from companion.mesa.evidence import extrapolated_ab, loss_evidence, population_ab, sweep_replicates
+from companion.mesa.figures import POPULATION, TRAINED, init_label, plain_log_ticks
+from companion.mesa.model import per_sequence_loss
+from companion.mesa.stability import stable_lr
+from companion.mesa.train import init_diagonal
+from companion.plotting import COLORS, legend_outside, new_figure
+
+__all__ = ["CLAIMS", "RESULT", "manifest", "t_sweep", "no_recovery", "limit_positions", "limit_position_losses",
+           "ratio_curves", "T_sweep"]
+
+CLAIMS = (
+    ClaimSpec("ratio_T{T}", "statistical", "trained", headline=True,
+              prediction="companion.mesa.evidence.population_ab", falsifier="T -> infinity constant 1/5"),
+    ClaimSpec("no_recovery_last", "statistical", "trained", headline=True,
+              prediction="companion.mesa.evidence.loss_evidence", falsifier="the model recovers the sequence (loss 0)"),
+    ClaimSpec("no_recovery_whole", "statistical", "trained",
+              prediction="companion.mesa.evidence.loss_evidence", falsifier="the model recovers the sequence (loss 0)"),
+    # the headline is the longest test context of the three
+    ClaimSpec("limit_t{t}", "statistical", "monte_carlo", headline=True,
+              prediction="companion.mesa.theory.position_loss", falsifier="recovery as t grows (loss 0)"),
+)
+
+RESULT = ResultSpec(paper="mesa", number="Proposition 4.1", title="a Gaussian start: under-prediction, no recovery",
+                    label="mesa-prop-4-1", notebook="mesa/prop4_1_gaussian", module=__name__, claims=CLAIMS,
+                    figures=("fig_mesa_fig1b", "fig_mesa_Tsweep"),
+                    sweep="Mesa: the finite-$T$ constant of Proposition 4.1")
+
+
+def limit_positions(T: int) -> list[int]:
+    """The test positions of the limit model: T - 1, 4 (T - 1) and 20 (T - 1)."""
+    return [T - 1, 4 * (T - 1), 20 * (T - 1)]
+
+
+def manifest(sweep: dict, t_lim) -> list[str]:
+    """The claim ids the page's verdict declares, for the context lengths of ``sweep`` and the positions ``t_lim``."""
+    return [f"ratio_T{TT}" for TT in sweep] + ["no_recovery_last", "no_recovery_whole"] + [f"limit_t{t}" for t in t_lim]
+
+
+def t_sweep(Ts, n_rep: int, d: int, a0: float, b0: float, epochs: int, m_sweep: int, kappa: float,
+            seed: int) -> tuple[dict, dict]:
+    """The trained T sweep (Gaussian, sigma = 1, init (a0, b0)): at each T the step size at ``kappa`` of the
+    full-parameter stability bound, and replicate training sets at ``m_sweep`` and ``m_sweep/4``
+    (:func:`companion.mesa.evidence.sweep_replicates`: ``n_rep`` at the shortest T, fewer, at least 3, where the gap
+    to 1/5 is unresolvable) extrapolated in m. Returns ``(sweep, reps)``: the evidence per T and the replicates
+    per T."""
+    reps = sweep_replicates(n_rep, Ts)
+    sweep = {}
+    for TT in Ts:
+        lrT = stable_lr("gaussian", 1.0, d, TT, [(a0, b0)], kappa, seed)
+        sweep[TT] = extrapolated_ab("gaussian", 1.0, d, TT, a0, b0, lrT, epochs, m_sweep, reps[TT], seed)
+    return sweep, reps
+
+
+def no_recovery(r_mid, sweep: dict, a0: float, b0: float, epochs: int) -> dict:
+    """The trained model ``r_mid`` on its test set against the population loss at the population-GD ab (never at
+    its learned parameters): ``last`` position and ``whole`` sequence (:func:`companion.mesa.evidence.loss_evidence`),
+    with the standard error of ab from the T sweep at the run's T (none where the sweep does not reach it)."""
+    c = r_mid.config
+    T = c["T"]
+    c_pop = population_ab("gaussian", c["scale"], c["d"], T, a0, b0, c["lr"], epochs)[-1]
+    se_ab, dof_ab = (sweep[T]["se"], sweep[T]["dof"]) if T in sweep else (0.0, float("inf"))
+    return {"last": loss_evidence(r_mid, c_pop, se_ab, positions=[T - 1], dof_ab=dof_ab),
+            "whole": loss_evidence(r_mid, c_pop, se_ab, dof_ab=dof_ab)}
+
+
+def limit_position_losses(law, scale: float, d: int, T: int, positions, m_eval: int, seed: int) -> dict:
+    r"""Per-position test loss of the limit model (diagonal, ab = c*(T); not a learned model) at test
+    positions ``positions`` (contexts longer than the training T allowed), by Monte Carlo on ``m_eval`` fresh
+    sequences (seed stream ``[seed, 4]``), against :math:`\ell_t(c^*)` (:func:`companion.mesa.theory.position_loss`)."""
+    pos = [int(t) for t in positions]
+    cst = th.c_star(law, scale, d, T)
+    P.memory("m_test, T", 16.0 * m_eval * d * 12 * len(pos), "the limit-model evaluation")
+    data = generate(law, m_eval, d, max(pos) + 1, scale, np.random.default_rng([seed, 4]), torch.complex128)
+    W = init_diagonal(d, 1.0, cst, torch.complex128)
+    out = [S.mean_se(per_sequence_loss(data, *W, positions=[t])) for t in pos]
+    return dict(c=cst, mean=[o[0] for o in out], se=[o[1] for o in out],
+                pred=[float(th.position_loss(law, scale, d, t, cst)) for t in pos])
+
+
+# ---- figures
+
+
+def ratio_curves(runs: dict, sigmas, inits, d: int, T: int, epochs: int):
+    """Fig. 1b: the official ratio pred/true at T_te of the Gaussian runs ``runs[s, a0, b0]`` per logged
+    epoch, the population c(k) sigma^2, c* sigma^2 and the T -> infinity value 1/5."""
+    cs2 = th.c_star("gaussian", 1.0, d, T)
+    fig, axes = new_figure(ncols=len(sigmas), width=3.0, height=2.9, squeeze=False)
+    ep = np.arange(epochs + 1)
+    for ax, s in zip(axes[0], sigmas):
+        for i, ini in enumerate(inits):
+            r = runs[(s, *ini)]
+            ax.plot(r.test_epochs[1:], r.ratio[1:], color=COLORS[i % len(COLORS)], label=f"GD, {init_label(ini)}", **TRAINED)
+            pop = population_ab("gaussian", s, d, T, *ini, r.config["lr"], epochs)
+            ax.plot(ep[1:], pop[1:] * s**2, label=r"population $c(k)\sigma^2$" if i == 0 else None, **POPULATION)
+        ax.axhline(cs2, color="k", ls="--", lw=0.8, label=f"$c^*\\sigma^2$ = {cs2:.4f}")
+        ax.axhline(0.2, color="0.5", ls="-.", lw=0.8, label="1/5 ($T\\to\\infty$)")
+        ax.set_ylim(0, 0.4)
+        ax.set_xlabel("epoch")
+        ax.set_title(f"$\\sigma$ = {s:g}")
+    axes[0][0].set_ylabel(r"ratio pred/true at $T_{te}$")
+    legend_outside(fig, ncol=3, fontsize=8)
+    return fig
+
+
+def T_sweep(sweep: dict, d: int, m_sweep: int):
+    """The trained T sweep: ab sigma^2 extrapolated in m (2 SE bars) and at m, against c*(T) sigma^2 and 1/5."""
+    fig, ax = new_figure(width=4.6, height=3.0)
+    Tg = np.unique(np.geomspace(5, max(sweep) * 3, 200).astype(int))
+    ax.semilogx(Tg, [th.c_star("gaussian", 1.0, d, int(t)) for t in Tg], "k-", lw=1, label=r"$c^*(T)\sigma^2$ (closed form)")
+    ax.errorbar(list(sweep), [q["measured"] for q in sweep.values()], yerr=[2 * q["se"] for q in sweep.values()], fmt="o",
+                ms=4, color=COLORS[1], capsize=3, label="trained, extrapolated in $m$ (±2 s.e.)")
+    ax.plot(list(sweep), [q["mean_big"] for q in sweep.values()], "x", color=COLORS[0], label=f"trained, mean at $m$ = {m_sweep}")
+    ax.axhline(0.2, color="0.5", ls="-.", lw=0.8, label="1/5")
+    plain_log_ticks(ax, sorted(set(sweep) | {5}))
+    ax.set_xlabel("sequence length $T$")
+    ax.set_ylabel(r"$ab\,\sigma^2=E[\hat y_{t,j}/x_{t+1,j}]$")
+    legend_outside(ax, ncol=2, fontsize=8)
+    return fig

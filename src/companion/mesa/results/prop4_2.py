@@ -1,0 +1,129 @@
+r"""Proposition 4.2 of the mesa paper: beyond Assumption 4.1 the one-step-GD point is not critical (notebook
+``mesa/prop4_2_beyond``).
+
+What the page checks, and where:
+
+* the closed-form off-diagonal gradient (:func:`companion.mesa.theory.offdiag_gradient`) against the exact
+  population gradient (:func:`offdiag_exact_error`) and against Monte Carlo at the page's size
+  (:func:`offdiag_mc`);
+* the first GD step of the trained transformer from every init (:func:`first_step`);
+* Fig. 7 (:func:`weight_heatmaps`).
+"""
+
+from __future__ import annotations
+
+import matplotlib.patches as mpatches
+import numpy as np
+import torch
+
+from companion import stats as S
+from companion.claims import ClaimSpec, ResultSpec
+from companion.mesa import theory as th
+from companion.mesa.analysis import gradient_blocks
+from companion.mesa.data import generate
+from companion.mesa.empirical import exact_population
+from companion.mesa.evidence import first_step_kwargs
+from companion.mesa.figures import init_label
+from companion.mesa.results import init_tag
+from companion.mesa.train import run
+from companion.plotting import new_figure
+
+__all__ = ["CLAIMS", "RESULT", "tag", "manifest", "mc_data", "offdiag_exact_error", "offdiag_mc", "first_step",
+           "weight_heatmaps"]
+
+_INVARIANT = "invariant diagonal manifold (gradient 0)"
+
+CLAIMS = (
+    ClaimSpec("exact_formula", "numerics", "closed_form", prediction="companion.mesa.theory.offdiag_gradient"),
+    ClaimSpec("mc_pv", "statistical", "monte_carlo", headline=True,
+              prediction="companion.mesa.theory.offdiag_gradient", falsifier=_INVARIANT),
+    ClaimSpec("mc_kq", "statistical", "monte_carlo", prediction="companion.mesa.theory.offdiag_gradient",
+              falsifier=_INVARIANT),
+    ClaimSpec("first_step_pv_{init}", "statistical", "trained", prediction="companion.mesa.theory.offdiag_gradient",
+              falsifier="invariant diagonal manifold (no off-diagonal step)"),
+    ClaimSpec("first_step_kq_{init}", "statistical", "trained", prediction="companion.mesa.theory.offdiag_gradient",
+              falsifier="invariant diagonal manifold (no off-diagonal step)"),
+)
+
+RESULT = ResultSpec(paper="mesa", number="Proposition 4.2", title="beyond Assumption 4.1: off the diagonal",
+                    label="mesa-prop-4-2", notebook="mesa/prop4_2_beyond", module=__name__, claims=CLAIMS,
+                    figures=("fig_mesa_fig7",), sweep="")
+
+
+tag = init_tag  # the claim-id part of an init: 0p5_1p5
+
+
+def manifest(inits) -> list[str]:
+    """The claim ids the page's verdict declares for the diagonal inits ``inits``."""
+    return ["exact_formula", "mc_pv", "mc_kq"] + [f"first_step_{k}_{tag(ini)}" for ini in inits for k in ("pv", "kq")]
+
+
+def mc_data(d: int, T: int, m_mc: int, seed: int):
+    """The full-one sequences of the Monte-Carlo gradient check: ``m_mc`` of them, seed stream ``[seed, 7]``
+    (independent of every training and test set), complex128."""
+    return generate("full_one", m_mc, d, T, 1.0, np.random.default_rng([seed, 7]), torch.complex128)
+
+
+def offdiag_exact_error(points, sizes=((2, 6), (3, 5))) -> float:
+    r"""Max relative error of the closed-form off-diagonal gradient (:func:`companion.mesa.theory.offdiag_gradient`, full-one)
+    against the exact population gradient (phase grid) at every diagonal point and size (d, T)."""
+    err = 0.0
+    for dd, TT in sizes:
+        data, w = exact_population("full_one", dd, TT)
+        for a, b in points:
+            g = gradient_blocks(data, a, b, weights=w)
+            f_pv, f_kq = th.offdiag_gradient("full_one", 1.0, dd, TT, a, b)
+            err = max(err, np.abs(g["pv_off"].real - f_pv).max() / abs(f_pv), np.abs(g["kq_off"].real - f_kq).max() / abs(f_kq))
+    return float(err)
+
+
+def offdiag_mc(data, a: float, b: float, n_groups: int) -> dict:
+    r"""Monte-Carlo off-diagonal red-block gradient at (aI, bI): the mean over all (exchangeable) off-diagonal
+    entries, per group of sequences; mean and SE over the groups (:func:`companion.stats.mean_se`)."""
+    per = []
+    for ix in np.array_split(np.arange(data.m), n_groups):
+        g = gradient_blocks(data.subset(ix), a, b)
+        per.append((g["pv_off"].real.mean(), g["kq_off"].real.mean()))
+    per = np.array(per)
+    pv, se_pv = S.mean_se(per[:, 0])
+    kq, se_kq = S.mean_se(per[:, 1])
+    return dict(pv=pv, se_pv=se_pv, kq=kq, se_kq=se_kq, dof=n_groups - 1)
+
+
+def first_step(law, d: int, T: int, m: int, a0: float, b0: float, lr: float, seed: int, n_groups: int) -> dict:
+    r"""Prop 4.2 on the trained transformer: one GD epoch of :func:`companion.mesa.train.run` from (a0 I, b0 I);
+    the mean signed off-diagonal entry of each red block after the step against -lr times the population
+    gradient, with the SE of the training-set gradient over groups of sequences (the same training set)."""
+    r = run(**first_step_kwargs(law, d, T, m, a0, b0, lr, seed))
+    off = ~np.eye(d, dtype=bool)
+    meas_pv = float(r.W_PV[:, :d].real[off].mean())
+    meas_kq = float(r.W_KQ[d:, :d].real[off].mean())
+    data = generate(law, m, d, T, 1.0, np.random.default_rng([seed, 0]), torch.complex128)
+    mc = offdiag_mc(data, a0, b0, n_groups)
+    f_pv, f_kq = th.offdiag_gradient(law, 1.0, d, T, a0, b0)
+    return dict(meas_pv=meas_pv, meas_kq=meas_kq, pred_pv=-lr * f_pv, pred_kq=-lr * f_kq,
+                se_pv=lr * mc["se_pv"], se_kq=lr * mc["se_kq"], dof=mc["dof"])
+
+
+# ---- figures
+
+
+def weight_heatmaps(runs: dict, inits, d: int):
+    """Fig. 7: Re W_KQ and Re W_PV of the trained runs ``runs[ini]`` with the red blocks (W_KQ21, W_PV11) outlined
+    in red; one colour scale per matrix over all inits, 1.2 x the largest entry off the red diagonals."""
+    fig, axes = new_figure(ncols=len(inits), nrows=2, width=3.0, height=2.7, squeeze=False)
+    eye = np.eye(d, dtype=bool)
+    for rr, (key, name, (x0, y0)) in enumerate([("W_KQ", "$W^{KQ}$", (0, d)), ("W_PV", "$W^{PV}$", (0, 0))]):
+        mats = {ini: getattr(runs[ini], key).real for ini in inits}
+        vmax = 1.2 * max(np.abs(np.where(np.pad(eye, ((y0, M.shape[0] - y0 - d), (x0, M.shape[1] - x0 - d))), 0, M)).max()
+                         for M in mats.values())
+        for c, ini in enumerate(inits):
+            ax = axes[rr][c]
+            im = ax.imshow(mats[ini], cmap="RdBu_r", vmin=-vmax, vmax=vmax)
+            ax.add_patch(mpatches.Rectangle((x0 - 0.5, y0 - 0.5), d, d, fill=False, ec="red", lw=2))  # the red block
+            ax.set_title(f"{name}, {init_label(ini)}", fontsize=9)
+            ax.set_xticks([])
+            ax.set_yticks([])
+            ax.grid(False)
+        fig.colorbar(im, ax=list(axes[rr]), shrink=0.85, label=f"Re {name} (shared scale)")
+    return fig

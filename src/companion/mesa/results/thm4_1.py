@@ -1,0 +1,165 @@
+r"""Theorem 4.1 of the mesa paper, emergence of the mesa-optimizer (notebook ``mesa/thm4_1_emergence``).
+
+The theorem: from the diagonal initialisation the gradient flow stays on the diagonal red-block manifold,
+:math:`a^2-b^2` is conserved and :math:`ab\to c^*=\beta/\alpha`. What the page checks, and where:
+
+* the gradient flow against its closed-form limits (:func:`flow_limit_error`);
+* the exact invariance of the manifold (:func:`invariance`);
+* trained :math:`ab` extrapolated in m against the population GD (:func:`replicates`, which runs
+  :func:`companion.mesa.evidence.extrapolated_ab` per law and scale) and the one-step-GD deviation;
+* the noise model's numbers quoted on the page (:func:`noise_numbers`, :func:`moment_ratio_rel_se`);
+* Fig. 1a/1c (:func:`ab_curves`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy.special import factorial2
+
+from companion import stats as S
+from companion.claims import ClaimSpec, ResultSpec
+from companion.mesa import theory as th
+from companion.mesa.analysis import gradient_blocks
+from companion.mesa.empirical import exact_population
+from companion.mesa.evidence import extrapolated_ab, population_ab
+from companion.mesa.figures import POPULATION, TRAINED, init_label
+from companion.mesa.train import run
+from companion.plotting import COLORS, legend_outside, new_figure
+
+__all__ = ["CLAIMS", "RESULT", "tag", "manifest", "scale_plan", "figure_runs", "replicates", "noise_numbers",
+           "flow_limit_error", "invariance", "moment_ratio_rel_se", "ab_curves"]
+
+CLAIMS = (
+    ClaimSpec("flow_limit", "numerics", "ode", prediction="companion.mesa.theory.limits"),
+    ClaimSpec("invariant_{law}", "numerics", "closed_form"),  # the theorem's 0, by an exact phase-grid expectation
+    ClaimSpec("ab_{law}_{s}", "statistical", "trained", headline=True,
+              prediction="companion.mesa.evidence.population_ab",
+              falsifier="T -> infinity constant m4/m6 (m24 > 0) or independent coordinates (m24 = m2 m4)"),
+    ClaimSpec("one_step_scaling", "bound", "trained", prediction="",  # the bound 0: the deviation shrinks with m
+              falsifier="the trained model is not one-step GD (deviation independent of m)"),
+)
+
+RESULT = ResultSpec(paper="mesa", number="Theorem 4.1", title="emergence of the mesa-optimizer",
+                    label="mesa-thm-4-1", notebook="mesa/thm4_1_emergence", module=__name__, claims=CLAIMS,
+                    figures=("fig_mesa_fig1a", "fig_mesa_fig1c"), sweep="")
+
+
+def tag(law, s) -> str:
+    """The claim id of the trained ab of a law and scale: ``ab_gaussian_0p5``."""
+    return f"ab_{law}_{s:g}".replace(".", "p")
+
+
+def manifest(rep: dict) -> list[str]:
+    """The claim ids the page's verdict declares, for the replicates ``rep`` of :func:`replicates`."""
+    return ["flow_limit", "invariant_gaussian", "invariant_sparse", "one_step_scaling"] + [tag(*k) for k in rep]
+
+
+def scale_plan(sigmas, lrs_gauss, cs, lrs_sparse) -> list[tuple[str, float, float]]:
+    """The (law, scale, step size) of every trained setting: the Gaussian sigmas, then the sparse scales."""
+    return [(law, s, lr) for law, scales, lrs in [("gaussian", sigmas, lrs_gauss), ("sparse", cs, lrs_sparse)]
+            for s, lr in zip(scales, lrs)]
+
+
+def figure_runs(plan, inits, **common) -> dict:
+    """The runs of Fig. 1a/1c, ``runs[law, s, a0, b0]``: every setting of ``plan`` from every init
+    (:func:`companion.mesa.train.run`, cached)."""
+    return {(law, s, a0, b0): run(law=law, scale=s, a0=a0, b0=b0, lr=lr, **common)
+            for law, s, lr in plan for a0, b0 in inits}
+
+
+def replicates(plan, d: int, T: int, a0: float, b0: float, epochs: int, m_rep: int, n_rep: int, n_rep_dev: int,
+               s_mid: float, seed: int, m_eval: int = 300) -> dict:
+    """The replicate design behind the ``ab_*`` claims: for every (law, scale) of ``plan``, ``n_rep``
+    training sets at ``m_rep`` and ``m_rep/4`` from the init (a0, b0), extrapolated in m
+    (:func:`companion.mesa.evidence.extrapolated_ab`); the Gaussian at ``s_mid`` gets ``n_rep_dev`` of each
+    and the one-step-GD deviation on ``m_eval`` fresh sequences (claim ``one_step_scaling``)."""
+    return {(law, s): extrapolated_ab(law, s, d, T, a0, b0, lr, epochs, m_rep,
+                                      n_rep_dev if (law, s) == ("gaussian", s_mid) else n_rep, seed,
+                                      m_eval=m_eval if (law, s) == ("gaussian", s_mid) else 0)
+            for law, s, lr in plan}
+
+
+def noise_numbers(dev: dict, m: int, d: int) -> dict:
+    """The numbers of the page's noise model, from the replicates ``dev`` of the Gaussian middle scale: the
+    standard error in % of c*, the finite-m bias at m_rep and m_rep/4 (in %) and their ratio (4 for a 1/m law),
+    the Student-t bands and false-alarm rates of four standard errors, and the delta-method SE of m4/m6."""
+    return dict(
+        se_pct=float(100 * dev["se"] / dev["cstar"]),
+        crit4=S.critical(4, 4), crit10=S.critical(4, 10),  # the band of 4 dof and of 10, at the level of 4 normal SE
+        alarm4=100 * S.false_alarm(4, 4), alarm_normal=100 * S.false_alarm(4),  # % false alarms, 4 dof and normal
+        delta_pct=100 * moment_ratio_rel_se(m * d),
+        bias_big=float(100 * (dev["mean_big"] / dev["predicted"] - 1)),
+        bias_small=float(100 * (dev["mean_small"] / dev["predicted"] - 1)),
+        bias_ratio=float((dev["mean_small"] - dev["predicted"]) / (dev["mean_big"] - dev["predicted"])),
+    )
+
+
+def flow_limit_error(law, scale: float, d: int, T: int, inits) -> float:
+    r"""Max relative error of the gradient flow after 40 relaxation times of the slowest init against the
+    closed-form limits (a_inf, b_inf, c*). The relaxation rate of c is alpha sqrt(Delta^2 + 4 c*^2)."""
+    al, be = th.alpha_beta(law, scale, d, T)
+    err = 0.0
+    for a0, b0 in inits:
+        la, lb = th.limits(a0, b0, be / al)
+        rate = al * math.sqrt((a0**2 - b0**2) ** 2 + 4 * (be / al) ** 2)
+        # from ab = a0 b0 the flow first travels to the neighbourhood of c* at speed >= |alpha ab - beta| * ...
+        horizon = 40.0 / rate + 40.0 / be
+        a, b, c = th.gradient_flow(a0, b0, [0.0, horizon], al, be)
+        err = max(err, abs(a[-1] - la) / abs(la), abs(b[-1] - lb) / abs(lb), abs(c[-1] * al / be - 1))
+    return float(err)
+
+
+def invariance(law: str, d: int, T: int, points, gh_nodes: int = 4) -> dict:
+    r"""Exact population gradient (phase grid, :func:`companion.mesa.empirical.exact_population`) at diagonal
+    points (aI, bI): the largest off-diagonal red and other-block entry relative to the diagonal gradient, and
+    the off-diagonal red entries themselves. Returns dict with ``ratio`` (max over points) and ``grads``."""
+    data, w = exact_population(law, d, T, gh_nodes=gh_nodes)
+    ratio, grads = 0.0, []
+    for a, b in points:
+        g = gradient_blocks(data, a, b, weights=w)
+        diag = np.abs(g["kq_diag"]).max()
+        off = max(np.abs(g["pv_off"]).max(), np.abs(g["kq_off"]).max(), np.abs(g["other"]).max())
+        ratio = max(ratio, off / diag)
+        grads.append(g)
+    return dict(ratio=float(ratio), grads=grads, size=data.m)
+
+
+def moment_ratio_rel_se(n: int) -> float:
+    r"""Relative standard error of the empirical Gaussian moment ratio :math:`\hat m_4/\hat m_6` from ``n``
+    i.i.d. draws (delta method), with :math:`E x^{2k} = (2k-1)!!\,\sigma^{2k}`:
+
+    .. math:: \frac{\mathrm{se}}{m_4/m_6} = \sqrt{\frac1n\Big(\frac{m_8-m_4^2}{m_4^2}+\frac{m_{12}-m_6^2}{m_6^2}
+              -2\,\frac{m_{10}-m_4m_6}{m_4m_6}\Big)} .
+    """
+    mom = {p: float(factorial2(p - 1)) for p in (4, 6, 8, 10, 12)}
+    v = ((mom[8] - mom[4] ** 2) / mom[4] ** 2 + (mom[12] - mom[6] ** 2) / mom[6] ** 2
+         - 2 * (mom[10] - mom[4] * mom[6]) / (mom[4] * mom[6]))
+    return math.sqrt(v / n)
+
+
+# ---- figures
+
+
+def ab_curves(runs: dict, law: str, scales, inits, d: int, T: int, epochs: int, inf_line=None):
+    """Fig. 1a/1c: ab per epoch of the trained runs ``runs[law, s, a0, b0]`` and of the population GD, with
+    the finite-T limit c* and optionally the T -> infinity line ``inf_line(s)``."""
+    fig, axes = new_figure(ncols=len(scales), width=3.0, height=3.0, squeeze=False)
+    ep = np.arange(epochs + 1)
+    for ax, s in zip(axes[0], scales):
+        for i, (a0, b0) in enumerate(inits):
+            r = runs[law, s, a0, b0]
+            ax.plot(ep, r.ab, color=COLORS[i % len(COLORS)], label=f"GD, {init_label((a0, b0))}", **TRAINED)
+            ax.plot(ep, population_ab(law, s, d, T, a0, b0, r.config["lr"], epochs),
+                    label="population GD" if i == 0 else None, **POPULATION)
+        cst = th.c_star(law, s, d, T)
+        ax.axhline(cst, color="k", lw=0.8, ls="--", label="$c^*$ (finite $T$)")
+        if inf_line is not None:
+            ax.axhline(inf_line(s), color="0.5", lw=0.8, ls="-.", label=r"$1/(5\sigma^2)$ ($T\to\infty$)")
+        ax.set_yscale("log")
+        ax.set_xlabel("epoch")
+        ax.set_title((r"$\sigma$" if law == "gaussian" else "$c$") + f" = {s:g}:  $c^*$ = {cst:.4g}", fontsize=9)
+    axes[0][0].set_ylabel("$ab$")
+    legend_outside(fig, ncol=3, fontsize=8)
+    return fig

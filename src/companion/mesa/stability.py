@@ -1,0 +1,88 @@
+r"""Step sizes: the stability of gradient descent on the mesa loss.
+
+GD with step size :math:`\eta` is locally stable at a point iff :math:`\eta < 2/\lambda_{\max}`, with
+:math:`\lambda_{\max}` the largest Hessian eigenvalue of the loss there. Two bounds are used:
+
+* the **full-parameter** bound (:func:`stability_bound`, :func:`stable_lr`): :math:`\lambda_{\max}` of the
+  loss in all real parameters by power iteration (:func:`hessian_max_eig`), at every init of a run and at
+  its limit; it sets every step size the notebooks choose off the paper's settings;
+* the **reduced** bound (:func:`reduced_stability`): forward Euler on the (a, b) system is stable iff
+  :math:`\eta\,\alpha\,(a^2+b^2) < 2` (:func:`companion.mesa.theory.stability_number`).
+
+A science-layer module: the results and the paper's run plan (:mod:`companion.mesa.paper`) read it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from companion import params as P
+from companion.mesa import theory as th
+from companion.mesa.data import generate
+from companion.mesa.model import loss_grad_fast
+from companion.mesa.train import init_diagonal
+
+__all__ = ["hessian_max_eig", "stability_bound", "stable_lr", "reduced_stability"]
+
+
+def hessian_max_eig(data, W_KQ, W_PV, iters: int = 30, eps: float = 1e-6, seed: int = 0) -> float:
+    r"""Largest eigenvalue of the Hessian of the empirical loss in all real parameters (real and imaginary
+    parts of W_KQ and W_PV), by power iteration on forward-difference Hessian-vector products
+    :math:`Hv \approx (g(w+\epsilon v)-g(w))/\epsilon` of :func:`companion.mesa.model.loss_grad_fast`
+    (complex128). GD with step lr is locally stable iff lr < 2 / lambda_max."""
+    data = data.to(torch.complex128)
+    W_KQ = torch.as_tensor(W_KQ).to(torch.complex128)
+    W_PV = torch.as_tensor(W_PV).to(torch.complex128)
+    _, gk0, gp0 = loss_grad_fast(data, W_KQ, W_PV)
+    g = torch.Generator().manual_seed(seed)
+    vk = torch.randn(W_KQ.shape, dtype=torch.complex128, generator=g)
+    vp = torch.randn(W_PV.shape, dtype=torch.complex128, generator=g)
+    lam = 0.0
+    for _ in range(iters):
+        nrm = math.sqrt(float((vk.abs() ** 2).sum() + (vp.abs() ** 2).sum()))
+        vk, vp = vk / nrm, vp / nrm
+        _, gk1, gp1 = loss_grad_fast(data, W_KQ + eps * vk, W_PV + eps * vp)
+        hk, hp = (gk1 - gk0) / eps, (gp1 - gp0) / eps
+        lam = float((vk.conj() * hk).real.sum() + (vp.conj() * hp).real.sum())
+        vk, vp = hk, hp
+    return lam
+
+
+def stability_bound(law, scale: float, d: int, T: int, inits, m_h: int = 400, seed: int = 0) -> dict:
+    r"""The largest stable step size of *full-parameter* GD over every init of a run.
+
+    GD is locally stable at a point iff lr < 2 / lambda_max, with lambda_max the largest Hessian eigenvalue of
+    the loss in all real parameters. On the diagonal manifold the reduced system gives
+    :math:`\lambda \ge \alpha(a^2+b^2)`, but the off-manifold directions are stiffer (2-5x at d = 5), so
+    lambda_max is computed by power iteration (:func:`hessian_max_eig`) on ``m_h`` independent sequences
+    (seed stream ``[seed, 5]``) at every init and at its limit (a_inf, b_inf); the reduced value is kept
+    as a lower bound. Returns ``lr_max`` (= 2 / the largest lambda) and the worst point.
+    """
+    al, be = th.alpha_beta(law, scale, d, T)
+    data = generate(law, m_h, d, T, scale, np.random.default_rng([seed, 5]), torch.complex128)
+    worst, where = 0.0, None
+    for a0, b0 in inits:
+        for a, b in (a0, b0), th.limits(a0, b0, be / al):
+            lam = max(al * (a * a + b * b), hessian_max_eig(data, *init_diagonal(d, a, b, torch.complex128)))
+            if lam > worst:
+                worst, where = lam, (a, b)
+    return dict(lr_max=2.0 / worst, lam=worst, at=where)
+
+
+def stable_lr(law, scale: float, d: int, T: int, inits, kappa: float = 0.25, seed: int = 0) -> float:
+    r"""A step size at the fraction ``kappa`` of the full-parameter stability bound over every init of the run
+    (:func:`stability_bound`): :math:`\eta = \kappa\,\min 2/\lambda_{\max}`."""
+    kappa = P.real("kappa", kappa, min=0, max=1, min_open=True, max_open=True)
+    return kappa * stability_bound(law, scale, d, T, inits, seed=seed)["lr_max"]
+
+
+def reduced_stability(law, scale: float, d: int, T: int, lr: float, inits) -> dict:
+    r"""Stability of population GD (forward Euler on the reduced system) over every init and its limit:
+    ``number`` :math:`=\max\eta\,\alpha\,(a^2+b^2)` over the inits and their limits :math:`(a_\infty,b_\infty)`
+    (stable iff < 2, :func:`companion.mesa.theory.stability_number`), and ``lr_max`` :math:`=2/(\alpha\max(a^2+b^2))`."""
+    al, be = th.alpha_beta(law, scale, d, T)
+    worst = max(max(a0 * a0 + b0 * b0, sum(x * x for x in th.limits(a0, b0, be / al))) for a0, b0 in inits)
+    return dict(number=lr * al * worst, lr_max=2.0 / (al * worst))
