@@ -57,8 +57,8 @@ def test_a_million_points_are_refused_in_one_line_before_any_worker(tmp_path, ca
     seconds = time.perf_counter() - t0
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and seconds < 2, (rc, seconds)
-    assert err[0] == "companion: 1000000 point(s) to sweep (--max-points 10000)"  # the count, before any work
-    assert len(err) == 2 and "1000000 points" in err[1] and "10000" in err[1] and "--max-points" in err[1]
+    assert err == ["companion: error: --max-points: the grid has 1000000 points, more than the limit of 10000; "
+                   "sweep fewer values or raise --max-points"]
     assert no_cluster == [] and not out.exists()
 
 
@@ -67,6 +67,9 @@ def test_max_points_is_an_option_with_a_stated_default(capsys, no_cluster, tmp_p
         cli.main(["sweep", "--help"])
     assert re.search(r"--max-points N\s+refuse a grid of more than N points\s+\(default\s+10000\)",
                      capsys.readouterr().out)
+    with pytest.raises(_Started):  # the count is shown before any work
+        cli.main(["sweep", TOY, "--grid", "seed=1,2,3", "-o", str(tmp_path / "c"), "--quiet"])
+    assert "companion: 3 point(s) to sweep (--max-points 10000)" in capsys.readouterr().out
     assert cli.main(["sweep", TOY, "--grid", "seed=1,2,3", "--max-points", "2", "-o", str(tmp_path / "s")]) == 2
     assert "the grid has 3 points, more than the limit of 2" in capsys.readouterr().err
 

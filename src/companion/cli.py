@@ -121,11 +121,11 @@ def cmd_sweep(args) -> int:
     if note and not args.scheduler:
         print(f"companion: {note}", file=sys.stderr, flush=True)
     # the count from the grid's sizes, before a value is checked or a point built
-    n = count_points(text_grid, typed_grid)
-    print(f"companion: {n} point(s) to sweep (--max-points {args.max_points})", file=sys.stderr, flush=True)
-    check_point_count(n, args.max_points)
+    check_point_count(count_points(text_grid, typed_grid), args.max_points)  # one line: the count and the limit
     points = expand_grid(args.notebook, text_grid, typed_grid, fixed, _text_params(args.param),
                          max_points=args.max_points)
+    # the count before any work (on stdout: a refusal below stays one line on stderr)
+    print(f"companion: {len(points)} point(s) to sweep (--max-points {args.max_points})", flush=True)
     out = args.out or os.path.join("sweeps", args.notebook.replace("/", "__").removesuffix(".md"))
     import signal
 
