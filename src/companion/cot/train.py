@@ -1,4 +1,23 @@
-"""Training: full-parameter Adam/GD from random initialisation (fresh prompts every step, float64).
+r"""Training: full-parameter Adam/GD from random initialisation (fresh prompts every step, float64).
+
+The gradients are the closed forms of :mod:`companion.cot.grads` (no autograd) and the optimiser is written out
+here (:class:`Optimizer`, no ``torch.optim``, so a training process never imports ``torch._dynamo``). For
+parameters :math:`\theta` (each block on its own, entry-wise) with gradient :math:`g_s` at step
+:math:`s = 1, 2, \dots` and learning rate :math:`\alpha_s = \alpha\,\gamma^{s-1}` (geometric decay,
+:math:`\gamma = {\rm lr\_final}^{1/{\rm steps}}`), Adam with :math:`\beta_1 = 0.9`, :math:`\beta_2 = 0.999`,
+:math:`\epsilon = 10^{-8}` is
+
+.. math::
+
+    m_s = \beta_1 m_{s-1} + (1-\beta_1) g_s, \qquad v_s = \beta_2 v_{s-1} + (1-\beta_2) g_s^2, \qquad
+    m_0 = v_0 = 0,
+
+    \theta_s = \theta_{s-1} - \frac{\alpha_s}{1-\beta_1^s}\,
+    \frac{m_s}{\sqrt{v_s}/\sqrt{1-\beta_2^s} + \epsilon},
+
+and plain GD is :math:`\theta_s = \theta_{s-1} - \alpha_s g_s`; the operations are those of
+``torch.optim.Adam`` / ``SGD`` with ``ExponentialLR``, so both give the same parameters up to round-off. The
+autograd + ``torch.optim`` path is kept as the tests' reference in :mod:`companion.cot.reference`.
 
 The restricted gradient flow of {prf:ref}`cot-thm-4-1` is theory and lives in :mod:`companion.cot.theory`."""
 
@@ -6,6 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 import torch
@@ -14,17 +34,12 @@ from companion import replicate_seed
 from companion.cache import cached
 from companion.params import ParameterError, choice, integer, real
 
-from .data import Prompts, gd_trajectory, make_generator, sample_prompts
-from .model import (
-    cot_inference,
-    looped_predict,
-    no_cot_predict,
-    outcome_loss,
-    per_prompt_error,
-    teacher_forced_loss,
-)
+from .data import Prompts, make_generator, sample_prompts
+from .grads import cot_step_grads, looped_isotropic_grads, outcome_loss_grads
+from .model import cot_inference, looped_predict, no_cot_predict, per_prompt_error
 
-__all__ = ["TrainResult", "train_full", "cached_train_full", "evaluate", "replicate_seed", "train_looped_isotropic"]
+__all__ = ["TrainResult", "Optimizer", "train_full", "cached_train_full", "evaluate", "replicate_seed",
+           "train_looped_isotropic"]
 
 
 class threads1:
@@ -84,6 +99,66 @@ def evaluate(objective: str, prompts, W_KQ, W_PV, k: int) -> torch.Tensor:
         return e.reshape(W_KQ.shape[0], -1) if W_KQ.dim() == 3 else e
 
 
+class Optimizer:
+    r"""Adam (``kind="adam"``, :math:`\beta_1 = 0.9`, :math:`\beta_2 = 0.999`, :math:`\epsilon = 10^{-8}`) or plain
+    GD (``"gd"``) on a list of parameter tensors, updated in place, with the learning rate decaying by ``gamma``
+    after every step: the update of the module docstring, op for op as ``torch.optim.Adam`` / ``SGD`` and
+    ``ExponentialLR`` compute it.
+
+    ``clip``: if given, the gradients are first scaled by :math:`\min(1, c / (\|g\| + 10^{-6}))` with
+    :math:`\|g\|` the norm of all of them together (``torch.nn.utils.clip_grad_norm_``); with stacked replicates
+    that norm covers every replicate, so clipping couples them (the book trains without it).
+    """
+
+    betas = (0.9, 0.999)
+    eps = 1e-8
+
+    def __init__(self, params: list, kind: str, lr: float, gamma: float = 1.0, clip: float | None = None):
+        self.params, self.kind, self.lr, self.gamma, self.clip = params, kind, lr, gamma, clip
+        self.m = [torch.zeros_like(p) for p in params]
+        self.v = [torch.zeros_like(p) for p in params]
+        self.t = 0
+
+    def step(self, grads: list) -> None:
+        """One update of every parameter with its gradient, then the learning-rate decay."""
+        if self.clip is not None:
+            total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g, 2) for g in grads]), 2)
+            coef = torch.clamp(self.clip / (total + 1e-6), max=1.0)
+            grads = [g * coef for g in grads]
+        self.t += 1
+        b1, b2 = self.betas
+        for p, g, m, v in zip(self.params, grads, self.m, self.v):
+            if self.kind == "gd":
+                p.add_(g, alpha=-self.lr)
+                continue
+            m.lerp_(g, 1 - b1)  # m <- b1 m + (1 - b1) g
+            v.mul_(b2).addcmul_(g, g, value=1 - b2)  # v <- b2 v + (1 - b2) g^2
+            denom = (v.sqrt() / (1 - b2 ** self.t) ** 0.5).add_(self.eps)
+            p.addcdiv_(m, denom, value=-self.lr / (1 - b1 ** self.t))
+        self.lr *= self.gamma
+
+
+def _closed_form_full(objective: str, prompts: Prompts, eta: float, W_KQ, W_PV, k: int):
+    """Loss and closed-form gradients (:mod:`companion.cot.grads`) of the training loss of ``objective``."""
+    if objective == "cot":
+        return cot_step_grads(prompts, eta, k, W_KQ, W_PV)
+    return outcome_loss_grads(prompts, W_KQ, W_PV, k, objective)
+
+
+@dataclass(frozen=True)
+class _Engine:
+    """How a training step gets its gradients and applies them: ``full(objective, prompts, eta, W_KQ, W_PV, k)``
+    and ``isotropic(S, w_star, v, w, k)`` return ``(loss, *gradients)``; ``optimizer(params, kind, lr, gamma,
+    clip)`` returns an object whose ``step(grads)`` updates ``params`` in place."""
+
+    full: Callable
+    isotropic: Callable
+    optimizer: Callable
+
+
+CLOSED_FORM = _Engine(_closed_form_full, looped_isotropic_grads, Optimizer)
+
+
 def train_full(objective: str, d: int, n: int, k: int, eta: float = 0.3, *, steps: int = 3000, lr: float = 1e-3,
                batch: int = 64, seed: int = 0, init_scale: float = 0.1, optimizer: str = "adam",
                lr_final: float = 1.0, eval_every: int = 100, eval_batch: int = 1000, clip: float | None = None,
@@ -94,12 +169,19 @@ def train_full(objective: str, d: int, n: int, k: int, eta: float = 0.3, *, step
     ``"no_cot"`` (one layer, target w*) or ``"looped"`` (f applied k times, target w*). The learning rate
     decays geometrically from ``lr`` to ``lr * lr_final``. Raises :class:`ParameterError` naming ``lr``
     if the training loss becomes non-finite or grows by more than ``blowup`` over its initial value.
+    Gradients in closed form (:mod:`companion.cot.grads`), the optimiser :class:`Optimizer`.
 
     ``replicates=R > 1`` trains R independent models side by side in one vectorised run (a leading replicate
     dimension): replicate r has its own initialisation and minibatches from the seed :func:`replicate_seed`
     (seed, r), so replicate 0 is the single run with ``seed``; Adam acts entry-wise, and the summed loss gives
     each replicate exactly its own gradient, so the replicates are independent training runs.
     """
+    return _train_full_checked(CLOSED_FORM, objective, d, n, k, eta, steps, lr, batch, seed, init_scale, optimizer,
+                               lr_final, eval_every, eval_batch, clip, blowup, replicates)
+
+
+def _train_full_checked(engine: _Engine, objective, d, n, k, eta, steps, lr, batch, seed, init_scale, optimizer,
+                        lr_final, eval_every, eval_batch, clip, blowup, replicates) -> TrainResult:
     objective = choice("objective", objective, ["cot", "no_cot", "looped"])
     d = integer("d", d, min=1)
     n = integer("n", n, min=1)
@@ -115,7 +197,7 @@ def train_full(objective: str, d: int, n: int, k: int, eta: float = 0.3, *, step
     eval_batch = integer("eval_batch", eval_batch, min=1)
     replicates = integer("replicates", replicates, min=1)
     with threads1():
-        return _train_full(objective, d, n, k, eta, steps, lr, batch, seed, init_scale, optimizer, lr_final,
+        return _train_full(engine, objective, d, n, k, eta, steps, lr, batch, seed, init_scale, optimizer, lr_final,
                            eval_every, eval_batch, clip, blowup, replicates)
 
 
@@ -123,20 +205,17 @@ def _stack_prompts(parts: list) -> Prompts:
     return parts[0] if len(parts) == 1 else Prompts(torch.cat([p.X for p in parts]), torch.cat([p.w_star for p in parts]))
 
 
-def _train_full(objective, d, n, k, eta, steps, lr, batch, seed, init_scale, optimizer, lr_final, eval_every,
+def _train_full(engine, objective, d, n, k, eta, steps, lr, batch, seed, init_scale, optimizer, lr_final, eval_every,
                 eval_batch, clip, blowup, R) -> TrainResult:
     D = 2 * d + 2
     gens = [make_generator(replicate_seed(seed, r)) for r in range(R)]
     inits = [[init_scale / math.sqrt(D) * torch.randn(D, D, generator=g, dtype=torch.float64) for _ in range(2)]
              for g in gens]
-    W_KQ = torch.stack([a for a, _ in inits]).squeeze(0).requires_grad_()  # (D, D) for one model, else (R, D, D)
-    W_PV = torch.stack([b for _, b in inits]).squeeze(0).requires_grad_()
+    W_KQ = torch.stack([a for a, _ in inits]).squeeze(0)  # (D, D) for one model, else (R, D, D)
+    W_PV = torch.stack([b for _, b in inits]).squeeze(0)
     g_eval = make_generator(seed + 10_000_019)
     eval_prompts = sample_prompts(eval_batch, d, n, g_eval)
-    params = [W_KQ, W_PV]
-    opt = torch.optim.Adam(params, lr=lr) if optimizer == "adam" else torch.optim.SGD(params, lr=lr)
-    gamma = lr_final ** (1.0 / steps)
-    sched = torch.optim.lr_scheduler.ExponentialLR(opt, gamma)
+    opt = engine.optimizer([W_KQ, W_PV], optimizer, lr, lr_final ** (1.0 / steps), clip)
     train_loss = np.empty(steps)
     ev_steps, ev_loss, snaps = [], [], []
     first = None
@@ -144,17 +223,13 @@ def _train_full(objective, d, n, k, eta, steps, lr, batch, seed, init_scale, opt
         if step % eval_every == 0 or step == steps:
             ev_steps.append(step)
             ev_loss.append(evaluate(objective, eval_prompts, W_KQ, W_PV, k).mean(-1).numpy())
-            snaps.append((W_KQ.detach().numpy().copy(), W_PV.detach().numpy().copy()))
+            snaps.append((W_KQ.numpy().copy(), W_PV.numpy().copy()))
         if step == steps:
             break
         prompts = _stack_prompts([sample_prompts(batch, d, n, g) for g in gens])
-        if objective == "cot":
-            W_traj = gd_trajectory(prompts, eta, k)
-            loss = teacher_forced_loss(prompts, W_traj, W_KQ, W_PV, k)
-        else:
-            loss = outcome_loss(prompts, W_KQ, W_PV, k, objective)
-        loss = loss * R  # the sum of the replicates' mean losses: each replicate gets exactly its own gradient
-        val = float(loss.detach()) / R
+        loss, g_KQ, g_PV = engine.full(objective, prompts, eta, W_KQ, W_PV, k)
+        # the sum of the replicates' mean losses: each replicate gets exactly its own gradient
+        val = float(loss * R) / R
         if first is None:
             first = val
         if not math.isfinite(val) or val > blowup * max(first, 1e-12):
@@ -162,13 +237,8 @@ def _train_full(objective, d, n, k, eta, steps, lr, batch, seed, init_scale, opt
                 "lr", f"training diverged at step {step} (loss {val:.3g}, initial {first:.3g}) with lr = {lr:g}; "
                 "use a smaller lr (or a smaller eta, see the stability condition eta * lambda_max(S) < 2)")
         train_loss[step] = val
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if clip is not None:
-            torch.nn.utils.clip_grad_norm_(params, clip)
-        opt.step()
-        sched.step()
-    return TrainResult(W_KQ.detach(), W_PV.detach(), np.array(ev_steps), np.array(ev_loss), train_loss, snaps,
+        opt.step([g_KQ * R, g_PV * R] if R > 1 else [g_KQ, g_PV])
+    return TrainResult(W_KQ, W_PV, np.array(ev_steps), np.array(ev_loss), train_loss, snaps,
                        dict(objective=objective, d=d, n=n, k=k, eta=eta, steps=steps, lr=lr, batch=batch, seed=seed,
                             replicates=R))
 
@@ -181,13 +251,19 @@ def train_looped_isotropic(d: int, n: int, k: int, *, steps: int, lr: float, lr_
     (replicate r from :func:`replicate_seed` (seed, r)).
 
     On these parameters the data columns are fixed points of the layer, so k loops are exactly the recursion
-    :math:`\hat w \leftarrow \hat w + vS(w\hat w - w^\star)` from :math:`\hat w = 0`, which is what is differentiated here;
-    the loss is :math:`\tfrac12\|\hat w_k - w^\star\|^2` (the training loss of :func:`train_full`'s ``"looped"``
+    :math:`\hat w \leftarrow \hat w + vS(w\hat w - w^\star)` from :math:`\hat w = 0`, which is what is differentiated here
+    (in closed form, :func:`companion.cot.grads.looped_isotropic_grads`); the loss is
+    :math:`\tfrac12\|\hat w_k - w^\star\|^2` (the training loss of :func:`train_full`'s ``"looped"``
     objective restricted to these parameters).
 
     Returns:
         ``(v, w)``: arrays of shape (replicates,).
     """
+    return _train_looped_isotropic(CLOSED_FORM, d, n, k, steps, lr, lr_final, batch, seed, replicates)
+
+
+def _train_looped_isotropic(engine: _Engine, d, n, k, steps, lr, lr_final, batch, seed,
+                            replicates) -> tuple[np.ndarray, np.ndarray]:
     d, n, k = integer("d", d, min=1), integer("n", n, min=1), integer("k", k, min=1)
     steps, batch = integer("steps", steps, min=1), integer("batch", batch, min=1)
     lr = real("lr", lr, min=0, min_open=True)
@@ -195,25 +271,17 @@ def train_looped_isotropic(d: int, n: int, k: int, *, steps: int, lr: float, lr_
     R = integer("replicates", replicates, min=1)
     gens = [make_generator(replicate_seed(seed, r)) for r in range(R)]
     init = torch.stack([0.1 * torch.randn(2, generator=g, dtype=torch.float64) for g in gens])
-    v = init[:, 0].clone().requires_grad_()
-    w = (1.0 + init[:, 1]).requires_grad_()
-    opt = torch.optim.Adam([v, w], lr=lr)
-    sched = torch.optim.lr_scheduler.ExponentialLR(opt, lr_final ** (1.0 / steps))
+    v = init[:, 0].clone()
+    w = 1.0 + init[:, 1]
+    opt = engine.optimizer([v, w], "adam", lr, lr_final ** (1.0 / steps))
     with threads1():
         for step in range(steps):
             p = _stack_prompts([sample_prompts(batch, d, n, g) for g in gens])
-            S, ws = p.S.reshape(R, batch, d, d), p.w_star.reshape(R, batch, d)
-            w_hat = torch.zeros_like(ws)
-            for _ in range(k):
-                w_hat = w_hat + v[:, None, None] * torch.einsum("rbij,rbj->rbi", S, w[:, None, None] * w_hat - ws)
-            loss = 0.5 * ((w_hat - ws) ** 2).sum(-1).mean(1).sum()  # replicates' losses summed: own gradients
-            if not math.isfinite(float(loss.detach())):
+            loss, g_v, g_w = engine.isotropic(p.S.reshape(R, batch, d, d), p.w_star.reshape(R, batch, d), v, w, k)
+            if not math.isfinite(float(loss)):
                 raise ParameterError("lr", f"looped training diverged at step {step} with lr = {lr:g}; use a smaller lr")
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            sched.step()
-    return v.detach().numpy(), w.detach().numpy()
+            opt.step([g_v, g_w])
+    return v.numpy(), w.numpy()
 
 
 # ----------------------------------------------------------------------------- run cache

@@ -1,0 +1,340 @@
+r"""Closed-form gradients of every loss the cot part trains, computed in NumPy (no autograd).
+
+The trained model is the one-layer LSA of :mod:`companion.cot.model`,
+
+.. math::
+
+    f(Z) = Z + \frac1n W_{PV} Z \left(Z^\top W_{KQ} Z\right), \qquad W_{KQ}, W_{PV} \in \mathbb R^{D\times D},
+    \quad D = 2d + 2,
+
+with the token blocks (x, y, w, 1) = (1, 2, 3, 4). Write :math:`\mathcal E = \{1, 2\}` for the rows of the data
+(x and y, d + 1 coordinates) and :math:`\mathcal T = \{3, 4\}` for the rows of a CoT token (w and the constant,
+d + 1 coordinates). Every loss below is a mean over the B prompts of a batch; with R replicate models stacked as
+(R, D, D) the batch is replicate-major (prompt b belongs to model b // (B / R)), the loss is the mean over all B
+prompts, and the gradient with respect to replicate r's matrices is the sum over *its* prompts only, divided by B
+(so the gradient of R times the loss is replicate r's own gradient, as :func:`companion.cot.train.train_full`
+uses it). Every function returns the loss and its gradient with respect to each parameter block; the
+tests compare them with torch autograd on the definitions in :mod:`companion.cot.model` (float64, rtol 1e-10).
+The public functions take and return torch tensors (float64, CPU) like the model; the work is done on their
+NumPy views, whose stacked matrix products are faster than torch's at these sizes (a few dozen rows per matrix).
+
+**One output column.** All three losses of the one-layer models are built from one output column
+:math:`o = t + W_{PV} h` of an input column t with :math:`h = G u`, :math:`u = W_{KQ} t`, where
+:math:`G = Z Z^\top / n` is the (symmetric) Gram matrix of the columns the column attends to. For
+:math:`\ell = \tfrac12 \|o - \tau\|^2` with a target :math:`\tau` that does not depend on the weights, the residual
+:math:`r = o - \tau` and :math:`g = W_{PV}^\top r` give
+
+.. math::
+
+    \frac{\partial \ell}{\partial W_{PV}} = r\, h^\top, \qquad
+    \frac{\partial \ell}{\partial W_{KQ}} = G\, g\, t^\top .
+
+**CoT teacher-forced loss (6)** (:func:`teacher_forced_loss_grads`, :func:`~companion.cot.model.teacher_forced_loss`).
+With the true tokens :math:`t_i = (0, 0, w_i, 1)`, :math:`a_i = (w_i, 1)` their :math:`\mathcal T` part,
+:math:`G_{xy} = E E^\top / n` the Gram matrix of the non-zero rows E = (X; y) of the data columns, and the prefix
+:math:`Z_i = [Z_0, t_1, \dots, t_i]`,
+
+.. math::
+
+    L_{\rm CoT} = \frac1B \sum_b \sum_{i=0}^{k-1} \tfrac12 \|r_i\|^2, \quad
+    r_i = t_i + W_{PV} h_i - t_{i+1}, \quad h_i = G_i W_{KQ} t_i, \quad
+    G_i = \begin{pmatrix} G_{xy} & 0 \\ 0 & \frac1n \sum_{j\le i} a_j a_j^\top \end{pmatrix},
+
+(the data columns have zero :math:`\mathcal T` rows and the tokens zero :math:`\mathcal E` rows, so
+:math:`Z_i Z_i^\top / n` is block diagonal), and with :math:`g_i = W_{PV}^\top r_i`
+
+.. math::
+
+    \nabla_{W_{PV}} L_{\rm CoT} = \frac1B \sum_b \sum_{i<k} r_i h_i^\top, \qquad
+    \nabla_{W_{KQ}} L_{\rm CoT} = \frac1B \sum_b \sum_{i<k} q_i\, t_i^\top, \quad
+    q_i = G_i g_i = \begin{pmatrix} G_{xy}\, g_i^{\mathcal E} \\
+    \frac1n \sum_{j\le i} a_j\, (a_j^\top g_i^{\mathcal T}) \end{pmatrix}.
+
+Since :math:`t_i^{\mathcal E} = 0`, the columns :math:`\mathcal E` of :math:`\nabla_{W_{KQ}}` are exactly zero. Both
+prefix sums over :math:`j \le i` are lower-triangular (k x k) products, as in the forward pass.
+
+**No-CoT loss** (:func:`outcome_loss_grads` with ``"no_cot"``): the last column of :math:`f(Z_0)` against
+:math:`\tau = (0, 0, w^\star, 1)`; it is the case k = 1 of the above with :math:`t_0 = (0, 0, 0, 1)` and target
+:math:`\tau` instead of :math:`t_1`:
+
+.. math::
+
+    L_{\rm no\,CoT} = \frac1B \sum_b \tfrac12 \|t_0 + W_{PV} G_0 W_{KQ} t_0 - \tau\|^2, \quad
+    \nabla_{W_{PV}} = \frac1B \sum_b r h^\top, \quad \nabla_{W_{KQ}} = \frac1B \sum_b G_0 W_{PV}^\top r\, t_0^\top .
+
+**Looped (outcome) loss** (:func:`outcome_loss_grads` with ``"looped"``): :math:`Z^{(t+1)} = f(Z^{(t)})` for
+t < k from :math:`Z^{(0)} = Z_0`, every column attending to every column (no mask), and
+:math:`L = \frac1B \sum_b \tfrac12 \|Z^{(k)}_{:, N} - \tau\|^2`. Backpropagation through the k layers by hand:
+start from :math:`\bar Z^{(k)} = \partial L / \partial Z^{(k)}`, zero except its last column
+:math:`(Z^{(k)}_{:, N} - \tau)/B`. For a layer :math:`Y = Z + W_{PV} Z A / n` with :math:`A = Z^\top W_{KQ} Z`
+(N x N) and upstream gradient :math:`\bar Y`, let :math:`M = W_{PV}^\top \bar Y` and :math:`C = Z^\top M`; then
+
+.. math::
+
+    \frac{\partial L}{\partial W_{PV}} \mathrel{+}= \frac1n \bar Y (Z A)^\top, \qquad
+    \frac{\partial L}{\partial W_{KQ}} \mathrel{+}= \frac1n Z\, C\, Z^\top, \qquad
+    \bar Z = \bar Y + \frac1n \left(M A^\top + W_{KQ} Z\, C^\top + W_{KQ}^\top Z\, C\right),
+
+(the three terms of :math:`\bar Z` are the three appearances of Z in :math:`Z\,Z^\top W_{KQ} Z`), summed over
+the layers t = k-1, ..., 0 with :math:`Z = Z^{(t)}`, :math:`\bar Y = \bar Z^{(t+1)}`, and over the prompts.
+
+**Isotropic looped model** (:func:`looped_isotropic_grads`, the two-parameter training of
+:func:`companion.cot.train.train_looped_isotropic`): :math:`\hat w_0 = 0`,
+:math:`\hat w_{t+1} = \hat w_t + v S e_t` with :math:`e_t = w \hat w_t - w^\star`, and
+:math:`L = \sum_r \frac1B \sum_b \tfrac12 \|\hat w_k - w^\star\|^2` (the replicates' mean losses summed, each
+replicate r with its own scalars :math:`v_r, w_r`). With the adjoint :math:`\lambda_k = (\hat w_k - w^\star)/B`,
+:math:`s_t = S \lambda_{t+1}` (S is symmetric) and :math:`\lambda_t = \lambda_{t+1} + v w\, s_t`,
+
+.. math::
+
+    \frac{\partial L}{\partial v} = \sum_b \sum_{t<k} s_t^\top e_t, \qquad
+    \frac{\partial L}{\partial w} = v \sum_b \sum_{t<k} s_t^\top \hat w_t .
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from companion.params import ParameterError, integer
+
+from .data import Prompts, embed
+from .model import _check_params
+
+__all__ = ["teacher_forced_loss_grads", "cot_step_grads", "outcome_loss_grads", "looped_isotropic_grads"]
+
+
+def _np(x: torch.Tensor) -> np.ndarray:
+    return x.detach().cpu().numpy()
+
+
+def _stacked(W: torch.Tensor) -> np.ndarray:
+    """(R, D, D) NumPy view of R stacked models, or of one model (R = 1)."""
+    a = _np(W)
+    return a[None] if a.ndim == 2 else a
+
+
+def _torch(loss: float, g_KQ: np.ndarray, g_PV: np.ndarray, W: torch.Tensor):
+    """``(loss, grad_W_KQ, grad_W_PV)`` as torch tensors shaped like the weights ``W``."""
+    if W.dim() == 2:
+        g_KQ, g_PV = g_KQ[0], g_PV[0]
+    return torch.tensor(loss, dtype=torch.float64), torch.from_numpy(g_KQ), torch.from_numpy(g_PV)
+
+
+def _gram_xy(S: np.ndarray, w_star: np.ndarray, Sw: np.ndarray) -> np.ndarray:
+    r"""The data Gram matrix :math:`G_{xy} = E E^\top / n` of E = (X; y), y = w*^T X, from S = X X^T / n:
+    :math:`\begin{pmatrix} S & S w^\star \\ w^{\star\top} S & w^{\star\top} S w^\star \end{pmatrix}`, (B, d+1, d+1)."""
+    B, d, _ = S.shape
+    G = np.empty((B, d + 1, d + 1))
+    G[:, :d, :d] = S
+    G[:, :d, d] = Sw
+    G[:, d, :d] = Sw
+    G[:, d, d] = np.einsum("bi,bi->b", w_star, Sw)
+    return G
+
+
+def _tails(W: np.ndarray) -> np.ndarray:
+    """The T parts (w_i, 1) of the tokens of a trajectory W (B, m, d): (B, m, d+1), contiguous."""
+    a = np.empty(W.shape[:-1] + (W.shape[-1] + 1,))
+    a[..., :-1] = W
+    a[..., -1] = 1.0
+    return a
+
+
+def _column(A: np.ndarray, A_tgt: np.ndarray, G: np.ndarray, K: np.ndarray, V: np.ndarray, n: int):
+    r"""Loss :math:`\frac1B \sum_b \sum_i \tfrac12 \|t_i + W_{PV} G_i W_{KQ} t_i - \tau_i\|^2` and its gradients
+    (R, D, D), for tokens :math:`t_i = (0, 0, a_i)` and targets :math:`\tau_i = (0, 0, a^{\rm tgt}_i)` given by
+    their :math:`\mathcal T` parts ``A``, ``A_tgt`` (B, k, d+1), the data Gram matrices ``G`` (B, d+1, d+1) and the
+    prefix Gram matrices :math:`\frac1n \sum_{j\le i} a_j a_j^\top`; ``K``, ``V``: W_KQ, W_PV as (R, D, D)."""
+    B, k, m = A.shape  # m = d + 1: the E rows come first, the T rows after them
+    R = K.shape[0]
+    A = np.ascontiguousarray(A)
+    Ar, At = A.reshape(R, -1, m), A.transpose(0, 2, 1)
+    mask = np.tril(np.ones((k, k))) / n  # j <= i, with the 1/n of the prefix Gram matrix
+    UE = (Ar @ K[:, :m, m:].transpose(0, 2, 1)).reshape(B, k, m)  # u_i = W_KQ t_i: its E rows ...
+    UT = (Ar @ K[:, m:, m:].transpose(0, 2, 1)).reshape(B, k, m)  # ... and its T rows
+    H = np.empty((B, k, 2 * m))  # h_i = G_i u_i
+    np.matmul(UE, G, out=H[..., :m])
+    P = UT @ At
+    P *= mask
+    np.matmul(P, A, out=H[..., m:])
+    Hr = H.reshape(R, -1, 2 * m)
+    r = Hr @ V.transpose(0, 2, 1)  # r_i = W_PV h_i + t_i - tau_i
+    r[..., m:] += (A - A_tgt).reshape(R, -1, m)
+    loss = 0.5 * float(np.vdot(r, r)) / B
+    gE = (r @ V[:, :, :m]).reshape(B, k, m)  # g_i = W_PV^T r_i: E rows ...
+    gT = (r @ V[:, :, m:]).reshape(B, k, m)  # ... and T rows
+    q = np.empty((B, k, 2 * m))  # q_i = G_i g_i
+    np.matmul(gE, G, out=q[..., :m])
+    Q = gT @ At
+    Q *= mask
+    np.matmul(Q, A, out=q[..., m:])
+    g_PV = r.transpose(0, 2, 1) @ Hr / B  # sum_i r_i h_i^T over each replicate's prompts
+    g_KQ = np.zeros_like(K)
+    g_KQ[:, :, m:] = q.reshape(R, -1, 2 * m).transpose(0, 2, 1) @ Ar / B  # sum_i q_i t_i^T
+    return loss, g_KQ, g_PV
+
+
+def teacher_forced_loss_grads(prompts: Prompts, W_traj: torch.Tensor, W_KQ: torch.Tensor, W_PV: torch.Tensor,
+                              k: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    r"""The CoT teacher-forced loss (6) of :func:`~companion.cot.model.teacher_forced_loss` and its gradients
+    (module docstring):
+
+    .. math::
+
+        \nabla_{W_{PV}} L = \frac1B \sum_b \sum_{i<k} r_i h_i^\top, \qquad
+        \nabla_{W_{KQ}} L = \frac1B \sum_b \sum_{i<k} G_i W_{PV}^\top r_i\, t_i^\top .
+
+    Parameters
+    ----------
+    prompts : Prompts
+        B prompts (replicate-major when the weights are stacked).
+    W_traj : torch.Tensor
+        The GD trajectory :math:`w_0, \dots, w_K` (B, K+1, d), K >= k.
+    W_KQ, W_PV : torch.Tensor
+        One model (D, D) or R replicate models (R, D, D).
+    k : int, optional
+        Teacher-forced positions 0..k-1 (default: K).
+
+    Returns
+    -------
+    tuple of torch.Tensor
+        ``(loss, grad_W_KQ, grad_W_PV)``: the scalar loss and gradients shaped like the weights.
+    """
+    B, d, n = prompts.X.shape
+    _check_params(W_KQ, W_PV, d, B)
+    if k is None:
+        k = W_traj.shape[1] - 1
+    k = integer("k", k, min=1, max=W_traj.shape[1] - 1)
+    X, w_star = _np(prompts.X), _np(prompts.w_star)
+    S = X @ X.transpose(0, 2, 1) / n
+    a = _tails(_np(W_traj[:, : k + 1]))
+    G = _gram_xy(S, w_star, np.einsum("bij,bj->bi", S, w_star))
+    return _torch(*_column(a[:, :k], a[:, 1:], G, _stacked(W_KQ), _stacked(W_PV), n), W_KQ)
+
+
+def cot_step_grads(prompts: Prompts, eta: float, k: int, W_KQ: torch.Tensor,
+                   W_PV: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    r""":func:`teacher_forced_loss_grads` on the GD trajectory of the prompts,
+    :math:`w_{i+1} = w_i - \eta (S w_i - S w^\star)` from :math:`w_0 = 0` (that of
+    :func:`~companion.cot.data.gd_trajectory`, computed here on the same NumPy arrays): one training step's
+    loss and gradients. Returns ``(loss, grad_W_KQ, grad_W_PV)``."""
+    B, d, n = prompts.X.shape
+    _check_params(W_KQ, W_PV, d, B)
+    X, w_star = _np(prompts.X), _np(prompts.w_star)
+    S = X @ X.transpose(0, 2, 1) / n
+    Sw = np.einsum("bij,bj->bi", S, w_star)
+    W = np.zeros((B, k + 1, d))
+    for i in range(k):
+        W[:, i + 1] = W[:, i] - eta * (np.einsum("bij,bj->bi", S, W[:, i]) - Sw)
+    a = _tails(W)
+    return _torch(*_column(a[:, :k], a[:, 1:], _gram_xy(S, w_star, Sw), _stacked(W_KQ), _stacked(W_PV), n), W_KQ)
+
+
+def outcome_loss_grads(prompts: Prompts, W_KQ: torch.Tensor, W_PV: torch.Tensor, k: int,
+                       objective: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    r"""The outcome-supervised loss of :func:`~companion.cot.model.outcome_loss`,
+    :math:`\frac1B \sum_b \tfrac12 \|{\rm final\ column} - (0, 0, w^\star, 1)\|^2`, and its gradients: the
+    one-layer no-CoT model (``objective="no_cot"``, k ignored) in closed form, the looped model (``"looped"``, f
+    applied k times, every column attending to every column) by backpropagation written out (module docstring).
+
+    Returns
+    -------
+    tuple of torch.Tensor
+        ``(loss, grad_W_KQ, grad_W_PV)``.
+    """
+    if objective not in ("no_cot", "looped"):
+        raise ParameterError("objective", f"must be 'no_cot' or 'looped'; got {objective!r}")
+    B, d, n = prompts.X.shape
+    _check_params(W_KQ, W_PV, d, B)
+    w_star = _np(prompts.w_star)
+    a_tgt = _tails(w_star[:, None, :])  # (w*, 1)
+    K, V = _stacked(W_KQ), _stacked(W_PV)
+    if objective == "no_cot":
+        X = _np(prompts.X)
+        S = X @ X.transpose(0, 2, 1) / n
+        G = _gram_xy(S, w_star, np.einsum("bij,bj->bi", S, w_star))
+        a0 = _tails(np.zeros_like(a_tgt[..., :-1]))  # t_0 = (0, 0, 0, 1)
+        return _torch(*_column(a0, a_tgt, G, K, V, n), W_KQ)
+    k = integer("k", k, min=1)
+    return _torch(*_looped(_np(embed(prompts)), a_tgt[:, 0], K, V, k, n), W_KQ)
+
+
+def _looped(Z: np.ndarray, a_tgt: np.ndarray, K: np.ndarray, V: np.ndarray, k: int, n: int):
+    """Loss and gradients (R, D, D) of the looped model, by the backpropagation of the module docstring."""
+    B, D, N = Z.shape
+    R = K.shape[0]
+    Z = Z.reshape(R, B // R, D, N)  # each replicate's prompts against its own (1, D, D) weights
+    Kb, Vb = K[:, None], V[:, None]
+
+    def T(M):
+        return M.swapaxes(-1, -2)
+
+    saved = []
+    for _ in range(k):
+        A = T(Z) @ (Kb @ Z)  # Z^T W_KQ Z  (N x N)
+        ZA = Z @ A
+        saved.append((Z, A, ZA))
+        Z = Z + Vb @ ZA / n
+    r = Z[..., -1].copy()  # final column - (0, 0, w*, 1)
+    r[..., D - a_tgt.shape[-1] :] -= a_tgt.reshape(R, -1, a_tgt.shape[-1])
+    loss = 0.5 * float(np.vdot(r, r)) / B
+    Ybar = np.zeros_like(Z)
+    Ybar[..., -1] = r / B
+    g_KQ, g_PV = np.zeros_like(K), np.zeros_like(V)
+    for Z, A, ZA in reversed(saved):
+        M = T(Vb) @ Ybar  # W_PV^T Ybar
+        C = T(Z) @ M
+        g_PV += (Ybar @ T(ZA)).sum(1) / n
+        g_KQ += (Z @ C @ T(Z)).sum(1) / n
+        Ybar = Ybar + (M @ T(A) + Kb @ (Z @ T(C)) + T(Kb) @ (Z @ C)) / n
+    return loss, g_KQ, g_PV
+
+
+def looped_isotropic_grads(S: torch.Tensor, w_star: torch.Tensor, v: torch.Tensor, w: torch.Tensor,
+                           k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    r"""The loss of the isotropic looped model, summed over R replicates, and its gradients in (v, w):
+
+    .. math::
+
+        L = \sum_r \frac1B \sum_b \tfrac12 \|\hat w_k - w^\star\|^2, \quad
+        \hat w_{t+1} = \hat w_t + v S (w \hat w_t - w^\star), \quad \hat w_0 = 0,
+
+    by the adjoint recursion of the module docstring.
+
+    Parameters
+    ----------
+    S : torch.Tensor
+        (R, B, d, d) symmetric :math:`S = X X^\top / n` of every replicate's prompts.
+    w_star : torch.Tensor
+        (R, B, d).
+    v, w : torch.Tensor
+        (R,) the replicates' parameters.
+    k : int
+        Loops, >= 1.
+
+    Returns
+    -------
+    tuple of torch.Tensor
+        ``(loss, grad_v, grad_w)``, the gradients of shape (R,).
+    """
+    k = integer("k", k, min=1)
+    S, ws, vn, wn = _np(S), _np(w_star), _np(v), _np(w)
+    B = ws.shape[1]
+    vv, ww = vn[:, None, None], wn[:, None, None]
+    w_hat = np.zeros_like(ws)
+    traj = []
+    for _ in range(k):
+        e = ww * w_hat - ws
+        traj.append((w_hat, e))
+        w_hat = w_hat + vv * np.einsum("rbij,rbj->rbi", S, e)
+    lam = w_hat - ws
+    loss = 0.5 * float(np.vdot(lam, lam)) / B
+    lam = lam / B
+    g_v, g_w = np.zeros_like(vn), np.zeros_like(wn)
+    for w_t, e in reversed(traj):
+        s = np.einsum("rbij,rbj->rbi", S, lam)  # S lambda_{t+1}
+        g_v += (s * e).sum((1, 2))
+        g_w += vn * (s * w_t).sum((1, 2))
+        lam = lam + vv * ww * s
+    return torch.tensor(loss, dtype=torch.float64), torch.from_numpy(g_v), torch.from_numpy(g_w)

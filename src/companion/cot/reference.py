@@ -1,0 +1,84 @@
+"""The autograd path of cot training, kept as the tests' reference (not used by the book).
+
+:func:`train_full_autograd` and :func:`train_looped_isotropic_autograd` run the training loops of
+:mod:`companion.cot.train` with the gradients of torch autograd on the losses of :mod:`companion.cot.model`
+and the optimisers of ``torch.optim`` (``Adam`` / ``SGD``, ``ExponentialLR``, ``clip_grad_norm_``): the
+implementation :mod:`companion.cot.train` used before its gradients were written in closed form
+(:mod:`companion.cot.grads`). Importing ``torch.optim``'s optimisers imports ``torch._dynamo`` (about 1 s).
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+
+from . import train
+from .data import gd_trajectory
+from .model import outcome_loss, teacher_forced_loss
+
+__all__ = ["autograd_full", "autograd_isotropic", "TorchOptimizer", "AUTOGRAD", "train_full_autograd",
+           "train_looped_isotropic_autograd"]
+
+
+def autograd_full(objective: str, prompts, eta: float, W_KQ: torch.Tensor, W_PV: torch.Tensor, k: int):
+    """``(loss, grad_W_KQ, grad_W_PV)`` of the training loss of ``objective`` by autograd (CoT: on the GD
+    trajectory of step ``eta`` of :func:`~companion.cot.data.gd_trajectory`)."""
+    A = W_KQ.detach().requires_grad_()
+    B = W_PV.detach().requires_grad_()
+    with torch.enable_grad():
+        if objective == "cot":
+            loss = teacher_forced_loss(prompts, gd_trajectory(prompts, eta, k), A, B, k)
+        else:
+            loss = outcome_loss(prompts, A, B, k, objective)
+        g_KQ, g_PV = torch.autograd.grad(loss, [A, B])
+    return loss.detach(), g_KQ, g_PV
+
+
+def autograd_isotropic(S: torch.Tensor, w_star: torch.Tensor, v: torch.Tensor, w: torch.Tensor, k: int):
+    """``(loss, grad_v, grad_w)`` of the isotropic looped loss (replicates' means summed) by autograd."""
+    v = v.detach().requires_grad_()
+    w = w.detach().requires_grad_()
+    with torch.enable_grad():
+        w_hat = torch.zeros_like(w_star)
+        for _ in range(k):
+            w_hat = w_hat + v[:, None, None] * torch.einsum("rbij,rbj->rbi", S, w[:, None, None] * w_hat - w_star)
+        loss = 0.5 * ((w_hat - w_star) ** 2).sum(-1).mean(1).sum()
+        g_v, g_w = torch.autograd.grad(loss, [v, w])
+    return loss.detach(), g_v, g_w
+
+
+class TorchOptimizer:
+    """``torch.optim.Adam`` (or ``SGD``) with ``ExponentialLR`` and optional ``clip_grad_norm_``, behind the
+    ``step(grads)`` interface of :class:`companion.cot.train.Optimizer`."""
+
+    def __init__(self, params: list, kind: str, lr: float, gamma: float = 1.0, clip: float | None = None):
+        self.params, self.clip = params, clip
+        self.opt = torch.optim.Adam(params, lr=lr) if kind == "adam" else torch.optim.SGD(params, lr=lr)
+        self.sched = torch.optim.lr_scheduler.ExponentialLR(self.opt, gamma)
+
+    def step(self, grads: list) -> None:
+        for p, g in zip(self.params, grads):
+            p.grad = g
+        if self.clip is not None:
+            torch.nn.utils.clip_grad_norm_(self.params, self.clip)
+        self.opt.step()
+        self.sched.step()
+
+
+AUTOGRAD = train._Engine(autograd_full, autograd_isotropic, TorchOptimizer)
+
+
+def train_full_autograd(*args, **kwargs) -> train.TrainResult:
+    """:func:`companion.cot.train.train_full` (same arguments) on the autograd + ``torch.optim`` path."""
+    bound = inspect.signature(train.train_full).bind(*args, **kwargs)
+    bound.apply_defaults()
+    return train._train_full_checked(AUTOGRAD, **bound.arguments)
+
+
+def train_looped_isotropic_autograd(*args, **kwargs):
+    """:func:`companion.cot.train.train_looped_isotropic` (same arguments) on the autograd + ``torch.optim``
+    path."""
+    bound = inspect.signature(train.train_looped_isotropic).bind(*args, **kwargs)
+    bound.apply_defaults()
+    return train._train_looped_isotropic(AUTOGRAD, **bound.arguments)
