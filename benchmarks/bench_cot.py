@@ -4,15 +4,21 @@
    the fast batched implementation (companion.cot.teacher_forced_loss) against the deliberately naive
    per-position reference of tests/test_cot_model.py. Prints both times, the ratio (target >= 10x) and the
    differences of the numbers (identical up to float64 round-off).
-2. The wall time of every cot notebook at its book (default) settings, executed through `companion run`
+2. One training step at the book's sizes (the cot notebooks' parameter cells: d, n, k, batch 64, replicates R) for
+   every kind of training the book does: the closed-form gradients of companion.cot.grads with the written-out
+   Adam of companion.cot.train against autograd + torch.optim (companion.cot.reference), on the same minibatch;
+   prints both times and the ratio (target >= 5x), for the gradient + update alone and for the whole step (with the
+   sampling of the minibatch and the GD trajectory). One thread on both sides (torch and NumPy's OpenBLAS).
+3. The wall time of every cot notebook at its book (default) settings, executed through `companion run`
    with the run cache disabled (cold), and the total (target <= 2 minutes on a 2-core machine, issue 10); beside
    each wall time the CPU time of the run (user + sys of its processes: about the wall time on a quiet machine)
    and the load average, since the machine is shared.
 
-Usage:  .venv/bin/python benchmarks/bench_cot.py [--skip-notebooks] [--fresh-cache] [--jobs 2]
+Usage:  .venv/bin/python benchmarks/bench_cot.py [--skip-notebooks] [--fresh-cache] [--jobs 2] [--steps-only]
 (``--fresh-cache``: the runs share an empty run cache, as in a first ``make book``, instead of running cold;
 ``--jobs 2``: two notebooks side by side, as ``companion book`` runs them on a 2-core machine.)
-Timings are noisy on a shared machine; the script reports the best of several repeats for part 1.
+(``--steps-only``: part 2 alone.) Timings are noisy on a shared machine; the script reports the best of several
+repeats for parts 1 and 2.
 """
 
 from __future__ import annotations
@@ -26,7 +32,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before NumPy loads OpenBLAS: one thread, as torch below
+
+import torch  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ["setup", "thm3_1_no_cot", "cor3_1_floor", "thm3_2_construction", "thm4_1_dynamics", "thm4_2_ood",
@@ -82,6 +90,82 @@ def bench_loss(d=10, n=20, k=20, batch=64, eta=0.3, repeats=5):
     return t_slow / t_fast
 
 
+#: the training runs of the book (the cot notebooks' parameter cells): (label, objective, d, n, k, R)
+BOOK_RUNS = [
+    ("thm4_1/thm4_2 CoT", "cot", 10, 20, 20, 8),
+    ("experiments CoT n=20", "cot", 10, 20, 10, 8),
+    ("experiments CoT n=40", "cot", 10, 40, 10, 8),
+    ("thm3_1/experiments no-CoT", "no_cot", 10, 20, 1, 1),
+    ("cor3_1 no-CoT d=10", "no_cot", 10, 40, 1, 1),
+    ("looped full", "looped", 10, 20, 3, 1),
+    ("looped isotropic", "isotropic", 10, 20, 3, 8),
+]
+
+
+def _step_times(objective, d, n, k, R, batch, eta, repeats, inner) -> dict:
+    """Seconds per training step of each path ("cf": closed form, "ag": autograd) without and with the sampling
+    of the minibatch (and, for CoT, its GD trajectory), best of ``repeats`` means of ``inner`` steps."""
+    from companion.cot import make_generator, sample_prompts
+    from companion.cot.reference import AUTOGRAD
+    from companion.cot.train import CLOSED_FORM, _stack_prompts
+
+    gens = [make_generator(r) for r in range(R)]
+
+    def sample():
+        p = _stack_prompts([sample_prompts(batch, d, n, g) for g in gens])
+        if objective == "isotropic":
+            return p.S.reshape(R, batch, d, d), p.w_star.reshape(R, batch, d)
+        return (p,)
+
+    def stepper(engine):
+        if objective == "isotropic":
+            params = [0.1 * torch.ones(R, dtype=torch.float64), torch.ones(R, dtype=torch.float64)]
+            opt = engine.optimizer(params, "adam", 1e-4)
+            return lambda S, w_star: opt.step(list(engine.isotropic(S, w_star, *params, k)[1:]))
+        D = 2 * d + 2
+        g = make_generator(1)
+        params = [0.1 / math.sqrt(D) * torch.randn((R, D, D) if R > 1 else (D, D), generator=g, dtype=torch.float64)
+                  for _ in range(2)]
+        opt = engine.optimizer(params, "adam", 1e-4)
+        return lambda p: opt.step(list(engine.full(objective, p, eta, *params, k)[1:]))
+
+    fixed = sample()
+    out = {}
+    for name, engine in (("cf", CLOSED_FORM), ("ag", AUTOGRAD)):
+        for whole in (False, True):
+            step = stepper(engine)
+            step(*fixed)
+            times = []
+            for _ in range(repeats):
+                t = time.perf_counter()
+                for _ in range(inner):
+                    step(*(sample() if whole else fixed))
+                times.append((time.perf_counter() - t) / inner)
+            out[name, whole] = min(times)
+    return out
+
+
+def bench_train_step(batch=64, eta=0.3, repeats=7, inner=10):
+    """One training step of every book run: closed-form gradients + the written-out Adam
+    (companion.cot.train.CLOSED_FORM) against autograd + torch.optim (companion.cot.reference.AUTOGRAD), on the
+    same minibatch and starting weights; 'grad+update' is what the two paths do differently, 'whole step' adds the
+    sampling of the minibatch (and the CoT GD trajectory). 1 thread. Returns the smallest grad+update ratio."""
+    torch.set_num_threads(1)
+    print(f"training step at the book's sizes (batch {batch} per replicate, float64, 1 thread, load "
+          f"{os.getloadavg()[0]:.1f}; best of {repeats} means of {inner} steps), closed form vs autograd:")
+    print(f"  {'run':28s} {'d':>3s} {'n':>3s} {'k':>3s} {'R':>2s}   {'grad+update ms':>21s} {'ratio':>6s}   "
+          f"{'whole step ms':>19s} {'ratio':>6s}")
+    ratios = []
+    for label, objective, d, n, k, R in BOOK_RUNS:
+        t = _step_times(objective, d, n, k, R, batch, eta, repeats, inner)
+        r, rw = t["ag", False] / t["cf", False], t["ag", True] / t["cf", True]
+        ratios.append(r)
+        print(f"  {label:28s} {d:3d} {n:3d} {k:3d} {R:2d}   {t['cf', False] * 1e3:8.3f} vs {t['ag', False] * 1e3:8.3f} "
+              f"{r:5.1f}x   {t['cf', True] * 1e3:7.3f} vs {t['ag', True] * 1e3:7.3f} {rw:5.1f}x", flush=True)
+    print(f"  smallest grad+update ratio {min(ratios):.1f}x (target >= 5x)")
+    return min(ratios)
+
+
 def _run_one(name: str, tmp: str, env: dict) -> tuple[str, float, int, str]:
     t = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "companion", "run", f"cot/{name}", "-o", f"{tmp}/{name}", "--quiet"],
@@ -124,7 +208,11 @@ def bench_notebooks(fresh_cache: bool = False, jobs: int = 1):
 
 
 if __name__ == "__main__":
+    if "--steps-only" in sys.argv:
+        bench_train_step()
+        sys.exit()
     bench_loss()
+    bench_train_step()
     if "--skip-notebooks" not in sys.argv:
         jobs = int(sys.argv[sys.argv.index("--jobs") + 1]) if "--jobs" in sys.argv else 1
         bench_notebooks(fresh_cache="--fresh-cache" in sys.argv, jobs=jobs)

@@ -93,6 +93,9 @@ replicate r with its own scalars :math:`v_r, w_r`). With the adjoint :math:`\lam
 
 from __future__ import annotations
 
+import functools
+import threading
+
 import numpy as np
 import torch
 
@@ -102,6 +105,8 @@ from .data import Prompts, embed
 from .model import _check_params
 
 __all__ = ["teacher_forced_loss_grads", "cot_step_grads", "outcome_loss_grads", "looped_isotropic_grads"]
+
+_WORK = threading.local()  # the work arrays of :func:`_column`, one set per thread
 
 
 def _np(x: torch.Tensor) -> np.ndarray:
@@ -141,37 +146,61 @@ def _tails(W: np.ndarray) -> np.ndarray:
     return a
 
 
-def _column(A: np.ndarray, A_tgt: np.ndarray, G: np.ndarray, K: np.ndarray, V: np.ndarray, n: int):
+def _buf(name: str, shape: tuple) -> np.ndarray:
+    """A work array of this thread kept from call to call: the arrays of a training step are a few MB each, and
+    allocating them afresh at every step costs as much time in page faults as the products themselves."""
+    bufs = _WORK.__dict__.setdefault("bufs", {})
+    a = bufs.get(name)
+    if a is None or a.shape != shape:
+        a = bufs[name] = np.empty(shape)
+    return a
+
+
+@functools.lru_cache(maxsize=32)
+def _prefix_mask(k: int, n: int) -> np.ndarray:
+    """(k, k): 1/n where j <= i, else 0 (the prefix sums of the tokens' Gram matrices, with their 1/n)."""
+    return np.tril(np.ones((k, k))) / n
+
+
+def _column(A_in: np.ndarray, A_tgt: np.ndarray, G: np.ndarray, K: np.ndarray, V: np.ndarray, n: int):
     r"""Loss :math:`\frac1B \sum_b \sum_i \tfrac12 \|t_i + W_{PV} G_i W_{KQ} t_i - \tau_i\|^2` and its gradients
     (R, D, D), for tokens :math:`t_i = (0, 0, a_i)` and targets :math:`\tau_i = (0, 0, a^{\rm tgt}_i)` given by
-    their :math:`\mathcal T` parts ``A``, ``A_tgt`` (B, k, d+1), the data Gram matrices ``G`` (B, d+1, d+1) and the
-    prefix Gram matrices :math:`\frac1n \sum_{j\le i} a_j a_j^\top`; ``K``, ``V``: W_KQ, W_PV as (R, D, D)."""
-    B, k, m = A.shape  # m = d + 1: the E rows come first, the T rows after them
+    their :math:`\mathcal T` parts ``A_in``, ``A_tgt`` (B, k, d+1), the data Gram matrices ``G`` (B, d+1, d+1) and
+    the prefix Gram matrices :math:`\frac1n \sum_{j\le i} a_j a_j^\top`; ``K``, ``V``: W_KQ, W_PV as (R, D, D)."""
+    B, k, m = A_in.shape  # m = d + 1: the E rows come first, the T rows after them
     R = K.shape[0]
-    A = np.ascontiguousarray(A)
+    A = _buf("A", (B, k, m))
+    np.copyto(A, A_in)
     Ar, At = A.reshape(R, -1, m), A.transpose(0, 2, 1)
-    mask = np.tril(np.ones((k, k))) / n  # j <= i, with the 1/n of the prefix Gram matrix
-    UE = (Ar @ K[:, :m, m:].transpose(0, 2, 1)).reshape(B, k, m)  # u_i = W_KQ t_i: its E rows ...
-    UT = (Ar @ K[:, m:, m:].transpose(0, 2, 1)).reshape(B, k, m)  # ... and its T rows
-    H = np.empty((B, k, 2 * m))  # h_i = G_i u_i
-    np.matmul(UE, G, out=H[..., :m])
-    P = UT @ At
+    mask = _prefix_mask(k, n)  # j <= i, with the 1/n of the prefix Gram matrix
+    UE, UT = _buf("UE", (R, B // R * k, m)), _buf("UT", (R, B // R * k, m))
+    np.matmul(Ar, K[:, :m, m:].transpose(0, 2, 1), out=UE)  # u_i = W_KQ t_i: its E rows ...
+    np.matmul(Ar, K[:, m:, m:].transpose(0, 2, 1), out=UT)  # ... and its T rows
+    H, P = _buf("H", (B, k, 2 * m)), _buf("P", (B, k, k))  # h_i = G_i u_i
+    np.matmul(UE.reshape(B, k, m), G, out=H[..., :m])
+    np.matmul(UT.reshape(B, k, m), At, out=P)
     P *= mask
     np.matmul(P, A, out=H[..., m:])
     Hr = H.reshape(R, -1, 2 * m)
-    r = Hr @ V.transpose(0, 2, 1)  # r_i = W_PV h_i + t_i - tau_i
-    r[..., m:] += (A - A_tgt).reshape(R, -1, m)
+    r = _buf("r", Hr.shape)  # r_i = W_PV h_i + t_i - tau_i
+    np.matmul(Hr, V.transpose(0, 2, 1), out=r)
+    delta = _buf("delta", A.shape)
+    np.subtract(A, A_tgt, out=delta)
+    r[..., m:] += delta.reshape(R, -1, m)
     loss = 0.5 * float(np.vdot(r, r)) / B
-    gE = (r @ V[:, :, :m]).reshape(B, k, m)  # g_i = W_PV^T r_i: E rows ...
-    gT = (r @ V[:, :, m:]).reshape(B, k, m)  # ... and T rows
-    q = np.empty((B, k, 2 * m))  # q_i = G_i g_i
-    np.matmul(gE, G, out=q[..., :m])
-    Q = gT @ At
-    Q *= mask
-    np.matmul(Q, A, out=q[..., m:])
-    g_PV = r.transpose(0, 2, 1) @ Hr / B  # sum_i r_i h_i^T over each replicate's prompts
+    gE, gT = UE, UT  # g_i = W_PV^T r_i (E rows, T rows), in the arrays of u_i
+    np.matmul(r, V[:, :, :m], out=gE)
+    np.matmul(r, V[:, :, m:], out=gT)
+    q = _buf("q", H.shape)  # q_i = G_i g_i
+    np.matmul(gE.reshape(B, k, m), G, out=q[..., :m])
+    np.matmul(gT.reshape(B, k, m), At, out=P)
+    P *= mask
+    np.matmul(P, A, out=q[..., m:])
+    g_PV = r.transpose(0, 2, 1) @ Hr  # sum_i r_i h_i^T over each replicate's prompts
+    g_PV /= B
     g_KQ = np.zeros_like(K)
-    g_KQ[:, :, m:] = q.reshape(R, -1, 2 * m).transpose(0, 2, 1) @ Ar / B  # sum_i q_i t_i^T
+    g_KQ[:, :, m:] = q.reshape(R, -1, 2 * m).transpose(0, 2, 1) @ Ar  # sum_i q_i t_i^T
+    g_KQ /= B
     return loss, g_KQ, g_PV
 
 
@@ -224,7 +253,8 @@ def cot_step_grads(prompts: Prompts, eta: float, k: int, W_KQ: torch.Tensor,
     X, w_star = _np(prompts.X), _np(prompts.w_star)
     S = X @ X.transpose(0, 2, 1) / n
     Sw = np.einsum("bij,bj->bi", S, w_star)
-    W = np.zeros((B, k + 1, d))
+    W = _buf("W", (B, k + 1, d))
+    W[:, 0] = 0.0
     for i in range(k):
         W[:, i + 1] = W[:, i] - eta * (np.einsum("bij,bj->bi", S, W[:, i]) - Sw)
     a = _tails(W)
