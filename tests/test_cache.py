@@ -59,3 +59,34 @@ def test_run_cache_is_keyed_on_everything_training_imports():
     from companion.mesa import train
 
     assert set(train.RUN_SOURCES) == set(cache.import_closure("companion.mesa.train"))
+
+
+def test_run_cache_key_ignores_prose_but_not_code(tmp_path):
+    """The key of the run cache is the code: a docstring or comment edited in a copy of mesa/train.py keeps
+    it, a changed constant changes it (a key on the raw bytes re-trained every paper run after a typo fix)."""
+    from pathlib import Path
+
+    from companion.mesa import train
+
+    text = Path(train.__file__).read_text()
+    f = tmp_path / "train.py"
+    f.write_text(text)
+    key = cache.hash_files(tmp_path, [f])
+    assert text.startswith('"""') and "\nimport" in text
+    f.write_text('"""A fixed typo. ' + text[3:].replace("\nimport", "\n# a new comment\n\nimport", 1))
+    assert cache.hash_files(tmp_path, [f]) == key
+    assert "    lr: float = 1e-4\n" in text
+    f.write_text(text.replace("    lr: float = 1e-4\n", "    lr: float = 2e-4\n", 1))
+    assert cache.hash_files(tmp_path, [f]) != key
+    f.write_text(text + "\nEXTRA = 1\n")
+    assert cache.hash_files(tmp_path, [f]) != key
+
+
+def test_key_includes_the_stack_and_the_kernel_cpu(monkeypatch, tmp_path):
+    a = tmp_path / "a.py"
+    a.write_text("x = 1\n")
+    key = cache.hash_files(tmp_path, [a])
+    sig = cache.stack_signature()
+    assert "cpu=" in sig and "numba==" in sig and "llvmlite==" in sig
+    monkeypatch.setattr(cache, "stack_signature", lambda: sig.replace("cpu=", "cpu=other-"))
+    assert cache.hash_files(tmp_path, [a]) != key

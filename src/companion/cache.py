@@ -2,9 +2,13 @@
 
 Several notebooks use the same paper-scale training runs (for instance the Gaussian runs behind both
 Fig. 1a and Fig. 1b of the mesa paper). :func:`cached` wraps a function in a ``joblib.Memory`` whose
-directory is named by :func:`source_hash` — a hash of every source file of ``companion`` and of the
-numerical stack's versions — so a change of the code can never serve a stale result, and a result is
-keyed by all of the function's arguments.
+directory is named by :func:`source_hash`, and a result is keyed by all of the function's arguments.
+
+The key is the *code*, not its prose: :func:`source_hash` hashes each source file's normalised syntax tree
+(:func:`normalised_source`: docstrings dropped, comments and layout gone with the parse), together with the
+versions of Python and of the numerical stack (numpy, scipy, torch, numba, llvmlite) and the CPU the mesa
+kernel is compiled for (its name and features, as LLVM sees them: the generated code, and so its round-off,
+depends on them). A fixed typo in a docstring keeps every cached run; a changed constant discards them.
 
 Location: ``$COMPANION_CACHE_DIR`` if set (``off``/``0``/``none``/empty disables caching), else
 ``<book root>/_build/.companion_cache``. The tests run with caching disabled.
@@ -12,13 +16,15 @@ Location: ``$COMPANION_CACHE_DIR`` if set (``off``/``0``/``none``/empty disables
 
 from __future__ import annotations
 
+import ast
 import functools
 import hashlib
 import os
+import sys
 from pathlib import Path
 from typing import Callable, TypeVar
 
-__all__ = ["source_hash", "hash_files", "import_closure", "cache_dir", "cached"]
+__all__ = ["source_hash", "hash_files", "normalised_source", "stack_signature", "import_closure", "cache_dir", "cached"]
 
 F = TypeVar("F", bound=Callable)
 _OFF = {"", "off", "0", "none", "false", "no"}
@@ -26,7 +32,7 @@ _OFF = {"", "off", "0", "none", "false", "no"}
 
 @functools.lru_cache(maxsize=None)
 def source_hash(sources: tuple[str, ...] | None = None) -> str:
-    """sha256 (16 hex digits) of package sources and of the numpy/scipy/torch versions.
+    """sha256 (16 hex digits) of the package sources' code (:func:`hash_files`) and of the stack.
 
     ``sources``: paths relative to the package (e.g. ``("params.py", "mesa/model.py")``) when a cache
     depends on exactly those files, so that edits elsewhere keep it; ``None``: every source file."""
@@ -36,19 +42,48 @@ def source_hash(sources: tuple[str, ...] | None = None) -> str:
 
 
 def hash_files(root: Path, files) -> str:
-    """sha256 (16 hex digits) of the files' paths below ``root`` and their contents, and of the
-    numpy/scipy/torch versions."""
+    """sha256 (16 hex digits) of the files' paths below ``root``, their normalised code
+    (:func:`normalised_source`) and :func:`stack_signature`."""
+    h = hashlib.sha256()
+    for f in files:
+        h.update(str(Path(f).relative_to(root)).encode())
+        h.update(normalised_source(Path(f).read_text()))
+    h.update(stack_signature().encode())
+    return h.hexdigest()[:16]
+
+
+def _drop_docstrings(tree: ast.AST) -> ast.AST:
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                    and isinstance(body[0].value.value, str):
+                node.body = body[1:] or [ast.Pass()]
+    return tree
+
+
+def normalised_source(text: str) -> bytes:
+    """The code of a Python source without its prose: the dump of its syntax tree with the docstrings of
+    the module, its classes and functions removed (comments, blank lines and layout do not survive the
+    parse). Two sources that differ only in prose give the same bytes; any change of code (a constant, a
+    name, an operator) gives different ones."""
+    return ast.dump(_drop_docstrings(ast.parse(text)), include_attributes=False).encode()
+
+
+@functools.lru_cache(maxsize=None)
+def stack_signature() -> str:
+    """Python's version, the versions of the numerical stack and the host CPU the kernels compile for."""
+    import llvmlite
+    import llvmlite.binding as llvm
+    import numba
     import numpy
     import scipy
     import torch
 
-    h = hashlib.sha256()
-    for f in files:
-        h.update(str(Path(f).relative_to(root)).encode())
-        h.update(Path(f).read_bytes())
-    for mod in (numpy, scipy, torch):
-        h.update(f"{mod.__name__}=={mod.__version__}".encode())
-    return h.hexdigest()[:16]
+    parts = [f"python=={sys.version_info[0]}.{sys.version_info[1]}"]
+    parts += [f"{m.__name__}=={m.__version__}" for m in (numpy, scipy, torch, numba, llvmlite)]
+    parts.append(f"cpu={llvm.get_host_cpu_name()}:{llvm.get_host_cpu_features().flatten()}")
+    return ";".join(parts)
 
 
 def import_closure(module: str) -> tuple[str, ...]:
@@ -57,8 +92,6 @@ def import_closure(module: str) -> tuple[str, ...]:
 
     Read from the sources' ``import`` statements (module level and inside functions), so a cache keyed on
     :func:`source_hash` of this closure changes whenever any code the computation can run changes."""
-    import ast
-
     root = Path(__file__).resolve().parent
     pkg = root.name
 
