@@ -108,6 +108,19 @@ class Optimizer:
     ``clip``: if given, the gradients are first scaled by :math:`\min(1, c / (\|g\| + 10^{-6}))` with
     :math:`\|g\|` the norm of all of them together (``torch.nn.utils.clip_grad_norm_``); with stacked replicates
     that norm covers every replicate, so clipping couples them (the book trains without it).
+
+    Parameters
+    ----------
+    params : list of torch.Tensor
+        The parameters, updated in place by :meth:`step`.
+    kind : {"adam", "gd"}
+        The update rule.
+    lr : float
+        The learning rate of the first step.
+    gamma : float
+        The learning rate's factor after every step.
+    clip : float, optional
+        The largest gradient norm.
     """
 
     betas = (0.9, 0.999)
