@@ -15,8 +15,7 @@ The package, read top down:
 :func:`companion.mesa.kernels.sweep` spreads the blocks of 16 sequences over threads and calls the
 compiled function on each thread's range.
 
-The mathematics
----------------
+**The mathematics.**
 
 One sequence: tokens :math:`x_t = \Lambda^{t-1} z` with :math:`z = x_1`, :math:`\Lambda = \operatorname{diag}(\lambda)`,
 :math:`|\lambda_k| = 1`; embeddings :math:`e_t = (x_t, x_{t-1})` with :math:`x_0 = 0`; weights
@@ -117,8 +116,7 @@ position they are lifted to the weights. With :math:`\nabla C_{\cdot,a}`, :math:
 The weights :math:`w_n` enter through :math:`g_t`; the sums over n run over the 16 lanes of a block in
 float64 (one slot per block, summed by the caller, so the result does not depend on the threads).
 
-Why lanes
----------
+**Why lanes.**
 
 The numba kernel this package replaced vectorised along the positions t of one sequence: about 120
 short vector loops per sequence (N = 98 positions at T = 100), each paying a set-up, a horizontal sum and a

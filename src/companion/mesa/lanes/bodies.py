@@ -289,7 +289,7 @@ def _forward(W: _Writer, pred: bool) -> None:
 
 
 def _residual(W: _Writer, pred: bool) -> None:
-    """r_t = R_v^T omega_t / rho_t - x_{t+1}, the loss |r_t|^2 and (``pred``) the predictions."""
+    """``r_t = R_v^T omega_t / rho_t - x_{t+1}``, the loss ``|r_t|^2`` and (``pred``) the predictions."""
     d = W.d
     terms = []
     for a in range(d):

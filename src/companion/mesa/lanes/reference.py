@@ -168,6 +168,7 @@ def sweep(theta, x1, positions, W_KQ, W_PV, wn) -> tuple[np.ndarray, np.ndarray,
     positions : sequence of int
         The prediction positions t (each in 2..T-1), in the order the kernel visits them.
     W_KQ, W_PV : (2d, 2d) and (d, 2d) complex arrays
+        The weights.
     wn : (m,) array
         The sequences' weights in the loss (normalised by the caller, as for
         :func:`companion.mesa.kernels.sweep`).
