@@ -83,7 +83,7 @@ MUTANTS = [
            "harmonic number H_N stops one term short"),
     Mutant("mesa_alpha_d", "mesa/theory.py", r"N \* mo\.m6 \+ \(d - 1\) \* harmonic\(N\) \* mo\.m24",
            "N * mo.m6 + d * harmonic(N) * mo.m24", "alpha counts d instead of d - 1 other coordinates"),
-    Mutant("verdict_z_dropped", "verdict.py", r"tolerance=z \* se_ \+ fl,", "tolerance=se_ + fl,",
+    Mutant("verdict_z_dropped", "verdict.py", r"tolerance=crit \* se_ \+ fl,", "tolerance=se_ + fl,",
            "a statistical tolerance of 1 SE whatever z says"),
     Mutant("mesa_equivariant_offdiag_step", "mesa/theory.py", r"off = 0\.0 if masked else lr / \(d \* \(d - 1\)\)",
            "off = 0.0 if masked else lr / d", "unmasked equivariant GD steps the off-diagonal entries like the diagonal"),
@@ -99,8 +99,11 @@ MUTANTS = [
     Mutant("tables_rotation_sign", "mesa/kernels.py", r"c, s = c \* c1 - s \* s1, s \* c1 \+ c \* s1",
            "c, s = c * c1 - s * s1, s * c1 - c * s1", "lam^t advanced along a run of positions by the wrong rotation"),
     # ---- caches
-    Mutant("cache_hash_ignores_contents", "cache.py", r"h\.update\(Path\(f\)\.read_bytes\(\)\)", "pass",
+    Mutant("cache_hash_ignores_contents", "cache.py", r"h\.update\(normalised_source\(Path\(f\)\.read_text\(\)\)\)", "pass",
            "source_hash ignores file contents"),
+    Mutant("cache_key_drops_constants", "cache.py", r"return ast\.dump\(_drop_docstrings\(ast\.parse\(text\)\), include_attributes=False\)",
+           "return ast.dump(_drop_docstrings(ast.parse(text.replace('1', '2'))), include_attributes=False)",
+           "the run-cache key ignores a changed digit of a constant"),
     Mutant("cache_closure_skips_relative", "cache.py", r"if node\.level:", "if node.level and False:",
            "the run-cache sources miss relatively imported modules (e.g. kernels.py)"),
 ]
