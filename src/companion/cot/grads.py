@@ -162,6 +162,16 @@ def _prefix_mask(k: int, n: int) -> np.ndarray:
     return np.tril(np.ones((k, k))) / n
 
 
+def _mm(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """The stacked product ``a @ b`` of the large (replicate-batched) matrices by torch on the arrays' memory: torch
+    keeps to the threads it is given (one during training), whereas NumPy's OpenBLAS threads these sizes over
+    every core and its spinning threads slow a loaded machine down several times."""
+    if out is None:
+        out = np.empty(a.shape[:-1] + (b.shape[-1],))
+    torch.matmul(torch.from_numpy(a), torch.from_numpy(b), out=torch.from_numpy(out))
+    return out
+
+
 def _column(A_in: np.ndarray, A_tgt: np.ndarray, G: np.ndarray, K: np.ndarray, V: np.ndarray, n: int):
     r"""Loss :math:`\frac1B \sum_b \sum_i \tfrac12 \|t_i + W_{PV} G_i W_{KQ} t_i - \tau_i\|^2` and its gradients
     (R, D, D), for tokens :math:`t_i = (0, 0, a_i)` and targets :math:`\tau_i = (0, 0, a^{\rm tgt}_i)` given by
@@ -174,8 +184,8 @@ def _column(A_in: np.ndarray, A_tgt: np.ndarray, G: np.ndarray, K: np.ndarray, V
     Ar, At = A.reshape(R, -1, m), A.transpose(0, 2, 1)
     mask = _prefix_mask(k, n)  # j <= i, with the 1/n of the prefix Gram matrix
     UE, UT = _buf("UE", (R, B // R * k, m)), _buf("UT", (R, B // R * k, m))
-    np.matmul(Ar, K[:, :m, m:].transpose(0, 2, 1), out=UE)  # u_i = W_KQ t_i: its E rows ...
-    np.matmul(Ar, K[:, m:, m:].transpose(0, 2, 1), out=UT)  # ... and its T rows
+    _mm(Ar, K[:, :m, m:].transpose(0, 2, 1), out=UE)  # u_i = W_KQ t_i: its E rows ...
+    _mm(Ar, K[:, m:, m:].transpose(0, 2, 1), out=UT)  # ... and its T rows
     H, P = _buf("H", (B, k, 2 * m)), _buf("P", (B, k, k))  # h_i = G_i u_i
     np.matmul(UE.reshape(B, k, m), G, out=H[..., :m])
     np.matmul(UT.reshape(B, k, m), At, out=P)
@@ -183,23 +193,23 @@ def _column(A_in: np.ndarray, A_tgt: np.ndarray, G: np.ndarray, K: np.ndarray, V
     np.matmul(P, A, out=H[..., m:])
     Hr = H.reshape(R, -1, 2 * m)
     r = _buf("r", Hr.shape)  # r_i = W_PV h_i + t_i - tau_i
-    np.matmul(Hr, V.transpose(0, 2, 1), out=r)
+    _mm(Hr, V.transpose(0, 2, 1), out=r)
     delta = _buf("delta", A.shape)
     np.subtract(A, A_tgt, out=delta)
     r[..., m:] += delta.reshape(R, -1, m)
-    loss = 0.5 * float(np.vdot(r, r)) / B
+    loss = 0.5 * float(np.einsum("i,i->", r.ravel(), r.ravel())) / B
     gE, gT = UE, UT  # g_i = W_PV^T r_i (E rows, T rows), in the arrays of u_i
-    np.matmul(r, V[:, :, :m], out=gE)
-    np.matmul(r, V[:, :, m:], out=gT)
+    _mm(r, V[:, :, :m], out=gE)
+    _mm(r, V[:, :, m:], out=gT)
     q = _buf("q", H.shape)  # q_i = G_i g_i
     np.matmul(gE.reshape(B, k, m), G, out=q[..., :m])
     np.matmul(gT.reshape(B, k, m), At, out=P)
     P *= mask
     np.matmul(P, A, out=q[..., m:])
-    g_PV = r.transpose(0, 2, 1) @ Hr  # sum_i r_i h_i^T over each replicate's prompts
+    g_PV = _mm(r.transpose(0, 2, 1), Hr)  # sum_i r_i h_i^T over each replicate's prompts
     g_PV /= B
     g_KQ = np.zeros_like(K)
-    g_KQ[:, :, m:] = q.reshape(R, -1, 2 * m).transpose(0, 2, 1) @ Ar  # sum_i q_i t_i^T
+    g_KQ[:, :, m:] = _mm(q.reshape(R, -1, 2 * m).transpose(0, 2, 1), Ar)  # sum_i q_i t_i^T
     g_KQ /= B
     return loss, g_KQ, g_PV
 
