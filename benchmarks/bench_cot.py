@@ -2,7 +2,7 @@
 
 1. The teacher-forced CoT loss (6) and its gradient for one batch (d = 10, n = 20, k = 20, batch 64):
    the fast batched implementation (companion.cot.teacher_forced_loss) against the deliberately naive
-   per-position reference of tests/test_cot_model.py. Prints both times, the ratio (target >= 10x) and the
+   per-position reference companion.cot.reference.naive_teacher_forced_loss. Prints both times, the ratio (target >= 10x) and the
    differences of the numbers (identical up to float64 round-off).
 2. One training step at the book's sizes (the cot notebooks' parameter cells: d, n, k, batch 64, replicates R) for
    every kind of training the book does: the closed-form gradients of companion.cot.grads with the written-out
@@ -23,7 +23,6 @@ repeats for parts 1 and 2.
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import os
 import subprocess
@@ -41,18 +40,12 @@ NOTEBOOKS = ["setup", "thm3_1_no_cot", "cor3_1_floor", "thm3_2_construction", "t
              "looped", "experiments"]
 
 
-def _naive():
-    spec = importlib.util.spec_from_file_location("test_cot_model", ROOT / "tests" / "test_cot_model.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.naive_teacher_forced_loss
-
-
 def bench_loss(d=10, n=20, k=20, batch=64, eta=0.3, repeats=5):
     from companion.cot import gd_trajectory, make_generator, sample_prompts, teacher_forced_loss
 
     torch.set_num_threads(1)
-    naive = _naive()
+    from companion.cot.reference import naive_teacher_forced_loss as naive
+
     gen = make_generator(0)
     p = sample_prompts(batch, d, n, gen)
     D = 2 * d + 2

@@ -3,7 +3,7 @@
 1. One full-batch epoch (loss + all gradients) at d=5, T=100, m=10^4 with the fast closed-form
    implementation (its two backends: the fused kernel used for training (generated SIMD code, companion.mesa.lanes), and the same formulas as
    batched torch products), against two references that evaluate the model prefix by prefix:
-   * the deliberately naive reference of tests/test_mesa_reference.py (one sequence and one prefix at a
+   * the deliberately naive reference companion.mesa.reference.naive_loss_and_grad (one sequence and one prefix at a
      time, autograd), timed on a few sequences and scaled linearly to m (its cost is linear in m);
    * a straightforward prefix loop vectorised over sequences (like the reference code's forward_train:
      loop over t, E_t E_t^H batched over sequences, autograd), timed on a subset and scaled linearly.
@@ -31,13 +31,11 @@ from pathlib import Path
 
 import torch
 
+from companion.mesa.data import embed, generate
+from companion.mesa.model import loss_grad_fast
+from companion.mesa.reference import naive_loss_and_grad
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-
-from test_mesa_reference import naive_loss_and_grad  # noqa: E402
-
-from companion.mesa.data import embed, generate  # noqa: E402
-from companion.mesa.model import loss_grad_fast  # noqa: E402
 
 
 def prefix_loop_loss_and_grad(data, W_KQ, W_PV):

@@ -25,43 +25,8 @@ from companion.cot import (
     teacher_forced_loss,
     teacher_forced_loss_direct,
 )
+from companion.cot.reference import naive_teacher_forced_loss
 from companion.params import ParameterError
-
-
-# ----------------------------------------------------------------------------- naive reference
-def naive_teacher_forced_loss(X, w_star, eta, k, W_KQ, W_PV):
-    """Deliberately naive: one prompt and one position at a time; builds every prefix matrix Z_i with
-    explicit Python loops, runs the GD recursion in its original form w - (eta/n) X (X^T w - y^T), applies
-    the full LSA f(Z) = Z + W_PV Z (Z^T W_KQ Z)/n to the whole Z_i and takes the last column.
-    Convention: 1/2 * sum_{i=0}^{k-1} ||f(Z_i)[:, -1] - (0, 0, w_{i+1}, 1)||^2, averaged over prompts."""
-    B, d, n = X.shape
-    D = 2 * d + 2
-    total = 0.0
-    for b in range(B):
-        Xb, wb = X[b], w_star[b]
-        y = wb @ Xb  # (n,)
-        traj = [torch.zeros(d, dtype=X.dtype)]
-        for _ in range(k):
-            w = traj[-1]
-            traj.append(w - (eta / n) * (Xb @ (Xb.T @ w - y)))
-        cols = []
-        for m in range(n):
-            c = torch.zeros(D, dtype=X.dtype)
-            c[:d] = Xb[:, m]
-            c[d] = y[m]
-            cols.append(c)
-
-        def token(w):
-            t = torch.zeros(D, dtype=X.dtype)
-            t[d + 1 : 2 * d + 1] = w
-            t[2 * d + 1] = 1.0
-            return t
-
-        for i in range(k):
-            Zi = torch.stack(cols + [token(traj[j]) for j in range(i + 1)], dim=1)
-            F = Zi + W_PV @ Zi @ (Zi.T @ W_KQ @ Zi) / n
-            total = total + 0.5 * torch.sum((F[:, -1] - token(traj[i + 1])) ** 2)
-    return total / B
 
 
 def _random_params(d, gen, scale=0.3):

@@ -14,17 +14,11 @@ import random
 
 import numpy as np
 
+from .seeds import replicate_seed
+
 __version__ = "0.1.0"
 
 __all__ = ["__version__", "seed_everything", "replicate_seed"]
-
-
-def replicate_seed(seed: int, r: int) -> int:
-    """The seed of replicate ``r`` of an experiment seeded with ``seed`` (replicate 0 is the experiment itself).
-
-    Replicates are 1_000_003 apart, so experiments with nearby seeds share no replicate (``seed + k`` would give
-    seed 1's replicate 1 to seed 2's replicate 0); taken modulo 2**32, the range of a seed parameter."""
-    return (int(seed) + 1_000_003 * int(r)) % 2**32
 
 
 def seed_everything(seed: int) -> np.random.Generator:

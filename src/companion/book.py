@@ -39,7 +39,8 @@ import nbformat
 
 from . import notebooks as nbs
 from .paths import repo_root
-from .verdict import METADATA_KEY, slug
+from .text import slug
+from .verdict import METADATA_KEY
 
 __all__ = ["code_hash", "guard_cache", "toc_pages", "pre_execute", "collect_results", "publish_results", "verdict_table", "find_browser",
            "check_math", "make_pdf", "build", "PDF_NAME", "CHROMIUM_FLAGS"]

@@ -12,6 +12,8 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from .text import number_text, slug
+
 __all__ = ["main"]
 
 
@@ -91,7 +93,7 @@ def cmd_run(args) -> int:
 
 
 def _num(v) -> str:
-    return f"{v:.6g}" if isinstance(v, (int, float)) and not isinstance(v, bool) else str(v)
+    return number_text(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else str(v)
 
 
 def cmd_sweep(args) -> int:
@@ -126,7 +128,7 @@ def cmd_sweep(args) -> int:
                          max_points=args.max_points)
     # the count before any work (on stdout: a refusal below stays one line on stderr)
     print(f"companion: {len(points)} point(s) to sweep (--max-points {args.max_points})", flush=True)
-    out = args.out or os.path.join("sweeps", args.notebook.replace("/", "__").removesuffix(".md"))
+    out = args.out or os.path.join("sweeps", slug(args.notebook.removesuffix(".md")))
     import signal
 
     def stop(signum, frame):  # SIGTERM as Ctrl-C: the cluster is shut down, its workers and runs with it
@@ -180,7 +182,7 @@ def cmd_results(args) -> int:
             columns += [k for k in row if k not in columns and k != "point"]
 
         def fmt(v):
-            return f"{v:.6g}" if isinstance(v, float) else ("" if v is None else str(v).strip().splitlines()[0][:60])
+            return number_text(v) if isinstance(v, float) else ("" if v is None else str(v).strip().splitlines()[0][:60])
 
         cells = [columns] + [[fmt(r.get(c)) for c in columns] for r in rows]
         widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]

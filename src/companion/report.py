@@ -15,6 +15,7 @@ import html
 import math
 from collections import Counter
 
+from .text import label, short_number, slug
 from .verdict import EVIDENCE_KINDS, KINDS, STATUSES
 
 __all__ = ["verdict_label", "verdict_table_markdown", "verdict_table_html", "dashboard_markdown", "counts",
@@ -39,12 +40,12 @@ _COLUMNS = [  # (key for sorting, header, title of the header)
 
 def verdict_label(notebook: str) -> str:
     """The MyST label of a notebook's verdict section, e.g. ``verdict-mesa-prop4-1-gaussian``."""
-    return "verdict-" + notebook.strip("/").replace("/", "-").replace("_", "-")
+    return "verdict-" + label(notebook)
 
 
 def claim_anchor(notebook: str, claim: str) -> str:
     """The HTML id of one claim's row in its notebook's table, e.g. ``claim-mesa-setup-mean_x1``."""
-    return "claim-" + notebook.strip("/").replace("/", "-").replace("_", "-") + "-" + claim
+    return "claim-" + label(notebook) + "-" + claim
 
 
 def _esc(text) -> str:
@@ -52,21 +53,8 @@ def _esc(text) -> str:
     return html.escape(" ".join(str(text).split()), quote=True)
 
 
-def fmt_number(x) -> str:
-    """A number in at most about 9 characters: 4 significant digits, scientific outside [1e-3, 1e5)."""
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return "—"
-    x = float(x)
-    if x == 0:
-        return "0"
-    if 1e3 <= abs(x) < 1e5:
-        s = f"{x:.0f}"
-    elif 1e-3 <= abs(x) < 1e3:
-        s = f"{x:.4g}"
-    else:
-        mant, exp = f"{x:.2e}".split("e")
-        s = f"{mant}e{int(exp)}"
-    return s.replace("-", "−")
+#: a number in a table cell of the book (:func:`companion.text.short_number`)
+fmt_number = short_number
 
 
 def tolerance_text(r: dict) -> str:
@@ -340,8 +328,6 @@ def dashboard_markdown(names: list[str], records: list[dict], missing: list[str]
         _filter_bar([n for n in names if n not in missing]),
         "",
     ]
-    from .verdict import slug
-
     for name in names:
         recs = [r for r in records if r.get("notebook") == name]
         if not recs:

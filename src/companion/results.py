@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .runner import InputError
+from .text import number_text
 
 __all__ = ["Table", "load", "write_csv", "plot"]
 
@@ -239,8 +240,8 @@ def plot(table: Table, out: str | Path, *, x: str | None = None, y: str | None =
                 grid[j, i] = float(np.mean(finite))
         im = ax.imshow(grid, origin="lower", aspect="auto", cmap="viridis")
         fig.colorbar(im, ax=ax, label=f"{claim}: {value}")
-        ax.set_xticks(range(len(xv)), [f"{v:g}" if isinstance(v, float) else str(v) for v in xv])
-        ax.set_yticks(range(len(yv)), [f"{v:g}" if isinstance(v, float) else str(v) for v in yv])
+        ax.set_xticks(range(len(xv)), [number_text(v) if isinstance(v, float) else str(v) for v in xv])
+        ax.set_yticks(range(len(yv)), [number_text(v) if isinstance(v, float) else str(v) for v in yv])
         ax.set_xlabel(x)
         ax.set_ylabel(y)
         ax.grid(False)

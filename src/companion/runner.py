@@ -27,7 +27,7 @@ import nbformat
 import yaml
 
 from . import notebooks as nbs
-from .verdict import slug
+from .text import slug
 
 __all__ = [
     "InputError",

@@ -61,6 +61,7 @@ import yaml
 
 from . import notebooks as nbs
 from .runner import InputError, available_cores, coerce_parameters, kill_tree, threads_env
+from .text import safe_name
 
 __all__ = ["SweepError", "parse_grid", "count_points", "expand_grid", "point_id", "run_sweep", "read_results",
            "scan_results", "repair_results", "flat_rows", "worker_count", "SweepLock", "clear_partials",
@@ -196,7 +197,7 @@ def point_id(params: Mapping[str, Any], swept: Sequence[str] | None = None) -> s
     digest = hashlib.sha1(canon.encode()).hexdigest()[:10]
     keys = [k for k in params if swept is None or k in swept]
     summary = "_".join(f"{k}={v}" for k, v in ((k, params[k]) for k in keys))
-    summary = "".join(c if c.isalnum() or c in "=._-" else "-" for c in summary)[:180]
+    summary = safe_name(summary)[:180]
     return f"{digest}_{summary}" if summary else digest
 
 

@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .text import number_text
+
 __all__ = ["SWEEPS", "SIZES", "spec", "command", "run", "run_all", "points_of", "mesa_T_rows", "cot_k_eta_rows",
            "mesa_laws_rows", "LAWS"]
 
@@ -83,7 +85,7 @@ def spec(name: str, size: str = "book") -> dict:
 def _text(v: Any) -> str:
     if isinstance(v, (list, dict)):
         return json.dumps(v, separators=(",", ":"))
-    return f"{v:g}" if isinstance(v, float) else str(v)
+    return number_text(v) if isinstance(v, float) else str(v)
 
 
 def command(name: str, size: str = "cluster", out: str | None = None, scheduler: str | None = "tcp://HOST:8786") -> str:

@@ -65,6 +65,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from .claims import EVIDENCE_KINDS, KINDS, STATUSES
+from .text import number_text, slug
 
 __all__ = [
     "Verdict", "VerdictError", "Record", "METADATA_KEY", "KINDS", "EVIDENCE_KINDS", "STATUSES", "slug",
@@ -77,10 +78,6 @@ _CLAIM_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 
 class VerdictError(AssertionError):
     """At least one claim of a notebook failed, or its manifest and its records disagree."""
-
-
-def slug(notebook: str) -> str:
-    return notebook.strip("/").replace("/", "__")
 
 
 def _plain(value: Any) -> Any:
@@ -393,7 +390,7 @@ class Verdict:
         problems = self.manifest_problems()
         failed = [r for r in self.records if not r.passed]
         lines = problems + [
-            f"{r.claim} ({r.kind}): {r.quantity}: measured {_fmt(r.measured)}, predicted {_fmt(r.predicted)}, "
+            f"{r.claim} ({r.kind}): {r.quantity}: measured {number_text(r.measured)}, predicted {number_text(r.predicted)}, "
             f"tolerance {r.tolerance:.3g} ({r.comparison})"
             for r in failed
         ]
@@ -422,12 +419,3 @@ class Verdict:
             metadata={METADATA_KEY: [asdict(r) for r in self.records]},
         )
 
-
-def _fmt(x: float | None) -> str:
-    if x is None:
-        return "—"
-    if x == 0:
-        return "0"
-    if 1e-3 <= abs(x) < 1e5:
-        return f"{x:.6g}"
-    return f"{x:.4e}"

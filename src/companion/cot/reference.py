@@ -5,6 +5,9 @@
 and the optimisers of ``torch.optim`` (``Adam`` / ``SGD``, ``ExponentialLR``, ``clip_grad_norm_``): the
 implementation :mod:`companion.cot.train` used before its gradients were written in closed form
 (:mod:`companion.cot.grads`). Importing ``torch.optim``'s optimisers imports ``torch._dynamo`` (about 1 s).
+
+:func:`naive_teacher_forced_loss` is the deliberately naive per-position loss (one prompt and one position at a
+time) that ``tests/test_cot_model.py`` compares the fast loss with and ``benchmarks/bench_cot.py`` times.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from .data import gd_trajectory
 from .model import outcome_loss, teacher_forced_loss
 
 __all__ = ["autograd_full", "autograd_isotropic", "TorchOptimizer", "AUTOGRAD", "train_full_autograd",
-           "train_looped_isotropic_autograd"]
+           "train_looped_isotropic_autograd", "naive_teacher_forced_loss"]
 
 
 def autograd_full(objective: str, prompts, eta: float, W_KQ: torch.Tensor, W_PV: torch.Tensor, k: int):
@@ -82,3 +85,39 @@ def train_looped_isotropic_autograd(*args, **kwargs):
     bound = inspect.signature(train.train_looped_isotropic).bind(*args, **kwargs)
     bound.apply_defaults()
     return train._train_looped_isotropic(AUTOGRAD, **bound.arguments)
+
+
+# ------------------------------------------------- the naive teacher-forced loss (tests and benchmarks)
+def naive_teacher_forced_loss(X, w_star, eta, k, W_KQ, W_PV):
+    """Deliberately naive: one prompt and one position at a time; builds every prefix matrix Z_i with
+    explicit Python loops, runs the GD recursion in its original form w - (eta/n) X (X^T w - y^T), applies
+    the full LSA f(Z) = Z + W_PV Z (Z^T W_KQ Z)/n to the whole Z_i and takes the last column.
+    Convention: 1/2 * sum_{i=0}^{k-1} ||f(Z_i)[:, -1] - (0, 0, w_{i+1}, 1)||^2, averaged over prompts."""
+    B, d, n = X.shape
+    D = 2 * d + 2
+    total = 0.0
+    for b in range(B):
+        Xb, wb = X[b], w_star[b]
+        y = wb @ Xb  # (n,)
+        traj = [torch.zeros(d, dtype=X.dtype)]
+        for _ in range(k):
+            w = traj[-1]
+            traj.append(w - (eta / n) * (Xb @ (Xb.T @ w - y)))
+        cols = []
+        for m in range(n):
+            c = torch.zeros(D, dtype=X.dtype)
+            c[:d] = Xb[:, m]
+            c[d] = y[m]
+            cols.append(c)
+
+        def token(w):
+            t = torch.zeros(D, dtype=X.dtype)
+            t[d + 1 : 2 * d + 1] = w
+            t[2 * d + 1] = 1.0
+            return t
+
+        for i in range(k):
+            Zi = torch.stack(cols + [token(traj[j]) for j in range(i + 1)], dim=1)
+            F = Zi + W_PV @ Zi @ (Zi.T @ W_KQ @ Zi) / n
+            total = total + 0.5 * torch.sum((F[:, -1] - token(traj[i + 1])) ** 2)
+    return total / B

@@ -33,6 +33,7 @@ import torch
 from companion import replicate_seed
 from companion.cache import cached
 from companion.params import ParameterError, choice, integer, real
+from companion.seeds import COT_PROMPTS, COT_TRAIN_EVAL
 
 from .data import Prompts, make_generator, sample_prompts
 from .grads import cot_step_grads, looped_isotropic_grads, outcome_loss_grads
@@ -221,12 +222,12 @@ def _stack_prompts(parts: list) -> Prompts:
 def _train_full(engine, objective, d, n, k, eta, steps, lr, batch, seed, init_scale, optimizer, lr_final, eval_every,
                 eval_batch, clip, blowup, R) -> TrainResult:
     D = 2 * d + 2
-    gens = [make_generator(replicate_seed(seed, r)) for r in range(R)]
+    gens = [make_generator(COT_PROMPTS.replicate(seed, r)) for r in range(R)]
     inits = [[init_scale / math.sqrt(D) * torch.randn(D, D, generator=g, dtype=torch.float64) for _ in range(2)]
              for g in gens]
     W_KQ = torch.stack([a for a, _ in inits]).squeeze(0)  # (D, D) for one model, else (R, D, D)
     W_PV = torch.stack([b for _, b in inits]).squeeze(0)
-    g_eval = make_generator(seed + 10_000_019)
+    g_eval = make_generator(COT_TRAIN_EVAL(seed))
     eval_prompts = sample_prompts(eval_batch, d, n, g_eval)
     opt = engine.optimizer([W_KQ, W_PV], optimizer, lr, lr_final ** (1.0 / steps), clip)
     train_loss = np.empty(steps)
@@ -282,7 +283,7 @@ def _train_looped_isotropic(engine: _Engine, d, n, k, steps, lr, lr_final, batch
     lr = real("lr", lr, min=0, min_open=True)
     lr_final = real("lr_final", lr_final, min=0, max=1, min_open=True)
     R = integer("replicates", replicates, min=1)
-    gens = [make_generator(replicate_seed(seed, r)) for r in range(R)]
+    gens = [make_generator(COT_PROMPTS.replicate(seed, r)) for r in range(R)]
     init = torch.stack([0.1 * torch.randn(2, generator=g, dtype=torch.float64) for g in gens])
     v = init[:, 0].clone()
     w = 1.0 + init[:, 1]

@@ -9,6 +9,7 @@ import torch
 
 from companion.mesa.data import ARData, generate
 from companion.mesa.model import loss_grad_fast, per_sequence_loss, predict, ratio_entries  # noqa: F401 (re-exported)
+from companion.seeds import MESA_TEST_DATA, MESA_TRAIN_DATA
 
 __all__ = ["weights", "ratio_entries", "per_sequence_loss", "test_data", "train_data", "gradient_blocks"]
 
@@ -21,13 +22,13 @@ def weights(result, dtype=torch.complex128):
 def test_data(result, m: int | None = None, dtype=torch.complex128) -> ARData:
     """The test set of a run (same seed stream as in training), optionally only its first m sequences."""
     c = result.config
-    data = generate(c["law"], c["m_test"], c["d"], c["T"], c["scale"], np.random.default_rng([c["seed"], 1]), dtype)
+    data = generate(c["law"], c["m_test"], c["d"], c["T"], c["scale"], MESA_TEST_DATA.rng(c["seed"]), dtype)
     return data if m is None else data.subset(slice(0, m))
 
 
 def train_data(result, dtype=torch.complex128) -> ARData:
     c = result.config
-    return generate(c["law"], c["m"], c["d"], c["T"], c["scale"], np.random.default_rng([c["seed"], 0]), dtype)
+    return generate(c["law"], c["m"], c["d"], c["T"], c["scale"], MESA_TRAIN_DATA.rng(c["seed"]), dtype)
 
 
 def gradient_blocks(data: ARData, a: float, b: float, weights=None) -> dict[str, np.ndarray]:

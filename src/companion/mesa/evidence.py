@@ -44,6 +44,7 @@ from companion.mesa.analysis import per_sequence_loss, test_data, weights
 from companion.mesa.data import generate
 from companion.mesa.empirical import diagonal_stats, sampling_spread
 from companion.mesa.model import predict
+from companion.seeds import MESA_LOSS_EVAL, MESA_ONE_STEP_EVAL, MESA_TRAIN_DATA
 
 __all__ = [
     "ROUNDOFF32",
@@ -104,7 +105,7 @@ def training_stats(law, m: int, d: int, T: int, seed: int, n_batches: int):
 
 @cached
 def _training_stats(law: str, m: int, d: int, T: int, seed: int, n_batches: int):
-    return diagonal_stats(generate(law, m, d, T, 1.0, np.random.default_rng([seed, 0]), torch.complex128), n_batches)
+    return diagonal_stats(generate(law, m, d, T, 1.0, MESA_TRAIN_DATA.rng(seed), torch.complex128), n_batches)
 
 
 def ab_evidence(result, stats) -> dict:
@@ -231,7 +232,7 @@ def extrapolated_ab(law, scale: float, d: int, T: int, a0: float, b0: float, lr:
 
 def _extrapolated_loss(runs_big, runs_small, m_loss: int, seed: int) -> dict:
     r"""Whole-sequence test loss of the replicates at m and m/4 on one common test set (``m_loss`` sequences,
-    seed stream ``[seed, 8]``, independent of every training set), extrapolated to m -> infinity.
+    seed stream :data:`~companion.seeds.MESA_LOSS_EVAL`, ``[seed, 8]``, independent of every training set), extrapolated to m -> infinity.
 
     At a stationary point of the population loss (converged diagonal at c*, other parameters 0) the loss
     excess of a finite-m model is quadratic in its parameter errors, which are O(m^-1/2), so the excess is
@@ -245,7 +246,7 @@ def _extrapolated_loss(runs_big, runs_small, m_loss: int, seed: int) -> dict:
     losses over the i.i.d. test sequences (the test set is common to all replicates).
     """
     c = runs_big[0].config
-    td = generate(c["law"], m_loss, c["d"], c["T"], c["scale"], np.random.default_rng([seed, 8]), torch.complex128)
+    td = generate(c["law"], m_loss, c["d"], c["T"], c["scale"], MESA_LOSS_EVAL.rng(seed), torch.complex128)
     big = np.array([per_sequence_loss(td, *weights(r)) for r in runs_big])
     small = np.array([per_sequence_loss(td, *weights(r)) for r in runs_small])
     mo = th.moments(c["law"], c["scale"], c["d"])
@@ -263,11 +264,11 @@ def richardson_paired(big: np.ndarray, small: np.ndarray) -> dict:
 
 def one_step_deviation(result, m_eval: int = 300) -> dict:
     r"""Relative deviation of the trained model's predictions from the explicit one-step-GD formula with its
-    learned diagonals, on ``m_eval`` fresh sequences (seed stream ``[seed, 3]``, independent of training and
+    learned diagonals, on ``m_eval`` fresh sequences (seed stream :data:`~companion.seeds.MESA_ONE_STEP_EVAL`, ``[seed, 3]``, independent of training and
     test sets); and the relative off-manifold weight mass."""
     c = result.config
     d = c["d"]
-    ev = generate(c["law"], m_eval, d, c["T"], c["scale"], np.random.default_rng([c["seed"], 3]), torch.complex128)
+    ev = generate(c["law"], m_eval, d, c["T"], c["scale"], MESA_ONE_STEP_EVAL.rng(c["seed"]), torch.complex128)
     y = predict(ev, *weights(result))
     a = np.diag(result.W_KQ[d:, :d].real).copy()
     b = np.diag(result.W_PV[:, :d].real).copy()

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import torch
 
 from companion import params as P
@@ -24,6 +23,7 @@ from companion.mesa import theory as th
 from companion.mesa.data import generate
 from companion.mesa.model import loss_grad_fast
 from companion.mesa.train import init_diagonal
+from companion.seeds import MESA_HESSIAN_DATA
 
 __all__ = ["hessian_max_eig", "stability_bound", "stable_lr", "reduced_stability"]
 
@@ -58,11 +58,11 @@ def stability_bound(law, scale: float, d: int, T: int, inits, m_h: int = 400, se
     the loss in all real parameters. On the diagonal manifold the reduced system gives
     :math:`\lambda \ge \alpha(a^2+b^2)`, but the off-manifold directions are stiffer (2-5x at d = 5), so
     lambda_max is computed by power iteration (:func:`hessian_max_eig`) on ``m_h`` independent sequences
-    (seed stream ``[seed, 5]``) at every init and at its limit (a_inf, b_inf); the reduced value is kept
+    (seed stream :data:`~companion.seeds.MESA_HESSIAN_DATA`, ``[seed, 5]``) at every init and at its limit (a_inf, b_inf); the reduced value is kept
     as a lower bound. Returns ``lr_max`` (= 2 / the largest lambda) and the worst point.
     """
     al, be = th.alpha_beta(law, scale, d, T)
-    data = generate(law, m_h, d, T, scale, np.random.default_rng([seed, 5]), torch.complex128)
+    data = generate(law, m_h, d, T, scale, MESA_HESSIAN_DATA.rng(seed), torch.complex128)
     worst, where = 0.0, None
     for a0, b0 in inits:
         for a, b in (a0, b0), th.limits(a0, b0, be / al):

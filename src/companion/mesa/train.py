@@ -23,6 +23,7 @@ from companion.cache import import_closure as _import_closure
 from companion.mesa import theory
 from companion.mesa.data import ARData, check_law, generate
 from companion.mesa.model import loss_fast, loss_grad_fast, ratio_entries
+from companion.seeds import MESA_INIT, MESA_TEST_DATA, MESA_TRAIN_DATA
 
 __all__ = [
     "TrainingDiverged",
@@ -223,9 +224,9 @@ def _train(cfg: RunConfig) -> TrainResult:
             theory.check_stability(cfg.lr, al, be, cfg.a0, cfg.b0)
         W_KQ, W_PV = init_diagonal(d, cfg.a0, cfg.b0, dtype)
     else:
-        W_KQ, W_PV = init_gaussian(d, cfg.sigma_w, np.random.default_rng([cfg.seed, 2]), dtype)
-    train_data = _dataset(cfg.law, cfg.m, d, cfg.T, cfg.scale, (cfg.seed, 0), dtype)
-    test_data = _dataset(cfg.law, cfg.m_test, d, cfg.T, cfg.scale, (cfg.seed, 1), dtype)
+        W_KQ, W_PV = init_gaussian(d, cfg.sigma_w, MESA_INIT.rng(cfg.seed), dtype)
+    train_data = _dataset(cfg.law, cfg.m, d, cfg.T, cfg.scale, MESA_TRAIN_DATA.entropy(cfg.seed), dtype)
+    test_data = _dataset(cfg.law, cfg.m_test, d, cfg.T, cfg.scale, MESA_TEST_DATA.entropy(cfg.seed), dtype)
     mk, mp = offdiag_mask(d)
     if cfg.mask:
         W_KQ[mk] = 0

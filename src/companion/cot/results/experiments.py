@@ -11,6 +11,7 @@ import numpy as np
 
 from companion.claims import ClaimSpec, ResultSpec
 from companion.plotting import legend_outside, new_figure
+from companion.seeds import COT_EVAL
 
 from .. import theory as th
 from ..data import make_generator, sample_prompts
@@ -61,9 +62,9 @@ def cot_vs_no_cot(d: int, n: int, eta: float, k: int, *, steps: int, lr: float, 
     eigs = th.sample_S_eigs(d, n, num_mc, rng)
     pred, floor = th.gd_error_mc(k, eta, eigs), th.no_cot_floor(d, n)
     return dict(n=n, eta=eta, cot=cot, noc=noc, pred=pred, floor=floor,
-                m_cot=trained_vs_prediction(replicate_errors("cot", cot, k, eval_batch // replicates, seed + 7), pred.mean,
+                m_cot=trained_vs_prediction(replicate_errors("cot", cot, k, eval_batch // replicates, COT_EVAL(seed)), pred.mean,
                                             pred.se),
-                m_noc=trained_vs_prediction(model_errors("no_cot", noc, sample_prompts(eval_batch, d, n, make_generator(seed + 7)), 1),
+                m_noc=trained_vs_prediction(model_errors("no_cot", noc, sample_prompts(eval_batch, d, n, make_generator(COT_EVAL(seed))), 1),
                                             floor),
                 unstable=float(np.mean(eta * eigs[:, -1] > 2)), q999=float(np.quantile(eigs[:, -1], 0.999)))
 

@@ -15,13 +15,14 @@ import torch
 
 from companion.claims import ClaimSpec, ResultSpec
 from companion.plotting import legend_outside, new_figure
+from companion.seeds import COT_EVAL, COT_ISO_EVAL
 from companion.stats import mean_se
 
 from .. import theory as th
 from ..data import make_generator, sample_prompts
 from ..model import looped_predict, per_prompt_error, sparse_parameters
 from ..stats import model_errors, trained_vs_prediction
-from ..train import replicate_seed, threads1, train_looped_isotropic
+from ..train import threads1, train_looped_isotropic
 
 __all__ = ["CLAIMS", "RESULT", "loop_counts", "looped_optima", "looped_sparse_simulation", "looped_trained_vs_optimum",
            "full_vs_floor", "figure", "manifest"]
@@ -96,7 +97,7 @@ def looped_trained_vs_optimum(d: int, n: int, k: int, eigs: np.ndarray, *, steps
     errs = []
     with threads1(), torch.no_grad():
         for r in range(replicates):
-            pr = sample_prompts(num // replicates, d, n, make_generator(replicate_seed(seed + 5, r)))
+            pr = sample_prompts(num // replicates, d, n, make_generator(COT_ISO_EVAL.replicate(seed, r)))
             W_KQ, W_PV = sparse_parameters(v[r] * np.eye(d), w[r] * np.eye(d), -1.0)
             errs.append(per_prompt_error(looped_predict(pr, W_KQ, W_PV, k), pr).numpy())
     c, b, _ = th.looped_two_param_optimum(k, eigs)
@@ -105,9 +106,9 @@ def looped_trained_vs_optimum(d: int, n: int, k: int, eigs: np.ndarray, *, steps
 
 
 def full_vs_floor(res, d: int, n: int, k: int, num: int, seed: int) -> dict:
-    """The full-parameter looped model ``res`` with k loops on ``num`` fresh prompts (seed ``seed + 7``) against the
+    """The full-parameter looped model ``res`` with k loops on ``num`` fresh prompts (stream ``COT_EVAL``) against the
     one-layer floor (:func:`companion.cot.stats.trained_vs_prediction`)."""
-    errors = model_errors("looped", res, sample_prompts(num, d, n, make_generator(seed + 7)), k)
+    errors = model_errors("looped", res, sample_prompts(num, d, n, make_generator(COT_EVAL(seed))), k)
     return trained_vs_prediction(errors, th.no_cot_floor(d, n))
 
 

@@ -16,6 +16,7 @@ import torch
 
 from companion.claims import ClaimSpec, ResultSpec
 from companion.plotting import legend_outside, new_figure
+from companion.seeds import COT_PROMPTS
 
 from ..data import cot_tokens, embed, gd_trajectory, make_generator, sample_prompts
 from ..model import construction, cot_inference, teacher_forced_loss, teacher_forced_loss_direct
@@ -57,7 +58,7 @@ def setup_identities(d: int, n: int, k: int, eta: float, batch: int, seed: int) 
     fast teacher-forced loss and its gradient against the per-position definition (random weights, 4 prompts);
     the loss of the construction. Returns the measured relative gaps, the round-off bound and the arrays the
     figure needs."""
-    gen = make_generator(seed)
+    gen = make_generator(COT_PROMPTS(seed))
     with threads1():
         prompts = sample_prompts(batch, d, n, gen)
         W_gd = gd_trajectory(prompts, eta, k)

@@ -13,6 +13,7 @@ import numpy as np
 
 from companion.claims import ClaimSpec, ResultSpec
 from companion.plotting import legend_outside, new_figure
+from companion.seeds import COT_EVAL
 
 from .. import theory as th
 from ..data import make_generator, sample_prompts
@@ -65,7 +66,7 @@ def trained_no_cot(d: int, n: int, *, steps: int, lr: float, lr_final: float, ev
     with the training result under ``"res"``."""
     res = cached_train_full("no_cot", d, n, 1, steps=steps, lr=lr, lr_final=lr_final, batch=batch, seed=seed,
                             eval_every=max(1, steps // 30), eval_batch=2000)
-    err = model_errors("no_cot", res, sample_prompts(eval_batch, d, n, make_generator(seed + 7)), 1)
+    err = model_errors("no_cot", res, sample_prompts(eval_batch, d, n, make_generator(COT_EVAL(seed))), 1)
     return dict(trained_vs_prediction(err, th.no_cot_floor(d, n)), res=res)
 
 

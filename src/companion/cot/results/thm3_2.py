@@ -16,6 +16,7 @@ import torch
 
 from companion.claims import ClaimSpec, ResultSpec
 from companion.plotting import legend_outside, new_figure
+from companion.seeds import COT_PROMPTS
 from companion.stats import combine, median_se
 
 from .. import theory as th
@@ -55,7 +56,7 @@ def construction_errors(d: int, n: int, eta: float, K: int, num: int, seed: int)
     """Per-prompt squared errors of CoT inference with the construction of {prf:ref}`cot-thm-3-2` after
     0..K steps on ``num`` fresh prompts, shape (num, K+1)."""
     with threads1(), torch.no_grad():
-        prompts = sample_prompts(num, d, n, make_generator(seed))
+        prompts = sample_prompts(num, d, n, make_generator(COT_PROMPTS(seed)))
         W_KQ, W_PV = construction(d, eta)
         w_hat = cot_inference(prompts, W_KQ, W_PV, K)
         return ((w_hat - prompts.w_star[:, None, :]) ** 2).sum(-1).numpy()

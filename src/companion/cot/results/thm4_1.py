@@ -17,6 +17,7 @@ from scipy import integrate
 
 from companion.claims import ClaimSpec, ResultSpec
 from companion.plotting import legend_outside, new_figure
+from companion.seeds import COT_EVAL
 
 from .. import theory as th
 from ..model import blocks, cot_effective_blocks
@@ -185,7 +186,7 @@ def full_eval(runs, pred, k: int, eval_batch: int, seed: int) -> dict:
     r"""The ``runs.replicates`` trained CoT models, each on its own ``eval_batch // replicates`` fresh prompts
     (:func:`companion.cot.stats.replicate_errors`), against the Monte-Carlo k-step GD error ``pred``
     (:func:`companion.cot.theory.gd_error_mc`): :func:`companion.cot.stats.trained_vs_prediction`."""
-    errors = replicate_errors("cot", runs, k, eval_batch // runs.replicates, seed + 7)
+    errors = replicate_errors("cot", runs, k, eval_batch // runs.replicates, COT_EVAL(seed))
     return trained_vs_prediction(errors, pred.mean, pred.se)
 
 

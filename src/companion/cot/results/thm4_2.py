@@ -17,6 +17,7 @@ import torch
 from companion.claims import ClaimSpec, ResultSpec
 from companion.plotting import legend_outside, new_figure
 from companion.stats import mean_se, median_se
+from companion.text import id_part
 
 from .. import theory as th
 from ..data import Prompts, make_generator, sample_prompts
@@ -44,7 +45,7 @@ RESULT = ResultSpec(paper="cot", number="Theorem 4.2", title="out-of-distributio
 
 def spectrum_name(text: str) -> str:
     """The claim-id part of a test covariance 'lo:hi': '0.5:1.5' -> '0p5_1p5'."""
-    return str(text).replace(":", "_").replace(".", "p")
+    return id_part(str(text).replace(":", "_"))
 
 
 def manifest(names) -> list[str]:

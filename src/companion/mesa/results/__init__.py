@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 
 from companion.claims import ResultSpec
+from companion.text import number_tag
 
 __all__ = ["MODULES", "results", "module_of", "number_tag", "init_tag"]
 
@@ -33,12 +34,6 @@ def module_of(notebook: str) -> str:
         if spec.notebook == notebook:
             return spec.module
     raise KeyError(f"no mesa result has the notebook {notebook!r}")
-
-
-def number_tag(x) -> str:
-    """A number as it enters a claim id: ``0.01`` -> ``0p01``, ``-1.5`` -> ``m1p5`` (a ``{name:num}`` placeholder
-    of :class:`companion.claims.ClaimSpec` matches it)."""
-    return f"{x:g}".replace(".", "p").replace("-", "m")
 
 
 def init_tag(ini) -> str:

@@ -28,6 +28,7 @@ from companion.mesa.model import per_sequence_loss
 from companion.mesa.stability import stable_lr
 from companion.mesa.train import init_diagonal
 from companion.plotting import COLORS, legend_outside, new_figure
+from companion.seeds import MESA_POSITION_EVAL
 
 __all__ = ["CLAIMS", "RESULT", "manifest", "t_sweep", "no_recovery", "limit_positions", "limit_position_losses",
            "ratio_curves", "T_sweep"]
@@ -90,11 +91,12 @@ def no_recovery(r_mid, sweep: dict, a0: float, b0: float, epochs: int) -> dict:
 def limit_position_losses(law, scale: float, d: int, T: int, positions, m_eval: int, seed: int) -> dict:
     r"""Per-position test loss of the limit model (diagonal, ab = c*(T); not a learned model) at test
     positions ``positions`` (contexts longer than the training T allowed), by Monte Carlo on ``m_eval`` fresh
-    sequences (seed stream ``[seed, 4]``), against :math:`\ell_t(c^*)` (:func:`companion.mesa.theory.position_loss`)."""
+    sequences (seed stream :data:`~companion.seeds.MESA_POSITION_EVAL`, ``[seed, 4]``), against
+    :math:`\ell_t(c^*)` (:func:`companion.mesa.theory.position_loss`)."""
     pos = [int(t) for t in positions]
     cst = th.c_star(law, scale, d, T)
     P.memory("m_test, T", 16.0 * m_eval * d * 12 * len(pos), "the limit-model evaluation")
-    data = generate(law, m_eval, d, max(pos) + 1, scale, np.random.default_rng([seed, 4]), torch.complex128)
+    data = generate(law, m_eval, d, max(pos) + 1, scale, MESA_POSITION_EVAL.rng(seed), torch.complex128)
     W = init_diagonal(d, 1.0, cst, torch.complex128)
     out = [S.mean_se(per_sequence_loss(data, *W, positions=[t])) for t in pos]
     return dict(c=cst, mean=[o[0] for o in out], se=[o[1] for o in out],

@@ -27,6 +27,7 @@ from companion.mesa.figures import init_label
 from companion.mesa.results import init_tag
 from companion.mesa.train import run
 from companion.plotting import new_figure
+from companion.seeds import MESA_OFFDIAG_MC, MESA_TRAIN_DATA
 
 __all__ = ["CLAIMS", "RESULT", "tag", "manifest", "mc_data", "offdiag_exact_error", "offdiag_mc", "first_step",
            "weight_heatmaps"]
@@ -59,9 +60,9 @@ def manifest(inits) -> list[str]:
 
 
 def mc_data(d: int, T: int, m_mc: int, seed: int):
-    """The full-one sequences of the Monte-Carlo gradient check: ``m_mc`` of them, seed stream ``[seed, 7]``
+    """The full-one sequences of the Monte-Carlo gradient check: ``m_mc`` of them, seed stream :data:`~companion.seeds.MESA_OFFDIAG_MC`, ``[seed, 7]``
     (independent of every training and test set), complex128."""
-    return generate("full_one", m_mc, d, T, 1.0, np.random.default_rng([seed, 7]), torch.complex128)
+    return generate("full_one", m_mc, d, T, 1.0, MESA_OFFDIAG_MC.rng(seed), torch.complex128)
 
 
 def offdiag_exact_error(points, sizes=((2, 6), (3, 5))) -> float:
@@ -98,7 +99,7 @@ def first_step(law, d: int, T: int, m: int, a0: float, b0: float, lr: float, see
     off = ~np.eye(d, dtype=bool)
     meas_pv = float(r.W_PV[:, :d].real[off].mean())
     meas_kq = float(r.W_KQ[d:, :d].real[off].mean())
-    data = generate(law, m, d, T, 1.0, np.random.default_rng([seed, 0]), torch.complex128)
+    data = generate(law, m, d, T, 1.0, MESA_TRAIN_DATA.rng(seed), torch.complex128)
     mc = offdiag_mc(data, a0, b0, n_groups)
     f_pv, f_kq = th.offdiag_gradient(law, 1.0, d, T, a0, b0)
     return dict(meas_pv=meas_pv, meas_kq=meas_kq, pred_pv=-lr * f_pv, pred_kq=-lr * f_kq,

@@ -21,6 +21,7 @@ from companion.mesa.evidence import falsifier_alpha
 from companion.mesa.model import loss_grad_fast, per_sequence_loss, predict, predict_direct
 from companion.mesa.train import init_diagonal
 from companion.plotting import legend_outside, new_figure
+from companion.seeds import MESA_RANDOM_WEIGHTS, MESA_TRAIN_DATA
 
 __all__ = ["CLAIMS", "RESULT", "manifest", "population_gradient", "setup_checks", "setup_figure"]
 
@@ -64,10 +65,10 @@ def setup_checks(law, scale: float, d: int, T: int, m: int, a: float, b: float, 
     * Monte-Carlo diagonal gradient of W_KQ21 vs :func:`population_gradient`, SE from independent groups.
 
     The falsifier replaces alpha by :func:`companion.mesa.evidence.falsifier_alpha`. Data: seed stream
-    ``[seed, 0]`` (complex128).
+    :data:`~companion.seeds.MESA_TRAIN_DATA`, ``[seed, 0]`` (complex128).
     """
-    data = generate(law, m, d, T, scale, np.random.default_rng([seed, 0]), torch.complex128)
-    gen = torch.Generator().manual_seed(int(seed))
+    data = generate(law, m, d, T, scale, MESA_TRAIN_DATA.rng(seed), torch.complex128)
+    gen = torch.Generator().manual_seed(MESA_RANDOM_WEIGHTS(seed))
     W_KQ_r = torch.randn(2 * d, 2 * d, dtype=torch.complex128, generator=gen)
     W_PV_r = torch.randn(d, 2 * d, dtype=torch.complex128, generator=gen)
     small = data.subset(slice(0, m_direct))

@@ -27,6 +27,7 @@ from companion.mesa.evidence import extrapolated_ab, population_ab
 from companion.mesa.figures import POPULATION, TRAINED, init_label
 from companion.mesa.train import run
 from companion.plotting import COLORS, legend_outside, new_figure
+from companion.text import number_tag
 
 __all__ = ["CLAIMS", "RESULT", "tag", "manifest", "scale_plan", "figure_runs", "replicates", "noise_numbers",
            "flow_limit_error", "invariance", "moment_ratio_rel_se", "ab_curves"]
@@ -48,7 +49,7 @@ RESULT = ResultSpec(paper="mesa", number="Theorem 4.1", title="emergence of the 
 
 def tag(law, s) -> str:
     """The claim id of the trained ab of a law and scale: ``ab_gaussian_0p5``."""
-    return f"ab_{law}_{s:g}".replace(".", "p")
+    return f"ab_{law}_{number_tag(s)}"
 
 
 def manifest(rep: dict) -> list[str]:

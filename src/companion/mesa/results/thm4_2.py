@@ -27,6 +27,7 @@ from companion.mesa.figures import POPULATION, init_label
 from companion.mesa.model import loss_grad_fast
 from companion.mesa.train import init_diagonal, run
 from companion.plotting import COLORS, legend_outside, new_figure
+from companion.text import number_tag
 
 __all__ = ["CLAIMS", "RESULT", "LAWS", "tag", "manifest", "conditions", "capability_table", "exact_loss_at_cstar",
            "capability", "test_loss_curves", "capability_probe"]
@@ -58,7 +59,7 @@ RESULT = ResultSpec(paper="mesa", number="Theorem 4.2", title="capability: recov
 
 def tag(law, s) -> str:
     """The claim-id part of a law and scale: ``sparse_0p5``."""
-    return f"{law}_{s:g}".replace(".", "p")
+    return f"{law}_{number_tag(s)}"
 
 
 def manifest(cond: dict, cap: dict) -> list[str]:

@@ -28,6 +28,7 @@ from companion.mesa.figures import POPULATION, TRAINED, init_label
 from companion.mesa.model import predict_fast
 from companion.mesa.results import init_tag
 from companion.plotting import COLORS, legend_outside, new_figure
+from companion.seeds import MESA_EQUIVARIANT_MC
 
 __all__ = ["CLAIMS", "RESULT", "tag", "manifest", "paired_differences", "equivariant_moments", "masking_gap",
            "extrapolated_gap", "masking"]
@@ -74,11 +75,11 @@ def paired_differences(masked: dict, unmasked: dict) -> dict:
 def equivariant_moments(law: str, d: int, T: int, m: int, seed: int, chunk: int = 1000) -> dict:
     r"""Per-sequence moments of the population loss on the equivariant red blocks (:func:`companion.mesa.theory.equivariant_c`):
     :math:`G_n=\mathrm{Re}\sum_t\langle F_{k,t},F_{l,t}\rangle`, :math:`h_n=\mathrm{Re}\sum_t\langle F_{k,t},x_{t+1}\rangle`,
-    :math:`y_n=\sum_t\|x_{t+1}\|^2` for ``m`` sequences (seed stream ``[seed, 9]``, independent of every training
+    :math:`y_n=\sum_t\|x_{t+1}\|^2` for ``m`` sequences (seed stream :data:`~companion.seeds.MESA_EQUIVARIANT_MC`, ``[seed, 9]``, independent of every training
     and test set; complex128), so that the loss of sequence n at c is exactly
     :math:`\ell_n(c)=\frac12(c^\top G_nc-2h_n^\top c+y_n)`. Returns G, h, y (per sequence)."""
     P.memory("m_mc", 16.0 * min(m, chunk) * (T - 2) * d * 5, "the equivariant moments")
-    data = generate(law, m, d, T, 1.0, np.random.default_rng([seed, 9]), torch.complex128)
+    data = generate(law, m, d, T, 1.0, MESA_EQUIVARIANT_MC.rng(seed), torch.complex128)
     eye, off = np.eye(d), np.ones((d, d)) - np.eye(d)
     units = [(A, B) for A in (eye, off) for B in (eye, off)]  # order of theory.equivariant_c
     G, h, y = np.empty((m, 4, 4)), np.empty((m, 4)), np.empty(m)

@@ -1,0 +1,93 @@
+"""The paper's run plan is defined once (companion.mesa.paper): every default of a mesa notebook's parameters cell
+that the plan defines equals the plan's value, and every other default is named here as the page's own.
+
+The parameters cell stays literal ``name: type = value  # help`` lines (papermill injects parameters there), so the
+plan cannot be imported into it; this test keeps the two in step instead. It reads the cell with the runner's own
+parser (:func:`companion.notebooks.parameters`)."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+from companion import notebooks as nbs
+from companion.mesa import paper
+from companion.mesa.stability import stable_lr
+
+
+def _lr(law: str, scale: float) -> float:
+    return dict(paper.TABLE1[law])[scale]
+
+
+def _plan() -> dict[str, dict[str, tuple[object, str]]]:
+    """Per mesa notebook: parameter -> (the plan's value, where the plan states it)."""
+    C, inits = paper.COMMON, paper.INITS
+    common = {k: (C[k], f"paper.COMMON[{k!r}]") for k in ("d", "T", "m", "m_test", "epochs", "seed")}
+    diag = {"a0s": ([a for a, _ in inits], "paper.INITS"), "b0s": ([b for _, b in inits], "paper.INITS")}
+    kappa = (inspect.signature(stable_lr).parameters["kappa"].default, "mesa.stability.stable_lr(kappa=...)")
+    gauss = {"sigmas": ([s for s, _ in paper.TABLE1["gaussian"]], "paper.TABLE1['gaussian']"),
+             "lrs_gauss": ([lr for _, lr in paper.TABLE1["gaussian"]], "paper.TABLE1['gaussian']")}
+    sparse = {"cs": ([s for s, _ in paper.TABLE1["sparse"]], "paper.TABLE1['sparse']"),
+              "lrs_sparse": ([lr for _, lr in paper.TABLE1["sparse"]], "paper.TABLE1['sparse']")}
+    full_one = {"lr": (paper.TABLE1["full_one"][0][1], "paper.TABLE1['full_one']")}
+    rep = paper.REPLICATES
+    probes = dict([("gaussian", _lr("gaussian", 1.0)), *((law, lr) for law, _, lr in paper.PROBES),
+                   ("sparse", _lr("sparse", 1.0))])
+    return {
+        "mesa/setup": {k: common[k] for k in ("d", "T", "seed")},
+        "mesa/thm4_1_emergence": {**common, **gauss, **sparse, **diag, "kappa": kappa,
+                                  "m_rep": (rep["m_rep"], "paper.REPLICATES['m_rep']"),
+                                  "n_rep": (rep["n_rep"], "paper.REPLICATES['n_rep']"),
+                                  "n_rep_dev": (rep["n_rep_dev"], "paper.REPLICATES['n_rep_dev']")},
+        "mesa/thm4_2_capability": {**common, **sparse, **diag, "kappa": kappa,
+                                   "probe_laws": (list(probes), "paper.PROBES + paper.TABLE1 at scale 1"),
+                                   "probe_lrs": (list(probes.values()), "paper.PROBES + paper.TABLE1 at scale 1")},
+        "mesa/prop4_1_gaussian": {**common, **gauss, **diag,
+                                  **{k: (paper.T_SWEEP[k], f"paper.T_SWEEP[{k!r}]")
+                                     for k in ("Ts", "m_sweep", "n_rep", "kappa")}},
+        "mesa/prop4_2_beyond": {**common, **full_one, **diag, "kappa": kappa},
+        "mesa/thm4_3_masking": {**common, **full_one, **diag, "kappa": kappa,
+                                "m_rep": (rep["m_rep"], "paper.REPLICATES['m_rep']"),
+                                "n_rep": (rep["n_rep_mask"], "paper.REPLICATES['n_rep_mask']")},
+        "mesa/appendix_experiments": {
+            **common, "kappa": kappa,
+            "sigma_ws": (paper.FIG5["sigma_ws"], "paper.FIG5['sigma_ws']"),
+            "lr": (paper.FIG5["lr"], "paper.FIG5['lr']"),
+            "epochs_fig5": (paper.FIG5["epochs"], "paper.FIG5['epochs']"),
+            "a0s": ([a for a, _ in inits + paper.APPENDIX_INITS], "paper.INITS + paper.APPENDIX_INITS"),
+            "b0s": ([b for _, b in inits + paper.APPENDIX_INITS], "paper.INITS + paper.APPENDIX_INITS")},
+    }
+
+
+#: the defaults that are a page's own (not part of the run plan): the page's parameters cell is their one home
+PAGE_OWN = {
+    "mesa/setup": {"law", "scale", "m", "a", "b", "m_direct"},  # the set-up checks train nothing
+    "mesa/thm4_2_capability": {"n_batches"},
+    "mesa/prop4_2_beyond": {"a_check", "b_check", "m_mc", "n_groups"},
+    "mesa/thm4_3_masking": {"m_mc"},
+    "mesa/appendix_experiments": {"m_div", "n_batches"},
+}
+RUNNER = {"results_dir"}  # set by the runner and the sweep
+
+
+def _mesa_notebooks() -> list[str]:
+    return [n for n in nbs.all_notebooks(toc_only=True) if n.startswith("mesa/")]
+
+
+def test_every_mesa_notebook_has_a_plan():
+    assert set(_plan()) == set(_mesa_notebooks())
+
+
+@pytest.mark.parametrize("name", _mesa_notebooks())
+def test_defaults_equal_the_run_plan(name):
+    defaults = {k: p.default_value for k, p in nbs.parameters(name).items()}
+    plan = _plan()[name]
+    wrong = [f"{k} = {defaults[k]!r}, but {src} = {want!r}" for k, (want, src) in plan.items()
+             if k in defaults and defaults[k] != want]
+    assert not wrong, f"{name}: " + "; ".join(wrong)
+    missing = sorted(set(plan) - set(defaults))
+    assert not missing, f"{name}: the plan defines {missing}, the parameters cell has no such parameter"
+    unknown = sorted(set(defaults) - set(plan) - PAGE_OWN.get(name, set()) - RUNNER)
+    assert not unknown, (f"{name}: the defaults of {unknown} come from nowhere: define them in companion.mesa.paper "
+                         "(and check them here) or list them in PAGE_OWN")
