@@ -183,6 +183,35 @@ def _smallest_text_pt(svg: Path, shown_px: float) -> float | None:
     return min(body) * scale * 0.75 if body else None
 
 
+_PROSE_TABLES_JS = """() => Array.from(document.querySelectorAll('article table')).map(t => {
+  const box = t.parentElement, col = t.closest('article');
+  return {width: t.getBoundingClientRect().width, column: col.getBoundingClientRect().width,
+          box: box.getBoundingClientRect().width, scroll: box.scrollWidth, overflow: getComputedStyle(box).overflowX};
+})"""
+
+
+def test_the_notation_tables_fit_the_column_at_1280_px_and_scroll_in_their_box_on_a_phone(browser, smoke_site):
+    """Issue 27: the Notation page's tables were wider than the text column at 1280 px. They fit it now (code
+    names wrap); on a phone a table whose formulas are wider than the screen scrolls inside its own box."""
+    page_path = _site(smoke_site) / "book" / "notation.html"
+    for viewport, must_fit in ((DESKTOP, True), (PHONE, False)):
+        visit = Visit(browser, viewport)
+        try:
+            page = visit.open(page_path)
+            tables = page.evaluate(_PROSE_TABLES_JS)
+            doc = page.evaluate("() => [document.documentElement.scrollWidth, document.documentElement.clientWidth]")
+        finally:
+            visit.close()
+        assert len(tables) == 3
+        for t in tables:
+            assert t["box"] <= t["column"] + 1, t  # the box never leaves the column
+            if must_fit:
+                assert t["width"] <= t["box"] + 1 and t["scroll"] <= t["box"] + 1, t
+            else:
+                assert t["overflow"] in ("auto", "scroll"), t
+        assert doc[0] <= doc[1] + 1, doc
+
+
 def test_pages_on_a_phone_do_not_scroll_sideways(browser, smoke_site):
     html = _site(smoke_site)
     visit = Visit(browser, PHONE)
