@@ -29,16 +29,28 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
+from multiprocessing import get_context
 from pathlib import Path
 
 import nbformat
+import yaml
 
+from companion.mesa import kernels
+
+from . import cache
 from . import notebooks as nbs
+from .mesa.paper import paper_runs, warm_run_cache
 from .paths import repo_root
+from .report import RESULTS_URL, counts, dashboard_markdown
+from .sphinx_ext import encrypted_kernels
+from .sweeps_page import guard_cache as guard_sweeps_page
 from .text import slug
 from .verdict import METADATA_KEY
 
@@ -53,10 +65,9 @@ HASH_FILE = ".companion-code-hash"
 def code_hash(root: Path | None = None) -> str:
     """Hash of everything besides the notebooks' own code cells that their outputs depend on: the
     package sources and numerical stack (:func:`companion.cache.source_hash`) and the pinned stack."""
-    from .cache import source_hash
 
     root = root or repo_root()
-    h = hashlib.sha256(source_hash().encode())
+    h = hashlib.sha256(cache.source_hash().encode())
     for f in (root / "constraints.txt", root / "pyproject.toml"):
         if f.is_file():
             h.update(f.name.encode())
@@ -92,7 +103,6 @@ def guard_cache(root: Path | None = None) -> bool:
 
 def toc_pages(root: Path) -> list[Path]:
     """The source files of the table of contents (``_toc.yml``), in book order."""
-    import yaml
 
     out: list[Path] = []
 
@@ -115,12 +125,10 @@ def toc_pages(root: Path) -> list[Path]:
 def _execute_into_cache(cache_path: str, path: str, timeout: int) -> tuple[str, float, str | None]:
     """Execute one MyST notebook as myst-nb's ``cache`` mode does (its reader, the notebook's folder as
     working directory, no errors allowed) and store it in jupyter-cache. Runs in a worker process."""
-    import os
 
     os.environ["COMPANION_THREADS"] = "1"  # two notebooks share the cores
     from jupyter_cache import get_cache
 
-    from .sphinx_ext import encrypted_kernels
 
     encrypted_kernels()  # as in the build itself: no transport warning per notebook
     from jupyter_cache.base import CacheBundleIn
@@ -139,7 +147,6 @@ def _execute_into_cache(cache_path: str, path: str, timeout: int) -> tuple[str, 
 
 def _page_seconds(root: Path, update: dict[str, float] | None = None) -> dict[str, float]:
     """Seconds each page took when it was last executed (``_build/.page_seconds.json``; ``update`` adds to it)."""
-    import json
 
     path = root / "_build" / ".page_seconds.json"
     try:
@@ -164,10 +171,7 @@ def pre_execute(root: Path, jobs: int = 2, warm_mesa: bool = True) -> dict[str, 
     time: the notebooks share runs, and two of them side by side would train a shared run twice.
 
     Only in ``execute_notebooks: cache`` mode (``_config.yml``), whose per-cell ``timeout`` it uses."""
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-    from multiprocessing import get_context
 
-    import yaml
     from jupyter_cache import get_cache
     from myst_nb.core.read import myst_nb_reader_plugin
 
@@ -194,11 +198,9 @@ def pre_execute(root: Path, jobs: int = 2, warm_mesa: bool = True) -> dict[str, 
     done: dict[str, float] = {}
     if not todo:
         return done
-    from .cache import cache_dir
 
-    if warm_mesa and any("/mesa/" in str(p) for p in todo) and cache_dir() is not None:
+    if warm_mesa and any("/mesa/" in str(p) for p in todo) and cache.cache_dir() is not None:
         # the mesa notebooks share training runs: compute them once, in parallel, into the run cache first
-        from .mesa.paper import paper_runs, warm_run_cache
 
         print(f"companion book: {len(paper_runs())} mesa training runs into the run cache, {jobs} at a time", flush=True)
         print(f"companion book: mesa runs ready in {warm_run_cache(jobs, log=None):.0f} s", flush=True)
@@ -234,7 +236,6 @@ def collect_results(build_dir: Path, names: list[str] | None = None) -> dict:
     if results.exists():
         shutil.rmtree(results)
     results.mkdir(parents=True)
-    from .report import counts
 
     summary = {"notebooks": {}, "missing": [], "failed": [], "claims": 0}
     everything = []
@@ -260,7 +261,6 @@ def collect_results(build_dir: Path, names: list[str] | None = None) -> dict:
 
 def publish_results(build_dir: Path) -> Path | None:
     """Copy ``build_dir/results`` into the site (``html/results/``), where the "Every claim" page links it."""
-    from .report import RESULTS_URL
 
     html_dir = build_dir / "html"
     if not (build_dir / "results").is_dir() or not html_dir.is_dir():
@@ -277,7 +277,6 @@ VERDICT_PAGE = "verdicts.md"  # included by book/verdicts.md from ../_build/verd
 
 def verdict_table(names: list[str], records: list[dict], missing: list[str]) -> str:
     """MyST for the "Every claim" page (:func:`companion.report.dashboard_markdown`)."""
-    from .report import dashboard_markdown
 
     return dashboard_markdown(names, records, missing)
 
@@ -292,7 +291,6 @@ def make_pdf(root: Path, browser: str | None = None, jb_cmd: list[str] | None = 
     """The whole book as one PDF, offline: a single-page HTML build from the doctrees of the HTML build
     (nothing is executed or re-read), printed by headless Chromium once MathJax has typeset it.
     Written to ``_build/html/companion.pdf``."""
-    import tempfile
 
     browser = browser or find_browser()
     if browser is None:
@@ -323,7 +321,6 @@ def make_pdf(root: Path, browser: str | None = None, jb_cmd: list[str] | None = 
 
 
 def _root_doc(root: Path) -> str:
-    import yaml
 
     toc = yaml.safe_load((root / "_toc.yml").read_text())
     return str(toc.get("root", "index"))
@@ -401,7 +398,6 @@ def _check_math_one_browser(html_dir: Path, files: list[Path], browser: str) -> 
 def build(root: Path | None = None, *, strict: bool = True, force: bool = False, extra_args=()) -> int:
     """Guard the cache, build the book strictly, collect the results. Returns an exit status."""
     root = root or repo_root()
-    import os
 
     start = time.perf_counter()
 
@@ -413,13 +409,11 @@ def build(root: Path | None = None, *, strict: bool = True, force: bool = False,
     wiped = guard_cache(root)
     if wiped:
         print("companion book: src/companion or the pinned stack changed; re-executing every notebook")
-    from .sweeps_page import guard_cache as guard_sweeps_page
 
     # jupyter-cache keys a page on its own code cells: the Sweeps page also depends on the notebooks it sweeps
     if guard_sweeps_page(root / CACHE_DIR, root):
         forget_read_pages(root)
         print("companion book: a notebook swept by the Sweeps page changed; re-executing that page")
-    from companion.mesa import kernels
 
     # compile the fused mesa kernels once, before the notebooks (cached on disk; a no-op after)
     print(f"companion book: mesa kernels ready in {kernels.warm_up():.1f} s", flush=True)
@@ -458,7 +452,6 @@ def build(root: Path | None = None, *, strict: bool = True, force: bool = False,
     if status == 0 and find_browser():
         # the TeX check and the PDF side by side (each is mostly one Chromium process); a PDF printed from
         # pages whose TeX fails is removed again
-        from concurrent.futures import ThreadPoolExecutor
 
         t1 = time.perf_counter()
         with ThreadPoolExecutor(max_workers=1) as bg:

@@ -24,6 +24,10 @@ import sys
 from pathlib import Path
 from typing import Callable, TypeVar
 
+import numpy
+
+from .paths import repo_root
+
 __all__ = ["source_hash", "hash_files", "normalised_source", "stack_signature", "import_closure", "cache_dir", "cached"]
 
 F = TypeVar("F", bound=Callable)
@@ -76,7 +80,6 @@ def stack_signature() -> str:
     import llvmlite
     import llvmlite.binding as llvm
     import numba
-    import numpy
     import scipy
     import torch
 
@@ -152,7 +155,6 @@ def cache_dir(namespace: str = "", sources: tuple[str, ...] | None = None) -> Pa
             return None
         base = Path(env)
     else:
-        from .paths import repo_root
 
         try:
             base = repo_root() / "_build" / ".companion_cache"

@@ -21,9 +21,13 @@ from dataclasses import dataclass
 
 __all__ = ["KINDS", "EVIDENCE_KINDS", "TARGETS", "STATUSES", "ClaimSpec", "ResultSpec"]
 
+#: what sort of evidence a claim is (:mod:`companion.verdict` defines each)
 KINDS = ("identity", "numerics", "statistical", "bound", "qualitative")
-EVIDENCE_KINDS = ("numerics", "statistical", "bound", "qualitative")  # identity = implementation test
+#: the kinds counted as evidence for a paper (``identity`` is an implementation test)
+EVIDENCE_KINDS = ("numerics", "statistical", "bound", "qualitative")
+#: what a claim measured: a trained transformer, reduced-model GD, a closed form, Monte Carlo, an ODE
 TARGETS = ("trained", "reduced", "closed_form", "monte_carlo", "ode")
+#: the outcome of a claim
 STATUSES = ("passed", "failed", "not_resolvable", "not_applicable")
 
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(?::(num))?\}")

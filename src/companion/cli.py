@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -129,7 +130,6 @@ def cmd_sweep(args) -> int:
     # the count before any work (on stdout: a refusal below stays one line on stderr)
     print(f"companion: {len(points)} point(s) to sweep (--max-points {args.max_points})", flush=True)
     out = args.out or os.path.join("sweeps", slug(args.notebook.removesuffix(".md")))
-    import signal
 
     def stop(signum, frame):  # SIGTERM as Ctrl-C: the cluster is shut down, its workers and runs with it
         raise KeyboardInterrupt

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import logging
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -156,7 +157,6 @@ def parameters(notebook: str | Path) -> dict[str, ParamSpec]:
     with tempfile.TemporaryDirectory() as tmp:
         tmp_nb = Path(tmp) / "nb.ipynb"
         nbformat.write(nb, tmp_nb)
-        import logging
 
         # papermill logs a warning for lines it cannot parse; the ast pass below covers them.
         logging.getLogger("papermill").setLevel(logging.ERROR)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import difflib
 import math
+import os
 from collections.abc import Iterable, Sequence
 from numbers import Integral, Real
 from typing import Any
@@ -225,7 +226,6 @@ def require(condition: bool, name: str, message: str) -> None:
 #: Memory a single notebook may ask for before its first allocation (a quarter of this 24 GiB class of
 #: machine; override with $COMPANION_MAX_BYTES).
 def _max_bytes() -> int:
-    import os
 
     raw = os.environ.get("COMPANION_MAX_BYTES", "")
     if raw.strip():

@@ -28,13 +28,14 @@ import matplotlib.pyplot as plt
 __all__ = ["use_book_style", "new_figure", "legend_outside", "enforce_standard", "COLORS", "COLUMN_WIDTH", "MAX_WIDTH", "MIN_FONT_PT",
            "FORMAT"]
 
+#: the book's line colours, in order of use
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf", "#7f7f7f"]
-COLUMN_WIDTH = 7.0  # inches: the text column at 1280 px (672 CSS px at 96 px per inch)
+COLUMN_WIDTH = 7.0  #: inches: the text column at 1280 px (672 CSS px at 96 px per inch)
 PAD = 0.1  # inches added around the figure on each side when it is rendered (bbox "tight")
 MARGIN = 0.1  # inches kept free: the SVG renderer measures text a little wider than the layout does
-MAX_WIDTH = COLUMN_WIDTH - 2 * PAD - MARGIN  # the widest figure: with its padding it fits the column
-MIN_FONT_PT = 9.0  # the smallest text of a figure, as displayed
-FORMAT = "svg"  # what the notebooks' figures are rendered as (vector: sharp at any zoom and in the PDF)
+MAX_WIDTH = COLUMN_WIDTH - 2 * PAD - MARGIN  #: the widest figure: with its padding it fits the column
+MIN_FONT_PT = 9.0  #: the smallest text of a figure, as displayed
+FORMAT = "svg"  #: what the notebooks' figures are rendered as (vector: sharp at any zoom and in the PDF)
 
 STYLE = {
     "figure.facecolor": "white",

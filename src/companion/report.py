@@ -15,8 +15,8 @@ import html
 import math
 from collections import Counter
 
+from .claims import EVIDENCE_KINDS, KINDS, STATUSES
 from .text import label, short_number, slug
-from .verdict import EVIDENCE_KINDS, KINDS, STATUSES
 
 __all__ = ["verdict_label", "verdict_table_markdown", "verdict_table_html", "dashboard_markdown", "counts",
            "fmt_number", "tolerance_text", "RESULTS_URL"]

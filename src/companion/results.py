@@ -4,9 +4,9 @@
 named (``Table.skipped``), never silently. Verdict records are read with ``.get``, so records with or
 without the newer fields (``status``, ``se``, ``kind``, ``falsifier`` ...) both work.
 
-* :meth:`Table.wide_rows`: one row per point, one column per parameter and per claim's numbers
+* :meth:`companion.results.Table.wide_rows`: one row per point, one column per parameter and per claim's numbers
   (``<claim>.measured``, ``.predicted``, ``.se``, ``.passed`` ...), the export format;
-* :meth:`Table.long_rows`: one row per point and claim;
+* :meth:`companion.results.Table.long_rows`: one row per point and claim;
 * :func:`plot`: a line of one claim's measured value over one swept parameter (error bars from the
   records' standard errors, or from the spread over the other swept parameters), with the prediction;
   or a heat map over two swept parameters. Points whose verdict failed, or that crashed, are marked.
@@ -20,7 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from .plotting import new_figure
 from .runner import InputError
+from .sweep import scan_results
 from .text import number_text
 
 __all__ = ["Table", "load", "write_csv", "plot"]
@@ -91,7 +95,6 @@ def _records(point: dict) -> list[dict]:
 
 def load(path: str | Path) -> Table:
     """The results of a sweep (its directory or its ``results.jsonl``)."""
-    from .sweep import scan_results
 
     path = Path(path)
     if path.is_dir():
@@ -147,9 +150,7 @@ def _failed(point: dict, rec: dict | None) -> bool:
 def plot(table: Table, out: str | Path, *, x: str | None = None, y: str | None = None, claim: str | None = None,
          value: str = "measured") -> str:
     """Draw the figure into ``out`` (format from the extension); returns a one-line description."""
-    import numpy as np
 
-    from .plotting import new_figure
 
     suffix = Path(out).suffix.lower()
     if suffix not in (".png", ".svg", ".pdf"):

@@ -18,8 +18,10 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass, field
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -112,7 +114,6 @@ def yaml_load(text: str):
 def _int_from_text(text: str) -> int | None:
     """``"10"``, ``"1e1"``, ``"1.0e3"`` -> exact int (Decimal, so ``1e23`` is 10**23, not a rounded
     float); None if the text is not an integral number."""
-    from decimal import Decimal, InvalidOperation
 
     try:
         d = Decimal(text.strip().replace("_", ""))
@@ -466,7 +467,6 @@ def run_notebook(
 
 def _clean(text: str) -> str:
     """The notebook's own message without ANSI colour codes."""
-    import re
 
     return re.sub(r"\x1b\[[0-9;]*m", "", str(text)).strip()
 
@@ -510,7 +510,6 @@ def exit_when_stdin_closes() -> None:
     """Tie this process to its parent: when the pipe on stdin closes (the parent died, however it
     died), kill this process's children (the kernel) and exit at once. A sweep starts every
     ``companion run`` like this, so a killed worker or client leaves no run or kernel behind."""
-    import threading
 
     def watch() -> None:
         # the raw descriptor, not sys.stdin: a daemon thread blocked inside sys.stdin's buffer would

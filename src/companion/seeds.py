@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 __all__ = ["SeedStream", "SpawnKey", "replicate_seed", "REPLICATE_STRIDE", "SEED_MODULUS", "STREAMS", "SPAWN_KEYS",
            "COT_PROMPTS", "COT_TRAIN_EVAL", "COT_EVAL", "COT_ISO_EVAL", "COT_SPARSE_SIM", "COT_OOD_EVAL",
            "MESA_TRAIN_DATA", "MESA_TEST_DATA", "MESA_INIT", "MESA_ONE_STEP_EVAL", "MESA_POSITION_EVAL",
@@ -69,43 +71,58 @@ class SpawnKey:
         return (int(seed), self.key)
 
     def rng(self, seed: int):
-        import numpy as np  # the module itself stays free of imports: NumPy is needed only to draw
 
         return np.random.default_rng(list(self.entropy(seed)))
 
 
 # ------------------------------------------------------------------------------ cot: torch.Generator seeds
+#: the ``cot.prompts`` stream (its purpose is its ``purpose`` field)
 COT_PROMPTS = SeedStream("cot.prompts", 0, "a page's own draws: the minibatches and initialisation of training "
                          "replicate r (.replicate(seed, r)), or the prompts of a page that trains nothing")
+#: the ``cot.train_eval`` stream (its purpose is its ``purpose`` field)
 COT_TRAIN_EVAL = SeedStream("cot.train_eval", 10_000_019, "the held-out prompts of the loss curve logged during "
                             "training (train_full's eval_every)")
+#: the ``cot.eval`` stream (its purpose is its ``purpose`` field)
 COT_EVAL = SeedStream("cot.eval", 7, "fresh prompts on which a trained model is judged (replicate r: "
                       ".replicate(seed, r))")
+#: the ``cot.iso_eval`` stream (its purpose is its ``purpose`` field)
 COT_ISO_EVAL = SeedStream("cot.iso_eval", 5, "fresh prompts of the trained isotropic looped models (looped page; "
                           "replicate r: .replicate(seed, r))")
+#: the ``cot.sparse_sim`` stream (its purpose is its ``purpose`` field)
 COT_SPARSE_SIM = SeedStream("cot.sparse_sim", 3, "the prompts of the sparse looped LSA run at its optimum "
                             "(looped page)")
+#: the ``cot.ood_eval`` stream (its purpose is its ``purpose`` field)
 COT_OOD_EVAL = SeedStream("cot.ood_eval", 11, "the out-of-distribution test prompts of each test covariance "
                           "(Theorem 4.2 page; replicate r: .replicate(seed, r))")
 
 # ------------------------------------------------------------------- mesa: np.random.default_rng([seed, key])
+#: the ``mesa.train_data`` stream (its purpose is its ``purpose`` field)
 MESA_TRAIN_DATA = SpawnKey("mesa.train_data", 0, "the training sequences of a run (and every check that "
                            "must see exactly them: batch statistics, Monte-Carlo gradients of the training set)")
+#: the ``mesa.test_data`` stream (its purpose is its ``purpose`` field)
 MESA_TEST_DATA = SpawnKey("mesa.test_data", 1, "the test sequences of a run")
+#: the ``mesa.init`` stream (its purpose is its ``purpose`` field)
 MESA_INIT = SpawnKey("mesa.init", 2, "the Gaussian initialisation of a run (init='gaussian')")
+#: the ``mesa.one_step_eval`` stream (its purpose is its ``purpose`` field)
 MESA_ONE_STEP_EVAL = SpawnKey("mesa.one_step_eval", 3, "fresh sequences on which a trained model is compared "
                               "with one step of GD")
+#: the ``mesa.position_eval`` stream (its purpose is its ``purpose`` field)
 MESA_POSITION_EVAL = SpawnKey("mesa.position_eval", 4, "fresh, longer sequences of the limit model's per-position "
                               "loss (Proposition 4.1)")
+#: the ``mesa.hessian_data`` stream (its purpose is its ``purpose`` field)
 MESA_HESSIAN_DATA = SpawnKey("mesa.hessian_data", 5, "the sequences of the Hessian power iteration of the "
                              "stability bound")
+#: the ``mesa.offdiag_mc`` stream (its purpose is its ``purpose`` field)
 MESA_OFFDIAG_MC = SpawnKey("mesa.offdiag_mc", 7, "the full-one sequences of the Monte-Carlo off-diagonal "
                            "gradient (Proposition 4.2)")
+#: the ``mesa.loss_eval`` stream (its purpose is its ``purpose`` field)
 MESA_LOSS_EVAL = SpawnKey("mesa.loss_eval", 8, "the common test sequences of the replicate loss evidence "
                           "(Richardson in m)")
+#: the ``mesa.equivariant_mc`` stream (its purpose is its ``purpose`` field)
 MESA_EQUIVARIANT_MC = SpawnKey("mesa.equivariant_mc", 9, "the sequences of the equivariant-block moments "
                                "(Theorem 4.3)")
 #: mesa's one torch.Generator stream (integer seed)
+#: the ``mesa.random_weights`` stream (its purpose is its ``purpose`` field)
 MESA_RANDOM_WEIGHTS = SeedStream("mesa.random_weights", 0, "the random full weights at which the fast model is "
                                  "checked against its definition (setup page)")
 

@@ -11,6 +11,8 @@
 * **Per notebook page** (HTML): a box with a download of the *executed* notebook of this build (copied
   from ``_build/jupyter_execute``), the measured execution time, and the provenance of the outputs
   (commit, parameters, seed, package versions, date).
+* **Where is each result**: the table of ``book/where.md`` is written from the results registries
+  (:mod:`companion.where`) when a build starts.
 * **A quiet site**: the unused thebe scripts are dropped (they declared ``THEBE_JS_URL`` twice: a console
   error on every page); the build's kernels get CurveZMQ keys (no "running over TCP without encryption"
   warning per notebook); ``companion.css`` (verdict tables, wrapping code, phone layout) and a search
@@ -24,12 +26,17 @@ import datetime as _dt
 import html
 import json
 import os
+import platform
 import re
 import shutil
 import subprocess
+from importlib import metadata
 from pathlib import Path
 
 from docutils import nodes
+
+from .verdict import METADATA_KEY
+from .where import where_markdown
 
 STATIC = Path(__file__).with_name("_static")
 
@@ -159,8 +166,6 @@ def _git(root: Path, *args: str) -> str:
 
 
 def _build_facts(app) -> dict:
-    import platform
-    from importlib import metadata
 
     root = Path(app.srcdir)
     commit = _git(root, "rev-parse", "--short=12", "HEAD")
@@ -177,7 +182,6 @@ def _build_facts(app) -> dict:
 
 
 def _records(nb: dict) -> list[dict]:
-    from .verdict import METADATA_KEY
 
     out = []
     for cell in nb.get("cells", []):
@@ -281,6 +285,22 @@ def _builder_inited(app) -> None:
     if str(STATIC) not in [str(p) for p in app.config.html_static_path]:
         app.config.html_static_path.append(str(STATIC))
     app.companion_build_facts = _build_facts(app)
+    write_where_page(Path(app.srcdir))
+
+
+WHERE_PAGE = "where.md"  # included by book/where.md from ../_build/where.md
+
+
+def write_where_page(root: Path) -> Path:
+    """Write the "Where is each result" table (:func:`companion.where.where_markdown`) to
+    ``<root>/_build/where.md``, leaving the file untouched when its text is unchanged (so Sphinx does not
+    re-read the page)."""
+    page = root / "_build" / WHERE_PAGE
+    text = where_markdown()
+    if not page.is_file() or page.read_text() != text:
+        page.parent.mkdir(parents=True, exist_ok=True)
+        page.write_text(text)
+    return page
 
 
 def encrypted_kernels() -> None:

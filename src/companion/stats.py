@@ -18,7 +18,7 @@ The standard errors come from here:
 
 **Degrees of freedom.** A standard error estimated from R replicates rests on R − 1 degrees of freedom; its
 ratio to the true one is a chi variable, so ``z`` such standard errors do not cover the normal level
-(P(|t_2| > 4) = 5.7 %, against 6.3e-5 for a normal). A verdict with ``dof`` given uses the Student-t quantile
+(``P(|t_2| > 4)`` = 5.7 %, against 6.3e-5 for a normal). A verdict with ``dof`` given uses the Student-t quantile
 at the *same two-sided level* as z normal standard errors (:func:`critical`: 17.4 at 4 degrees of freedom,
 6.6 at 10, 4.3 at 60), so every statistical claim of the book has the same false-alarm rate whatever the
 source of its standard error.

@@ -45,10 +45,13 @@ from __future__ import annotations
 import errno
 import fcntl
 import hashlib
+import inspect
 import itertools
 import json
+import logging
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -309,7 +312,7 @@ class _Appender:
 class SweepLock:
     """The lock of a sweep folder: ``OUT/sweep.lock``, held with an exclusive ``flock`` and holding the pid
     of its holder. The kernel drops the ``flock`` when the holder dies, so a lock left by a killed sweep is
-    simply taken over; a live holder makes :meth:`acquire` raise :class:`SweepError` naming the lock and
+    simply taken over; a live holder makes :meth:`SweepLock.acquire` raise :class:`SweepError` naming the lock and
     the holder's pid.
 
     Parameters
@@ -376,7 +379,6 @@ def clear_partials(out: str | Path) -> list[str]:
     ``.<id>.partial-*`` and ``.<id>.old-*`` folders of :func:`companion.runner.run_notebook` and the
     ``.<id>.params.yaml`` files. Call it only while holding the folder's :class:`SweepLock` and with no
     point running. Returns the names removed."""
-    import shutil
 
     points = Path(out) / "points"
     removed: list[str] = []
@@ -510,7 +512,6 @@ def _threads_per_worker(client) -> tuple[dict[str, int], str]:
 
 
 def _takes_n_workers(client) -> bool:
-    import inspect
 
     return "n_workers" in inspect.signature(client.scheduler_info).parameters
 
@@ -622,7 +623,6 @@ def run_sweep(
             return {"out": str(out), "results": str(results_path), "total": len(points), **counts}
 
         if client is None:
-            import logging
 
             from dask.distributed import Client, LocalCluster
 

@@ -16,14 +16,19 @@ the command that reruns it bigger (``cluster`` size) on a Dask cluster. Records 
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import math
 import re
 import shlex
+import shutil
 import time
 from pathlib import Path
 from typing import Any
 
+from .paths import repo_root
+from .sweep import ALLOWED_FAILURES, expand_grid, run_sweep
 from .text import number_text
 
 __all__ = ["SWEEPS", "SIZES", "spec", "command", "run", "run_all", "points_of", "mesa_T_rows", "cot_k_eta_rows",
@@ -104,7 +109,6 @@ def command(name: str, size: str = "cluster", out: str | None = None, scheduler:
 
 def points_of(name: str, size: str = "book") -> list[dict]:
     """The validated points of sweep ``name`` (every value checked against the notebook's parameters)."""
-    from .sweep import expand_grid
 
     s = spec(name, size)
     return expand_grid(s["notebook"], typed_grid=s["grid"], fixed=s["fixed"])
@@ -113,9 +117,7 @@ def points_of(name: str, size: str = "book") -> list[dict]:
 def run(name: str, out: str | Path, size: str = "book", workers: int = 2, scheduler: str | None = None) -> dict:
     """Run sweep ``name`` into ``out`` (a fresh directory: a previous sweep there is removed first).
     Returns run_sweep's summary with ``seconds`` (wall time), ``points`` and ``command`` added."""
-    import shutil
 
-    from .sweep import run_sweep
 
     out = Path(out)
     if out.exists():
@@ -201,7 +203,6 @@ def mesa_laws_rows(table) -> list[dict]:
 
 def _shown(path: Path) -> str:
     """``path`` relative to the book root when it lies inside it (as a reader would type it there)."""
-    from .paths import repo_root
 
     try:
         return str(Path(path).absolute().relative_to(repo_root()))
@@ -213,12 +214,10 @@ def run_all(out: str | Path, size: str = "book", workers: int = 2, names: list[s
     """Run the sweeps ``names`` (default all) one after the other on one local Dask cluster of ``workers``
     single-threaded workers (started once, and passed to each :func:`run` as its scheduler), so the cluster's
     start-up is paid once. Returns ``{name: summary}`` and ``{"_total": {"seconds", "points"}}``."""
-    import logging
 
     import dask
     from dask.distributed import LocalCluster
 
-    from .sweep import ALLOWED_FAILURES
 
     names = list(names or SWEEPS)
     out = Path(out)
@@ -243,9 +242,7 @@ STAMP = ".companion-sweeps-hash"
 
 def notebooks_hash(root: Path | None = None) -> str:
     """Hash of the notebooks the page sweeps (their text) and of this module's sweep definitions."""
-    import hashlib
 
-    from .paths import repo_root
 
     root = root or repo_root()
     h = hashlib.sha256(json.dumps(SIZES, sort_keys=True).encode())
@@ -261,7 +258,6 @@ def guard_cache(cache_dir: str | Path, root: Path | None = None) -> bool:
     was cached: jupyter-cache keys a page by its own code cells only, so without this the page would show
     the results of the old notebooks. Drops the page's cache records; returns True if it dropped any.
     (Call after :func:`companion.book.guard_cache`, with the same cache directory.)"""
-    from .paths import repo_root
 
     root = root or repo_root()
     cache_dir = Path(cache_dir)

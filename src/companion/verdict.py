@@ -64,7 +64,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from . import notebooks as nbs
 from .claims import EVIDENCE_KINDS, KINDS, STATUSES
+from .report import verdict_table_markdown
+from .stats import MANY_DOF, critical
 from .text import number_text, slug
 
 __all__ = [
@@ -132,7 +135,6 @@ class Record:
 def _dof(claim: str, dof) -> float | None:
     """Degrees of freedom as a float > 0, or None for 'many' (None, infinite, or above
     :data:`companion.stats.MANY_DOF`)."""
-    from .stats import MANY_DOF
 
     if dof is None:
         return None
@@ -147,7 +149,6 @@ def _dof(claim: str, dof) -> float | None:
 def _caller_parameters(notebook: str, frame_globals: dict) -> dict:
     """Every parameter of ``notebook``'s parameters cell with its current value in the caller's globals."""
     try:
-        from . import notebooks as nbs
 
         names = list(nbs.parameters(notebook))
     except Exception:  # noqa: BLE001 - a notebook outside the book (tests): no parameters known
@@ -286,7 +287,6 @@ class Verdict:
 
         ``crit`` is ``z``, or with ``dof`` (the degrees of freedom of ``se``, e.g. R - 1 for R replicates) the
         Student-t quantile at the same level (:func:`companion.stats.critical`)."""
-        from .stats import critical
 
         se_, fl = _num(se), float(floor)
         if not (math.isfinite(se_) and se_ >= 0):
@@ -309,7 +309,6 @@ class Verdict:
         """An inequality a theorem states: ``measured <= bound`` (``"upper"``) or ``>=`` (``"lower"``),
         up to ``tolerance`` (round-off) or ``crit * se + floor`` (a simulated quantity; ``crit`` as in
         :meth:`statistical`)."""
-        from .stats import critical
 
         if comparison not in ("upper", "lower"):
             raise ValueError(f"{claim}: a bound is 'upper' or 'lower'; got {comparison!r}")
@@ -363,7 +362,6 @@ class Verdict:
         return out
 
     def table_markdown(self) -> str:
-        from .report import verdict_table_markdown
 
         return verdict_table_markdown([asdict(r) for r in self.records])
 

@@ -9,6 +9,7 @@ import torch
 
 from companion.mesa.data import ARData, generate
 from companion.mesa.model import loss_grad_fast, per_sequence_loss, predict, ratio_entries  # noqa: F401 (re-exported)
+from companion.mesa.train import init_diagonal
 from companion.seeds import MESA_TEST_DATA, MESA_TRAIN_DATA
 
 __all__ = ["weights", "ratio_entries", "per_sequence_loss", "test_data", "train_data", "gradient_blocks"]
@@ -36,7 +37,6 @@ def gradient_blocks(data: ARData, a: float, b: float, weights=None) -> dict[str,
     ``pv_off`` and ``kq_off`` are the off-diagonal entries of the two red blocks (complex, row-major),
     ``kq_diag`` the diagonal of the red W_KQ block and ``other`` every entry outside the red blocks.
     ``weights`` are per-sequence weights (e.g. of an exact phase grid, see ``mesa.empirical``)."""
-    from companion.mesa.train import init_diagonal
 
     d = data.d
     W_KQ, W_PV = init_diagonal(d, a, b, torch.complex128)

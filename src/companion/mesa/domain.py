@@ -18,7 +18,7 @@ def sizes(d, T, m, m_test, epochs, *, d_min: int = 2, m_min: int = 160, m_test_m
 
 
 def diagonal_inits(a0s, b0s) -> list[tuple[float, float]]:
-    """The diagonal inits (a0 I, b0 I) as a list of pairs: one b0 per a0, each |a0|, |b0| <= 5 with a0 b0 > 0."""
+    """The diagonal inits (a0 I, b0 I) as a list of pairs: one b0 per a0, each ``|a0|, |b0| <= 5`` with ``a0 b0 > 0``."""
     a0s = P.real_list("a0s", a0s, min=-5, max=5)
     b0s = P.real_list("b0s", b0s, min=-5, max=5)
     P.require(len(a0s) == len(b0s) and len(a0s) >= 1, "b0s", f"needs one b0 per a0 ({len(a0s)}); got {len(b0s)}")

@@ -16,6 +16,8 @@ Statistics are homogeneous in the data: Q scales like scale^6 and P like scale^4
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import torch
 
@@ -132,7 +134,6 @@ def exact_population(law: str, d: int, T: int, scale: float = 1.0, gh_nodes: int
     per coordinate (Gaussian; exact for polynomials of degree <= 2 gh_nodes - 1 per coordinate: 7 nodes cover
     the degree-12 squared gradients, 4 nodes the degree-6 losses and gradients).
     Returns (ARData in complex128, weights). Size G^d x atoms: keep d and T small."""
-    import itertools
 
     d = P_.integer("d", d, min=1, max=4)
     T = P_.integer("T", T, min=3, max=12)

@@ -130,7 +130,7 @@ def loss_evidence(result, c_pop: float, se_ab: float, positions=None, m_test: in
     r"""Test loss of the full trained model (whole sequence, or ``positions``) against the population loss at
     the population-GD ab ``c_pop`` (never at the learned parameters).
 
-    SE: the test-set mean's standard error combined with |dL/dc| se_ab (one standard error of ab moved
+    SE: the test-set mean's standard error combined with ``|dL/dc| se_ab`` (one standard error of ab moved
     through the population loss; ``dof_ab`` its degrees of freedom, combined by :func:`companion.stats.welch`).
     Returns measured, predicted, se, dof, and the per-sequence losses."""
     c = result.config
@@ -156,7 +156,7 @@ def replicate_kwargs(law, scale: float, d: int, T: int, a0: float, b0: float, lr
                      n_rep: int, seed: int, mask: bool = False) -> list[dict]:
     r"""The replicate runs of :func:`extrapolated_ab` as keyword arguments of :func:`companion.mesa.train.run`:
     ``n_rep`` training sets at m with seeds ``replicate_seed(seed, 1 + k)``, then ``n_rep`` at m/4 with seeds
-    ``replicate_seed(seed, 17 + k)`` (k < n_rep <= 16; :func:`companion.replicate_seed`: far apart, so the
+    ``replicate_seed(seed, 17 + k)`` (k < n_rep <= 16; :func:`companion.seeds.replicate_seed`: far apart, so the
     replicates of nearby seeds are independent too). The masked and unmasked sets share their seeds (paired)."""
     if not 1 <= n_rep <= 16:
         raise P.ParameterError("n_rep", f"must be an integer in [1, 16]; got {n_rep!r}")
@@ -196,7 +196,7 @@ def extrapolated_ab(law, scale: float, d: int, T: int, a0: float, b0: float, lr:
     m^-1/2 law would give 2; the combination 2 ab(m) - ab(m/4) of an earlier version left -4 % at T = 10).
     Seeds: :func:`replicate_kwargs`, all independent training sets. With ``m_eval > 0`` also the one-step-GD
     deviation of every replicate (:func:`one_step_deviation`); with ``m_loss > 0`` also their whole-sequence test
-    loss extrapolated in m (:func:`_extrapolated_loss`). Returns the estimate, its standard error and its
+    loss extrapolated in m (``_extrapolated_loss``). Returns the estimate, its standard error and its
     Welch degrees of freedom (``dof``), the replicates and the population/falsifier GD at the last epoch.
     """
     m4 = max(1, m // 4)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 __all__ = ["TRAINED", "POPULATION", "glue_figure", "plain_log_ticks", "init_label"]
 
-TRAINED = dict(lw=2.4, alpha=0.55)  # trained runs: wide, translucent
-POPULATION = dict(color="k", ls=(0, (2, 2)), lw=1.0)  # population GD: thin, dashed, on top
+TRAINED = dict(lw=2.4, alpha=0.55)  #: trained runs: wide, translucent
+POPULATION = dict(color="k", ls=(0, (2, 2)), lw=1.0)  #: population GD: thin, dashed, on top
 
 
 def glue_figure(name: str, fig) -> None:

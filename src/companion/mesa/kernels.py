@@ -28,12 +28,14 @@ formulas, with autograd and with a deliberately naive per-prefix implementation.
 from __future__ import annotations
 
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from numba import njit
 
 from companion.mesa import lanes
+from companion.params import ParameterError
 
 _THREADS: int | None = None  # set by set_threads; None: $COMPANION_THREADS (default 1)
 _POOLS: dict[tuple[int, int], ThreadPoolExecutor] = {}
@@ -44,7 +46,6 @@ def env_threads() -> int:
     cores (``companion run`` sets it to the cores of the machine, ``companion book`` to 1 per page); anything
     but an integer >= 1 raises :class:`companion.params.ParameterError` naming the variable. The kernel
     scales about linearly: 34 ms -> 18 ms per paper-size epoch with 2 threads, measured on 2 cores."""
-    from companion.params import ParameterError
 
     raw = os.environ.get("COMPANION_THREADS", "1")
     try:
@@ -77,7 +78,7 @@ def sweep(TB, SQ, tpos, inv_rho, W_KQ, W_PV, wn, mode: int, loss, gA, gP, pred) 
     mode 0: per-sequence loss only; 1: also the gradients, one slot per block of 16 sequences,
     gA (nb, 2d, 2d) and gP (nb, d, 2d) (complex128; the caller sums over blocks, so the result does not
     depend on the number of threads); 2: also the predictions into pred (2, m, d, N) (real, imaginary).
-    loss (m,) receives 1/2 sum_t |r_t|^2 (unweighted).
+    loss (m,) receives ``1/2 sum_t |r_t|^2`` (unweighted).
 
     The blocks are split into :func:`threads` contiguous ranges, each on its own thread (the compiled kernel
     runs without the GIL); every block writes only its own slots.
@@ -211,7 +212,6 @@ def warm_up(dims=(5,)) -> float:
     """Compile the kernels (or load them from the on-disk cache) for coordinate dimensions ``dims`` in both
     dtypes, so that the first training run does not pay the compilation (about a second per version on a
     2-core machine; loading a cached version takes milliseconds). Returns the seconds spent."""
-    import time
 
     t0 = time.perf_counter()
     for d in dims:

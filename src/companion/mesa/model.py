@@ -34,7 +34,8 @@ import numpy as np
 import torch
 
 from companion import params as P
-from companion.mesa.data import ARData
+from companion.mesa import kernels
+from companion.mesa.data import ARData, embed
 
 __all__ = ["predict", "predict_direct", "loss", "loss_and_grad", "loss_grad_fast", "loss_fast", "predict_fast",
            "per_sequence_loss", "ratio_entries", "red_blocks", "check_weights"]
@@ -97,7 +98,7 @@ def _targets(data: ARData, positions=None) -> torch.Tensor:
 
 
 def loss(data: ARData, W_KQ, W_PV, weights: torch.Tensor | None = None, positions=None) -> torch.Tensor:
-    """L = (1/m) sum_n sum_t 1/2 |yhat_t - x_{t+1}|^2 (or a weighted mean over sequences)."""
+    """``L = (1/m) sum_n sum_t 1/2 |yhat_t - x_{t+1}|^2`` (or a weighted mean over sequences)."""
     r = predict(data, W_KQ, W_PV, positions) - _targets(data, positions)
     per_seq = 0.5 * (r.real**2 + r.imag**2).sum(dim=(1, 2))
     if weights is None:
@@ -123,7 +124,6 @@ def red_blocks(W_KQ, W_PV):
 def predict_direct(data: ARData, W_KQ: torch.Tensor, W_PV: torch.Tensor) -> torch.Tensor:
     """The definition evaluated literally: prefix sums E_t E_t^H = sum_{i<=t} e_i e_i^H of the embedded
     tokens, then yhat_t = W_PV (E_t E_t^H / (t-1)) W_KQ e_t. Memory O(m T (2d)^2): small data sets only."""
-    from companion.mesa.data import embed
 
     check_weights(W_KQ, W_PV, data.d)
     e = embed(data.tokens())  # (m, T, 2d)
@@ -220,7 +220,6 @@ def _use_fused(data: ARData, backend: str) -> bool:
 def _sweep_fused(data: ARData, W_KQ, W_PV, pos, wn, mode: int):
     """The sweep with the fused kernel (:mod:`companion.mesa.kernels`): per-sequence maps, positions and the
     lift back to the weights in one pass. Returns (per-sequence loss, grad W_KQ, grad W_PV, yhat)."""
-    from companion.mesa import kernels
 
     rdt = np.float32 if data.dtype == torch.complex64 else np.float64
     key = ("lanes", tuple(int(t) for t in pos))
@@ -281,7 +280,7 @@ def _forward(data: ARData, W_KQ, W_PV, weights, positions, backend: str, mode: i
 
 
 def per_sequence_loss(data: ARData, W_KQ, W_PV, positions=None, backend: str = "auto") -> np.ndarray:
-    """sum_t 1/2 |yhat_t - x_{t+1}|^2 for every sequence (t over ``positions``, default 2..T-1), forward only."""
+    """``sum_t 1/2 |yhat_t - x_{t+1}|^2`` for every sequence (t over ``positions``, default 2..T-1), forward only."""
     return _forward(data, W_KQ, W_PV, None, positions, backend, 0)[0].numpy().astype(float)
 
 

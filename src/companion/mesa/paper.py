@@ -6,11 +6,18 @@ rule of :mod:`companion.mesa.stability`, and never a result (the results read it
 
 from __future__ import annotations
 
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+
 from companion.mesa.evidence import first_step_kwargs, replicate_kwargs, sweep_replicates
 from companion.mesa.stability import stable_lr
+from companion.mesa.train import run
 
 COMMON = dict(d=5, T=100, m=10_000, m_test=10_000, epochs=200, seed=1)
 INITS = [(0.1, 0.1), (0.5, 1.5), (2.0, 2.0)]
+#: the step sizes of the paper's Table 1, per law and scale
 TABLE1 = {
     "gaussian": [(0.5, 1e-3), (1.0, 1e-4), (2.0, 2e-6)],
     "sparse": [(0.5, 3e-2), (1.0, 1e-3), (2.0, 1e-4)],
@@ -70,9 +77,7 @@ def paper_runs() -> list[dict]:
 
 
 def _one(kw: dict) -> float:
-    import time
 
-    from companion.mesa.train import run
 
     t = time.perf_counter()
     run(**kw)
@@ -80,7 +85,6 @@ def _one(kw: dict) -> float:
 
 
 def _one_thread() -> None:
-    import os
 
     os.environ["COMPANION_THREADS"] = "1"  # the processes share the cores
 
@@ -89,9 +93,6 @@ def warm_run_cache(jobs: int = 2, log=print) -> float:
     """Compute every run of :func:`paper_runs` into the run cache, ``jobs`` processes at a time with one
     kernel thread each, the costliest (m T epochs) first. Runs already cached cost a lookup. Two notebooks
     executed side by side would otherwise train their shared runs twice. Returns the wall seconds."""
-    import time
-    from concurrent.futures import ProcessPoolExecutor
-    from multiprocessing import get_context
 
     t0 = time.perf_counter()
     runs = sorted(paper_runs(), key=lambda kw: -kw["m"] * kw["T"] * kw["epochs"])

@@ -45,6 +45,7 @@ from functools import lru_cache
 import numpy as np
 
 from companion import params as P
+from companion import replicate_seed
 from companion.mesa import theory as th
 from companion.mesa.data import sample_x1
 
@@ -113,7 +114,6 @@ def thm4_1_runs(sigmas: Sequence[float], lrs_gauss: Sequence[float], cs: Sequenc
     each (law, scale) from every init on the set of seed (seed, 0) at m, and the replicate sets of the middle
     init (:func:`companion.mesa.evidence.replicate_kwargs`: seeds ``replicate_seed(seed, 1 + k)`` at m_rep and
     ``replicate_seed(seed, 17 + k)`` at m_rep // 4; ``n_rep_dev`` of each for the Gaussian middle scale)."""
-    from companion import replicate_seed
 
     a_mid, b_mid = inits[len(inits) // 2]
     s_mid = sigmas[len(sigmas) // 2] if len(sigmas) else None

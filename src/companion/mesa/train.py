@@ -1,6 +1,6 @@
 """Full-batch GD training of the linear attention model, with recorded trajectories and a run cache.
 
-One GD step per epoch on L = (1/m) sum_n sum_{t=2}^{T-1} 1/2 |yhat_t - x_{t+1}|^2, with PyTorch's complex
+One GD step per epoch on ``L = (1/m) sum_n sum_{t=2}^{T-1} 1/2 |yhat_t - x_{t+1}|^2``, with PyTorch's complex
 gradient convention (dL/dRe + i dL/dIm), exactly like ``torch.optim.SGD`` on complex parameters.
 Initialisations: Assumption 3.1 (``init="diagonal"``: W_KQ21 = a0 I, W_PV11 = b0 I, all else 0) or a
 standard Gaussian init (``init="gaussian"``: every entry real N(0, sigma_w^2)).
@@ -10,6 +10,8 @@ zero after every step (equivalently their gradients are masked), the other block
 
 from __future__ import annotations
 
+import difflib
+import json
 import os
 import time
 from collections import OrderedDict
@@ -19,8 +21,9 @@ import numpy as np
 import torch
 
 from companion import params as P
+from companion.cache import cache_dir as _cache_dir
 from companion.cache import import_closure as _import_closure
-from companion.mesa import theory
+from companion.mesa import kernels, theory
 from companion.mesa.data import ARData, check_law, generate
 from companion.mesa.model import loss_fast, loss_grad_fast, ratio_entries
 from companion.seeds import MESA_INIT, MESA_TEST_DATA, MESA_TRAIN_DATA
@@ -175,7 +178,7 @@ def _chunked_loss(data: ARData, W_KQ, W_PV, chunk: int) -> float:
 
 
 def test_loss(data: ARData, W_KQ, W_PV, chunk: int = 2500) -> float:
-    """Whole-sequence AR loss (1/m) sum_n sum_{t=2}^{T-1} 1/2 |yhat_t - x_{t+1}|^2 on a data set."""
+    """Whole-sequence AR loss ``(1/m) sum_n sum_{t=2}^{T-1} 1/2 |yhat_t - x_{t+1}|^2`` on a data set."""
     with torch.no_grad():
         return _chunked_loss(data, W_KQ, W_PV, chunk)
 
@@ -201,7 +204,6 @@ def train(cfg: RunConfig) -> TrainResult:
     """Full-batch GD (no cache). Raises ParameterError('lr') for an unstable step size and
     TrainingDiverged if the loss becomes non-finite or explodes."""
     cfg = cfg.validated()
-    from companion.mesa import kernels
 
     old = torch.get_num_threads()
     n = kernels.env_threads()  # torch and the fused kernel
@@ -319,7 +321,6 @@ RUN_SOURCES = _import_closure("companion.mesa.train")
 def cache_dir():
     """Where runs are cached (see :mod:`companion.cache`): ``<base>/mesa-<hash of RUN_SOURCES>``, or
     ``None`` when ``$COMPANION_CACHE_DIR`` disables caching."""
-    from companion.cache import cache_dir as _cache_dir
 
     return _cache_dir("mesa", RUN_SOURCES)
 
@@ -335,7 +336,6 @@ def run(**kwargs) -> TrainResult:
     bad = set(kwargs) - set(RunConfig.__dataclass_fields__)
     if bad:
         name = sorted(bad)[0]
-        import difflib
 
         close = difflib.get_close_matches(name, list(RunConfig.__dataclass_fields__), n=1)
         raise P.ParameterError(name, "unknown run option" + (f" (did you mean {close[0]!r}?)" if close else ""))
@@ -364,7 +364,6 @@ def _log_run(kwargs: dict, res: TrainResult, seconds: float) -> None:
     path = os.environ.get("COMPANION_RUN_LOG", "").strip()
     if not path:
         return
-    import json
 
     with open(path, "a") as fh:
         fh.write(json.dumps(dict(kwargs=kwargs, seconds=round(seconds, 3), trained=round(res.seconds, 3),

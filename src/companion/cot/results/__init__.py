@@ -15,6 +15,7 @@ from companion.claims import ResultSpec
 
 __all__ = ["MODULES", "results"]
 
+#: the result modules, in the order of the book's table of contents
 MODULES = ("setup", "thm3_1", "cor3_1", "thm3_2", "thm4_1", "thm4_2", "looped", "experiments")
 
 

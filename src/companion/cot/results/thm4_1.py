@@ -202,9 +202,9 @@ def figures(ode: dict, fin: dict, flow: dict, runs, pred_mean: float, regime: li
           eta: float, d: int, n: int, d_flow: int):
     r"""``fig_cot_thm41_ode``, ``_flow``, ``_weights``, ``_regime``: the four figures of {prf:ref}`cot-thm-4-1`.
 
-    (1) The reduced flow and the distance to the construction;
-    (2) the restricted matrix flow and full-parameter training (one line per seed); (3) the trained weights of
-    replicate 0, rescaled by :math:`c = -W_{24}`; (4) the regime :math:`n \sim d\log d`, :math:`k \sim \log d`.
+    In order: the reduced flow and the distance to the construction; the restricted matrix flow and
+    full-parameter training (one line per seed); the trained weights of replicate 0, rescaled by
+    :math:`c = -W_{24}`; the regime :math:`n \sim d\log d`, :math:`k \sim \log d`.
 
     Returns
     -------

@@ -72,7 +72,7 @@ def ood_row(res, Sigma: np.ndarray, eta: float, k_list: list, n: int, num_eval: 
     * the trained model's per-prompt errors after each k in ``k_list`` on ``num_eval`` prompts
       :math:`x \sim N(0, \Sigma)` (medians with order-statistic standard errors); for R replicate models
       (``res`` trained with ``replicates=R``) each on its own ``num_eval // R`` prompts, and the mean of their
-      medians (:func:`replicate_median`);
+      medians (:func:`companion.cot.stats.replicate_median`);
     * an *independent* sample of ``num_mc`` spectra of :math:`S_\Sigma`: the median of the k-step GD law
       :math:`\sum_j(1-\eta\lambda_j)^{2k}z_j^2`, of the stated bound :math:`d\max_j|1-\eta\lambda_j|^{2k}`, and the fraction
       of prompts beyond the stability boundary :math:`\eta\lambda_{\max}(S_\Sigma) > 2`;

@@ -2,7 +2,7 @@
 
 The kernel bodies (:mod:`companion.mesa.lanes.bodies`) are written as Python-syntax statements, one per
 line, over names that stand for ``<16 x float>`` (or ``double``) values, one sequence per lane. This module
-parses each statement with :mod:`ast` and emits SSA LLVM IR for it: every assignment of a name is a new
+parses each statement with ``ast`` and emits SSA LLVM IR for it: every assignment of a name is a new
 value, every row access a vector load or store at a constant offset.
 
 The statements:

@@ -103,7 +103,7 @@ def init_evidence(inits, epochs: int, stats, al: float, be: float, **common) -> 
 
 
 def table1_stability(d: int, T: int) -> list[dict]:
-    """:func:`reduced_stability` of every Table-1 step size (:data:`companion.mesa.paper.TABLE1`, the paper's
+    """:func:`companion.mesa.stability.reduced_stability` of every Table-1 step size (:data:`companion.mesa.paper.TABLE1`, the paper's
     inits) at (d, T): rows with law, s, lr, number, lr_max."""
     return [dict(law=law, s=s, lr=lr, **reduced_stability(law, s, d, T, lr, paper.INITS))
             for law, rows in paper.TABLE1.items() for s, lr in rows]

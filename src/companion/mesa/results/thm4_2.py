@@ -114,7 +114,7 @@ def exact_loss_at_cstar(law: str, d: int = 2, T: int = 5) -> tuple[float, float]
 
 def capability(result, stats, m_test: int | None = None) -> dict:
     r"""Thm 4.2 / Prop 4.1 on the full trained model: its whole-sequence and last-position test losses against
-    the population losses at the population-GD ab (:func:`loss_evidence`), each with its falsifier: "does not
+    the population losses at the population-GD ab (:func:`companion.mesa.evidence.loss_evidence`), each with its falsifier: "does not
     recover" (the population loss of the independent-coordinates theory at its own GD ab) when Assumption 4.2
     holds, "recovers" (0) when it does not. ``stats``: the training-set statistics for the jackknife SE of ab."""
     c = result.config

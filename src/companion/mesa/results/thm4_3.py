@@ -105,7 +105,7 @@ def masking_gap(d: int, T: int, a0: float, b0: float, lr: float, epochs: int, mo
     population GD from (a0 I, b0 I) after ``epochs`` steps (:func:`companion.mesa.theory.equivariant_gd` with the Monte-Carlo
     moments :func:`equivariant_moments`, masked with the exact reduced system).
 
-    The masked endpoint is :math:`c_m=(ab,0,0,0)` of :func:`population_ab`; the unmasked one :math:`c_u` follows the
+    The masked endpoint is :math:`c_m=(ab,0,0,0)` of :func:`companion.mesa.evidence.population_ab`; the unmasked one :math:`c_u` follows the
     4-parameter population GD. The difference is the mean of the per-sequence differences
     :math:`\ell_n(c_u)-\ell_n(c_m)` (exact per sequence), its standard error the Monte-Carlo SE over the
     sequences (:func:`companion.stats.mean_se`). Also returned: the unmasked endpoint (a, a', b, b') and the

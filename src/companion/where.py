@@ -1,0 +1,62 @@
+"""The "Where is each result" page: one row per numbered result of both papers, from the registries.
+
+The table is MyST, written by the book's Sphinx extension (:mod:`companion.sphinx_ext`) to
+``_build/where.md`` when a build starts and included by ``book/where.md``; it is made from
+``companion.<paper>.results.results()``, so a result module added to a registry appears on the page, and one
+removed disappears, without an edit of the page.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from .claims import TARGETS, ResultSpec
+from .cot import results as cot_results
+from .mesa import results as mesa_results
+
+__all__ = ["PAPERS", "all_results", "where_markdown"]
+
+#: the papers, in book order, with their registries and their titles on the page
+PAPERS = (
+    ("mesa", mesa_results, "Paper 1: mesa-optimization (Zheng et al., NeurIPS 2024)"),
+    ("cot", cot_results, "Paper 2: multi-step GD with chain of thought (Huang, Wang & Lee, ICLR 2025)"),
+)
+
+
+def all_results() -> tuple[ResultSpec, ...]:
+    """Every registered result of both papers, in book order."""
+    return tuple(spec for _, registry, _ in PAPERS for spec in registry.results())
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _claims_cell(spec: ResultSpec) -> str:
+    ids = ", ".join(f"`{_cell(c.id)}`" + ("&nbsp;★" if c.headline else "") for c in spec.claims)
+    targets = Counter(c.target for c in spec.claims)
+    summary = ", ".join(f"{targets[t]} {t.replace('_', ' ')}" for t in TARGETS if targets[t])
+    return f"{len(spec.claims)} ({summary}): {ids}" if spec.claims else "none"
+
+
+def where_markdown(results: tuple[ResultSpec, ...] | None = None) -> str:
+    """The MyST table of every result: the paper's number, the statement, the page, the module (linked to its
+    API entry, whose *[source]* link shows the code), the claims (★ headline; counts per target), the figures
+    and the sweep that maps it."""
+    results = all_results() if results is None else results
+    out = []
+    for paper, _, title in PAPERS:
+        rows = [r for r in results if r.paper == paper]
+        if not rows:
+            continue
+        out.append(f"## {title}\n")
+        out.append("| result | statement | page | module | claims | figures | sweep |")
+        out.append("|---|---|---|---|---|---|---|")
+        for r in rows:
+            figures = ", ".join(f"`{f}`" for f in r.figures) or "none"
+            sweep = f"{{doc}}`{_cell(r.sweep.replace('$', ''))} </book/sweeps>`" if r.sweep else "none"
+            out.append(
+                f"| **{_cell(r.number)}**: {_cell(r.title)} | {{prf:ref}}`{r.label}` | {{doc}}`/notebooks/{r.notebook}` "
+                f"| {{py:mod}}`{r.module}` | {_claims_cell(r)} | {figures} | {sweep} |")
+        out.append("")
+    return "\n".join(out)
