@@ -16,7 +16,7 @@ files) that runs of a killed sweep leave in ``points/``, when it starts and when
 
 Limits, checked before any work: at most ``max_points`` points (:data:`MAX_POINTS` by default; the
 count comes from the grid's sizes, before a point is built) and at most as many local workers as the
-machine has cores (:func:`companion.runner.available_cores`; more are capped with a note).
+machine has cores (``companion.runner.available_cores()``; more are capped with a note).
 
 Each point runs in its own process (``python -m companion run ...``), so kernels of different points
 never share a ZMQ context, and the runner retries a kernel that fails to start. A point that fails is

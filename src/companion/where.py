@@ -40,9 +40,9 @@ def _claims_cell(spec: ResultSpec) -> str:
 
 
 def where_markdown(results: tuple[ResultSpec, ...] | None = None) -> str:
-    """The MyST table of every result: the paper's number, the statement, the page, the module (linked to its
-    API entry, whose *[source]* link shows the code), the claims (★ headline; counts per target), the figures
-    and the sweep that maps it."""
+    """The MyST table of every result: the paper's number and the statement; the page and the module (linked to its
+    API entry, whose *[source]* link shows the code); the claims (★ headline; counts per target); the figures and
+    the sweep that maps it."""
     results = all_results() if results is None else results
     out = []
     for paper, _, title in PAPERS:
@@ -50,13 +50,15 @@ def where_markdown(results: tuple[ResultSpec, ...] | None = None) -> str:
         if not rows:
             continue
         out.append(f"## {title}\n")
-        out.append("| result | statement | page | module | claims | figures | sweep |")
-        out.append("|---|---|---|---|---|---|---|")
+        out.append("| result | page and module | claims | figures and sweep |")
+        out.append("|---|---|---|---|")
         for r in rows:
-            figures = ", ".join(f"`{f}`" for f in r.figures) or "none"
-            sweep = f"{{doc}}`{_cell(r.sweep.replace('$', ''))} </book/sweeps>`" if r.sweep else "none"
+            short = r.module.removeprefix("companion.")
+            figures = ", ".join(f"`{f}`" for f in r.figures) or "no figure"
+            sweep = f"; swept on {{doc}}`{_cell(r.sweep.replace('$', ''))} </book/sweeps>`" if r.sweep else ""
             out.append(
-                f"| **{_cell(r.number)}**: {_cell(r.title)} | {{prf:ref}}`{r.label}` | {{doc}}`/notebooks/{r.notebook}` "
-                f"| {{py:mod}}`{r.module}` | {_claims_cell(r)} | {figures} | {sweep} |")
+                f"| **{_cell(r.number)}**: {_cell(r.title)} ({{prf:ref}}`statement <{r.label}>`) "
+                f"| {{doc}}`page </notebooks/{r.notebook}>`, {{py:mod}}`{short} <{r.module}>` "
+                f"| {_claims_cell(r)} | {figures}{sweep} |")
         out.append("")
     return "\n".join(out)
