@@ -94,3 +94,29 @@ def test_refusals_name_the_parameter(monkeypatch):
         torch_epoch.loss_grad(data, A, Pm, weights=[1.0, -1.0, 1.0, 1.0])
     with pytest.raises(P.ParameterError, match="parameter 'W_PV'"):
         torch_epoch.loss_grad(data, A, Pm[:, :2])
+
+
+def test_training_on_a_torch_device_equals_the_kernel(monkeypatch):
+    """``run(device=...)``: any device but "cpu" trains through the torch epoch ("cpu:0" runs it here, as
+    "cuda" does on a GPU); the trained parameters equal the kernel's at complex128."""
+    from companion.mesa.train import RunConfig, train
+
+    cfg = dict(law="gaussian", d=3, T=12, m=64, m_test=32, a0=0.5, b0=1.5, lr=1e-3, epochs=6, test_every=3,
+               dtype="complex128", seed=4)
+    kernel = train(RunConfig(**cfg))
+    calls = []
+    real = torch_epoch.loss_grad
+    monkeypatch.setattr(torch_epoch, "loss_grad", lambda *a, **k: calls.append(k["device"]) or real(*a, **k))
+    on_torch = train(RunConfig(**cfg, device="cpu:0"))
+    assert calls and set(calls) == {"cpu:0"}
+    assert np.allclose(on_torch.ab, kernel.ab, rtol=1e-10, atol=0)
+    assert _rel(torch.as_tensor(on_torch.W_KQ), torch.as_tensor(kernel.W_KQ)) < 1e-10
+    assert np.allclose(on_torch.train_loss, kernel.train_loss, rtol=1e-10, atol=0)
+
+
+def test_a_cuda_run_without_cuda_is_refused_naming_device(monkeypatch):
+    from companion.mesa.train import RunConfig
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(P.ParameterError, match="device"):
+        RunConfig(device="cuda").validated()

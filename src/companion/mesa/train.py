@@ -23,7 +23,7 @@ import torch
 from companion import params as P
 from companion.cache import cache_dir as _cache_dir
 from companion.cache import import_closure as _import_closure
-from companion.mesa import kernels, theory
+from companion.mesa import kernels, theory, torch_epoch
 from companion.mesa.data import ARData, check_law, generate
 from companion.mesa.model import loss_fast, loss_grad_fast, ratio_entries
 from companion.seeds import MESA_INIT, MESA_TEST_DATA, MESA_TRAIN_DATA
@@ -73,6 +73,7 @@ class RunConfig:
     dtype: str = "complex64"
     check_lr: bool = True  # refuse step sizes beyond the stability bound before training (diagonal init)
     chunk: int = 10_000  # sequences per kernel call (memory only; results do not depend on it)
+    device: str = "cpu"  # "cpu": the fused kernel; any other torch device ("cuda", "cpu:0"): the torch epoch on it
 
     def validated(self) -> RunConfig:
         law = check_law(self.law)
@@ -95,6 +96,7 @@ class RunConfig:
         P.choice("dtype", self.dtype, ["complex64", "complex128"])
         P.integer("chunk", self.chunk, min=1)
         P.boolean("check_lr", self.check_lr)
+        torch_epoch.check_device(self.device)
         return self
 
 
@@ -268,7 +270,10 @@ def _train(cfg: RunConfig) -> TrainResult:
         gA = torch.zeros_like(W_KQ)
         gP = torch.zeros_like(W_PV)
         for sub in chunks:
-            L, a_, p_ = loss_grad_fast(sub, W_KQ, W_PV)
+            if cfg.device == "cpu":
+                L, a_, p_ = loss_grad_fast(sub, W_KQ, W_PV)
+            else:
+                L, a_, p_ = torch_epoch.loss_grad(sub, W_KQ, W_PV, device=cfg.device)
             w = sub.m / cfg.m
             gA += w * a_
             gP += w * p_
