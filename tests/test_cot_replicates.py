@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 import torch
 
-from companion.cot import checks, cot_inference, gd_trajectory, make_generator, sample_prompts, teacher_forced_loss
+from companion.cot import cot_inference, gd_trajectory, make_generator, sample_prompts, teacher_forced_loss
+from companion.cot import stats as cot_stats
 from companion.cot.model import lsa, outcome_loss
 from companion.cot.train import evaluate, replicate_seed, train_full, train_looped_isotropic
-from companion.stats import critical
+from companion.stats import critical, median_se
 
 
 def _weights(R, D, seed):
@@ -68,22 +69,22 @@ def test_isotropic_looped_replicates_are_independent_runs():
 
 def test_replicate_errors_give_each_replicate_its_own_prompts():
     res = train_full("cot", 2, 5, 2, 0.3, steps=5, lr=0.01, batch=4, eval_every=5, eval_batch=4, seed=0, replicates=2)
-    e = checks.replicate_errors("cot", res, 2, 50, 9)
+    e = cot_stats.replicate_errors("cot", res, 2, 50, 9)
     assert e.shape == (2, 50)
     p1 = sample_prompts(50, 2, 5, make_generator(replicate_seed(9, 1)))
-    assert np.allclose(e[1], checks.model_errors("cot", res.replicate(1), p1, 2))
+    assert np.allclose(e[1], cot_stats.model_errors("cot", res.replicate(1), p1, 2))
 
 
 def test_standard_error_over_seeds_and_prompts():
     rng = np.random.default_rng(0)
     R, N = 5, 400
     prompts_only = rng.normal(1.0, 1.0, (R, N))
-    m = checks.trained_vs_prediction(prompts_only, 1.0, 0.0)
+    m = cot_stats.trained_vs_prediction(prompts_only, 1.0, 0.0)
     assert m["se_prompts"] == pytest.approx(prompts_only.std(ddof=1) / math.sqrt(R * N))
     # the chosen band is the wider of the seed band (t on R - 1 dof) and the prompts band (z)
     assert critical(4, m["dof"]) * m["se"] >= max(critical(4, R - 1) * m["se_seeds"], 4 * m["se_prompts"]) * (1 - 1e-12)
     seeds = prompts_only + rng.normal(0.0, 0.5, (R, 1))  # a training-seed effect 10x the prompt SE of a mean
-    m = checks.trained_vs_prediction(seeds, 1.0, 0.3)
+    m = cot_stats.trained_vs_prediction(seeds, 1.0, 0.3)
     se_seeds = seeds.mean(1).std(ddof=1) / math.sqrt(R)
     assert m["se_seeds"] == pytest.approx(se_seeds) and m["se"] == pytest.approx(math.hypot(se_seeds, 0.3))
     assert R - 1 < m["dof"] < math.inf and "training seeds" in m["se_from"]  # Welch: the exact MC error adds dof
@@ -100,7 +101,7 @@ def test_the_replicate_band_keeps_the_level_of_four_normal_ses(seed_sd):
     inside, naive = [], []
     for _ in range(trials):
         e = rng.exponential(1.0, (R, N)) + rng.normal(0, seed_sd, (R, 1))
-        m = checks.trained_vs_prediction(e, 1.0)
+        m = cot_stats.trained_vs_prediction(e, 1.0)
         inside.append(abs(m["mean"] - 1.0) <= critical(4, m["dof"]) * m["se"])
         naive.append(abs(m["mean"] - 1.0) <= 4 * max(m["se_seeds"], m["se_prompts"]))
     assert np.mean(inside) >= 0.998
@@ -111,9 +112,9 @@ def test_the_replicate_band_keeps_the_level_of_four_normal_ses(seed_sd):
 def test_replicate_median():
     rng = np.random.default_rng(2)
     e = rng.exponential(1.0, (4, 2000)) * np.array([[1.0], [1.5], [1.0], [1.5]])
-    med, se, dof = checks.replicate_median(e)
+    med, se, dof = cot_stats.replicate_median(e)
     meds = np.median(e, axis=1)
     assert med == pytest.approx(meds.mean(), rel=1e-2)
     assert se == pytest.approx(meds.std(ddof=1) / 2, rel=2e-2) and dof == 3  # the seeds dominate: t on 3 dof
-    one = checks.replicate_median(e[0])
-    assert one[:2] == checks.median_se(e[0]) and one[2] == math.inf
+    one = cot_stats.replicate_median(e[0])
+    assert one[:2] == median_se(e[0]) and one[2] == math.inf
