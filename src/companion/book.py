@@ -44,7 +44,7 @@ import yaml
 
 from companion.mesa import kernels
 
-from . import cache
+from . import cache as run_cache
 from . import notebooks as nbs
 from .mesa.paper import paper_runs, warm_run_cache
 from .paths import repo_root
@@ -67,7 +67,7 @@ def code_hash(root: Path | None = None) -> str:
     package sources and numerical stack (:func:`companion.cache.source_hash`) and the pinned stack."""
 
     root = root or repo_root()
-    h = hashlib.sha256(cache.source_hash().encode())
+    h = hashlib.sha256(run_cache.source_hash().encode())
     for f in (root / "constraints.txt", root / "pyproject.toml"):
         if f.is_file():
             h.update(f.name.encode())
@@ -199,7 +199,7 @@ def pre_execute(root: Path, jobs: int = 2, warm_mesa: bool = True) -> dict[str, 
     if not todo:
         return done
 
-    if warm_mesa and any("/mesa/" in str(p) for p in todo) and cache.cache_dir() is not None:
+    if warm_mesa and any("/mesa/" in str(p) for p in todo) and run_cache.cache_dir() is not None:
         # the mesa notebooks share training runs: compute them once, in parallel, into the run cache first
 
         print(f"companion book: {len(paper_runs())} mesa training runs into the run cache, {jobs} at a time", flush=True)
