@@ -46,6 +46,11 @@ def copy_book_frame(dest: Path, toc_notebooks: list[str], execute: str) -> None:
     toc["parts"].insert(1, {"caption": "Notebooks", "chapters": [{"file": f"notebooks/{n}"} for n in toc_notebooks]})
     (dest / "_toc.yml").write_text(yaml.safe_dump(toc, sort_keys=False))
     (dest / "notebooks").mkdir(exist_ok=True)
+    # the generated pages that book/ includes (`companion book` writes them from the records of its build)
+    (dest / "_build").mkdir(exist_ok=True)
+    for page in ("verdicts.md", "glance.md"):
+        if not (dest / "_build" / page).is_file():
+            (dest / "_build" / page).write_text("Written when the notebooks of this build have run.\n")
 
 
 def build_smoke_site(root: Path, names: list[str], smoke_runs: dict) -> dict:
@@ -69,6 +74,7 @@ def build_smoke_site(root: Path, names: list[str], smoke_runs: dict) -> dict:
         records += read_run(out)["records"]
     (root / "_build").mkdir(parents=True, exist_ok=True)
     (root / "_build" / book.VERDICT_PAGE).write_text(book.verdict_table(names, records, []))
+    (root / "_build" / book.GLANCE_PAGE).write_text(book.glance_table(records))
     proc = subprocess.run([JB, "build", str(root), "-n", "-W", "--keep-going"], capture_output=True, text=True)
     summary = book.collect_results(root / "_build", names)
     return {"root": root, "html": root / "_build" / "html", "returncode": proc.returncode,

@@ -99,6 +99,11 @@ def test_the_whole_book_builds_strictly(smoke_site):
     summary = smoke_site["summary"]
     assert not summary["missing"], summary
     assert not summary["failed"], summary
+    # the Results at a glance: one row per registered result, each with records in this build
+    from companion.where import all_results
+
+    glance = (html / "book" / "glance.html").read_text()
+    assert glance.count("cv-glance-result") == len(all_results()) and "no records in this build" not in glance
     # the build's results are published with the site, where the dashboard links them
     assert (html / "results" / "all.jsonl").is_file() and (html / "results" / "summary.json").is_file()
     for name in ("CITATION.cff", "LICENSE"):
@@ -132,10 +137,10 @@ def _records():
     base = dict(notebook="mesa/prop4_1_gaussian", predicted=0.2, measured=0.21, tolerance=0.02, comparison="abs",
                 error=0.01, passed=True, se=0.005, z=4.0, floor=0.0, parameters={"seed": 1})
     return [
-        dict(base, claim="ratio_T10_sampling_leak", kind="statistical", status="passed",
+        dict(base, claim="ratio_T10_sampling_leak", kind="statistical", status="passed", target="trained",
              quantity="trained ratio at T = 10 | vs c*(T)", reason="4 SE over\n\nreplicate seeds",
              falsifier="T -> infinity constant 1/5", falsifier_value=0.25, z_theory=2.0, z_falsifier=8.0),
-        dict(base, claim="kernel_identity", kind="identity", status="passed", quantity="fast vs naive",
+        dict(base, claim="kernel_identity", kind="identity", status="passed", quantity="fast vs naive", target="closed_form",
              reason="round-off", comparison="rel", tolerance=1e-12, se=None, z=None),
         dict(base, claim="floor_bound", kind="bound", status="not_resolvable", quantity="loss above the floor",
              reason="round-off", comparison="lower", tolerance=0.0, predicted=3.5773e-14, measured=4.1e-14),
@@ -177,6 +182,13 @@ def test_dashboard_counts_kinds_and_statuses_and_links_the_results():
     assert "href='../notebooks/mesa/prop4_1_gaussian.html#verdict-mesa-prop4-1-gaussian'" in page
     assert "<script>" in page and "cv-filter" in page
     assert "No verdict was recorded for cot/setup" in page
+    # ... and per target (the bound's record has none: an old record, or a notebook outside the registries)
+    assert "By what they measured (the target of each claim in its result's manifest): 1 trained, 1 closed form, " \
+           "1 none." in page
+    by_target = page[page.index("cv-summary-target"):]
+    assert re.search(r"<th scope='row'>trained</th><td class='cv-num'>1</td>", by_target)
+    assert "<select id='cv-target'>" in page and "data-target-name='trained'" in page
+    assert "statistical<br><small class='cv-target'>trained</small>" in page, "the target under the kind"
 
 
 def test_the_papers_numbers_replace_the_books():
@@ -282,3 +294,56 @@ def test_the_table_shows_the_t_band_of_a_few_dof_claim(tmp_path):
                   reason="r")
     html = verdict_table_html([r.__dict__ for r in v.records])
     assert html.count("band 32.6") == 1 and html.count("cv-band") == 1
+
+
+# ------------------------------------------------------------------------------------- results at a glance
+def _glance_specs():
+    from companion.claims import ResultSpec
+
+    return (ResultSpec("mesa", "Theorem 4.1", "emergence", "mesa-thm-4-1", "mesa/a", "companion.mesa.results.a"),
+            ResultSpec("mesa", "Theorem 4.2", "capability", "mesa-thm-4-2", "mesa/b", "companion.mesa.results.b"),
+            ResultSpec("cot", "Theorem 3.1", "no CoT", "cot-thm-3-1", "cot/c", "companion.cot.results.c"))
+
+
+def _stat(nb, claim, zf, status="passed", target="trained", headline=True, **kw):
+    return dict(dict(notebook=nb, claim=claim, kind="statistical", status=status, target=target, headline=headline,
+                     predicted=0.25, measured=0.2512, se=0.001, falsifier="c*(inf)", falsifier_value=0.2,
+                     z_theory=1.2, z_falsifier=zf, crit=4.0, dof=None, z=4.0), **kw)
+
+
+def test_glance_shows_each_results_decisive_claim_or_says_there_is_none():
+    from companion.report import decisive_claim, glance_markdown
+
+    a = [_stat("mesa/a", "ab_near", 12.0), _stat("mesa/a", "ab_far", 51.2),
+         _stat("mesa/a", "not_headline", 900.0, headline=False),
+         _stat("mesa/a", "wide_band", 400.0, status="not_resolvable", crit=17.5),
+         _stat("mesa/a", "population", 800.0, target="reduced")]
+    b = [_stat("mesa/b", "mc_only", 30.0, target="monte_carlo"), _stat("mesa/b", "mc_nr", 90.0, target="monte_carlo",
+                                                                      status="not_resolvable")]
+    assert decisive_claim(a) == (a[1], True)
+    assert decisive_claim(b) == (b[0], False), "passed before not resolvable"
+    page = glance_markdown(_glance_specs(), a + b)
+    assert "**1 of 3 results** have a decisive claim on a trained model" in page
+    assert page.index("Paper 1: mesa") < page.index("Theorem 4.1") < page.index("Paper 2") < page.index("Theorem 3.1")
+    rows = re.findall(r"<tr[ >].*?</tr>", page)[1:]  # after the first header
+    rows = [r for r in rows if "<th scope='col'>" not in r]
+    assert len(rows) == 3, "one row per result"
+    ra, rb, rc = rows
+    assert "ab_<wbr>far" in ra and "0.2512<br>± 0.001" in ra and "0.25<br><small>(1.2 SE)</small>" in ra
+    assert "c*(inf) = 0.2<br><small>(51.2 SE)</small>" in ra and "band 4.0 SE" in ra and "cv-badge cv-passed" in ra
+    assert "href='../notebooks/mesa/a.html#verdict-mesa-a'" in ra and "no decisive claim" not in ra
+    assert "mc_<wbr>only" in rb and "on monte carlo" in rb and "no decisive claim on a trained model yet" in rb
+    assert "no records in this build" in rc and "href" not in rc  # its page may not be in this build
+
+
+def test_the_glance_page_lists_every_registered_result():
+    from companion.where import all_results
+
+    page = book.glance_table([])
+    specs = all_results()
+    assert page.count("no records in this build") == len(specs) >= 15
+    for spec in specs:
+        assert f"<b>{spec.number}</b>" in page or f"<b>{spec.number.replace('&', '&amp;')}</b>" in page
+    toc = (ROOT / "_toc.yml").read_text()
+    assert "- file: book/glance\n      - file: book/verdicts" in toc
+    assert "{include} ../_build/glance.md" in (ROOT / "book" / "glance.md").read_text()

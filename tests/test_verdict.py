@@ -6,7 +6,9 @@ import math
 
 import pytest
 
-from companion.verdict import KINDS, Verdict, VerdictError
+from companion.claims import ClaimSpec, ResultSpec
+from companion.stats import critical
+from companion.verdict import KINDS, MAX_CRIT, Verdict, VerdictError, result_of
 
 
 def make(tmp_path, manifest=("a",)):
@@ -22,7 +24,8 @@ CASES = [  # (method, kwargs without measured, a passing measured value, the sig
     ("statistical", dict(predicted=1.0, se=0.01, falsifier="f", falsifier_value=0.0, comparison="upper"), 0.5, +1),
     ("bound", dict(bound=1.0, comparison="upper", tolerance=1e-12), 0.9, +1),
     ("bound", dict(bound=1.0, comparison="lower", se=0.1, z=3), 1.2, -1),
-    ("qualitative", dict(predicted=0.0, comparison="lower", tolerance=0.0, falsifier="no effect"), 0.3, -1),
+    ("qualitative", dict(predicted=0.0, comparison="lower", tolerance=0.0, falsifier="no effect", falsifier_value=0.0),
+     0.3, -1),
 ]
 
 
@@ -162,3 +165,103 @@ def test_band_words_agree_with_the_verdicts_band(tmp_path):
                           falsifier_value=1.0, reason=band_words(dof))
         assert (r.dof is None) == r.reason.startswith("normal"), (claim, r.dof, r.reason)
     assert band_words(7.25) == "Student-t on 7.25 degrees of freedom"
+
+
+# ------------------------------------------------------------------------ targets from the result's CLAIMS
+TOY_RESULT = ResultSpec(
+    paper="toy", number="Theorem 1", title="toy", label="toy-thm-1", notebook="toy/thm1", module="toy.thm1",
+    claims=(ClaimSpec("ab_{law}", "statistical", "trained", headline=True, falsifier="c*(inf)"),
+            ClaimSpec("exact", "numerics", "closed_form"),
+            ClaimSpec("gd_{T:num}", "statistical", "reduced", falsifier="1/5")))
+
+
+def toy(tmp_path, manifest):
+    return Verdict("toy/thm1", manifest=manifest, parameters={}, results_dir=tmp_path, result=TOY_RESULT)
+
+
+def test_each_record_takes_its_target_from_the_spec_its_id_matches(tmp_path):
+    v = toy(tmp_path, ["ab_sparse", "exact", "gd_10", "gd_1p5"])
+    ab = v.statistical("ab_sparse", quantity="q", predicted=1.0, measured=1.0, se=0.01, falsifier="f",
+                       falsifier_value=2.0, reason="r")
+    ex = v.numerics("exact", quantity="q", predicted=0.0, measured=0.0, tolerance=1e-12, reason="r")
+    gd = v.statistical("gd_10", quantity="q", predicted=1.0, measured=1.0, se=0.01, falsifier="f",
+                       falsifier_value=2.0, reason="r")
+    na = v.not_applicable("gd_1p5", kind="statistical", quantity="q", reason="needs T >= 2")
+    assert (ab.target, ex.target, gd.target, na.target) == ("trained", "closed_form", "reduced", "reduced")
+    assert ab.headline and not gd.headline, "the spec's headline makes the record a headline"
+    v.finish(display=False)
+    recs = [json.loads(x) for x in (tmp_path / "toy__thm1.jsonl").read_text().splitlines()]
+    assert [r["target"] for r in recs] == ["trained", "closed_form", "reduced", "reduced"]
+
+
+@pytest.mark.parametrize("call, message", [
+    # an id that matches no spec ({T:num} takes a number only)
+    (lambda v: v.numerics("gd_x", quantity="q", predicted=0, measured=0, tolerance=0, reason="r"),
+     r"gd_x: matches no claim of toy\.thm1\.CLAIMS"),
+    # the spec says statistical
+    (lambda v: v.numerics("ab_gauss", quantity="q", predicted=0, measured=0, tolerance=0, reason="r"),
+     r"ab_gauss: recorded as numerics, but toy\.thm1\.CLAIMS declares 'ab_\{law\}' statistical"),
+    (lambda v: v.not_applicable("exact", kind="bound", quantity="q", reason="r"),
+     "exact: recorded as bound, but .* declares 'exact' numerics"),
+    # a headline the manifest does not declare
+    (lambda v: v.statistical("gd_5", quantity="q", predicted=1.0, measured=1.0, se=0.01, falsifier="f",
+                             falsifier_value=2.0, reason="r", headline=True),
+     "gd_5: recorded as a headline, but .* does not make 'gd_\\{T:num\\}' one"),
+])
+def test_a_claim_its_result_does_not_declare_fails_the_notebook_in_one_line(tmp_path, call, message):
+    v = toy(tmp_path, ["gd_x", "ab_gauss", "exact", "gd_5"])
+    rec = call(v)
+    v.manifest = [rec.claim]  # declared: only the spec check can fail it
+    assert rec.status != "failed" and not v.passed
+    with pytest.raises(VerdictError, match=message) as err:
+        v.finish(display=False)
+    assert len([ln for ln in str(err.value).splitlines()[1:] if rec.claim in ln]) == 1
+
+
+def test_the_result_of_a_notebook_comes_from_its_papers_registry(tmp_path):
+    spec = result_of("mesa/thm4_3_masking")
+    assert spec.module == "companion.mesa.results.thm4_3" and result_of("paper/nb") is None
+    with pytest.raises(KeyError, match="no result of companion.cot.results"):
+        result_of("cot/no_such_page")
+    v = Verdict("mesa/thm4_3_masking", manifest=["ab_masked"], parameters={}, results_dir="")
+    rec = v.statistical("ab_masked", quantity="q", predicted=0.5, measured=0.5, se=0.01, falsifier="f",
+                        falsifier_value=1.0, reason="r")
+    assert rec.target == spec.spec_of("ab_masked").target == "trained"
+
+
+# ------------------------------------------------------------------- crit <= 8, falsifiers with their values
+def test_a_statistical_claim_passes_only_with_a_band_of_at_most_8_se(tmp_path):
+    v = make(tmp_path, ["d7", "d8", "wide_fail", "wide_sep", "bound7"])
+    kw = dict(quantity="q", predicted=0.0, se=0.01, z=4, falsifier="f", falsifier_value=1.0, reason="r")
+    assert critical(4, 7) > MAX_CRIT > critical(4, 8)
+    d7 = v.statistical("d7", measured=0.01, dof=7, **kw)  # falsifier 99 SE away, band 8.47 SE
+    assert d7.status == "not_resolvable" and d7.passed and "band is 8.47 SE" in d7.note
+    d8 = v.statistical("d8", measured=0.01, dof=8, **kw)
+    assert d8.status == "passed" and d8.note is None
+    # a theory the data reject still fails, however wide the band
+    assert v.statistical("wide_fail", measured=2.0, dof=2, **kw).status == "failed"  # 200 SE, band 125.6
+    assert v.statistical("wide_sep", measured=0.0, **dict(kw, z=9)).status == "not_resolvable"  # z itself above 8
+    # the rule is the statistical kind's: a bound with few dof is judged by its band alone
+    b = v.bound("bound7", quantity="q", bound=1.0, measured=0.9, comparison="upper", se=0.01, dof=7, reason="r")
+    assert b.status == "passed"
+
+
+def test_a_falsifier_without_a_value_is_never_rejected(tmp_path):
+    v = make(tmp_path, ["s", "q", "b", "plain"])
+    s = v.statistical("s", quantity="q", predicted=0.0, measured=0.0, se=0.01, falsifier="c*(inf)", reason="r")
+    assert s.status == "not_resolvable" and s.passed and "falsifier has no value" in s.note
+    q = v.qualitative("q", quantity="q", predicted=0.0, measured=5.0, comparison="lower", tolerance=0.0,
+                      falsifier="no effect", reason="r")
+    assert q.status == "not_resolvable" and q.falsifier_value is None
+    b = v.bound("b", quantity="q", bound=1.0, measured=0.5, comparison="upper", tolerance=0.0, falsifier="f",
+                reason="r")
+    assert b.status == "not_resolvable"
+    # a bound that names no falsifier has nothing to separate the theorem from: it passes
+    plain = v.bound("plain", quantity="q", bound=1.0, measured=0.5, comparison="upper", tolerance=0.0, reason="r")
+    assert plain.status == "passed" and plain.note is None
+    # every statistical claim names its falsifier; a value needs a name
+    with pytest.raises(ValueError, match="names its falsifier"):
+        v.statistical("x", quantity="q", predicted=0, measured=0, se=1, falsifier="", reason="r")
+    with pytest.raises(ValueError, match="falsifier value needs the falsifier's name"):
+        v.bound("y", quantity="q", bound=1.0, measured=0.5, comparison="upper", tolerance=0.0, falsifier_value=2.0,
+                reason="r")

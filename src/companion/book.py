@@ -16,8 +16,10 @@
 4. **Results.** Every verdict table carries its records in the output metadata; they are read back
    from the executed notebooks of *this* build (``_build/jupyter_execute``) and written to
    ``_build/results/<notebook>.jsonl`` and ``_build/results/all.jsonl``, with a summary, and published
-   with the site (``_build/html/results/``). A notebook in the table of contents without records, or any
-   failed claim, makes the command fail.
+   with the site (``_build/html/results/``); the "Every claim" page (``_build/verdicts.md``) and the
+   "Results at a glance" page (``_build/glance.md``, one row per numbered result of both registries) are
+   written from them. A notebook in the table of contents without records, or any failed claim, makes the
+   command fail.
 5. **Checks and the PDF.** Headless Chromium renders every page to catch TeX errors, then prints the whole
    book (a single-page build from the same doctrees) to ``_build/html/companion.pdf``, offline.
 
@@ -48,14 +50,15 @@ from . import cache as run_cache
 from . import notebooks as nbs
 from .mesa.paper import paper_runs, warm_run_cache
 from .paths import repo_root
-from .report import RESULTS_URL, counts, dashboard_markdown
+from .report import RESULTS_URL, counts, dashboard_markdown, glance_markdown
 from .sphinx_ext import encrypted_kernels
 from .sweeps_page import guard_cache as guard_sweeps_page
 from .text import slug
 from .verdict import METADATA_KEY
+from .where import all_results
 
-__all__ = ["code_hash", "guard_cache", "toc_pages", "pre_execute", "collect_results", "publish_results", "verdict_table", "find_browser",
-           "check_math", "make_pdf", "build", "PDF_NAME", "CHROMIUM_FLAGS"]
+__all__ = ["code_hash", "guard_cache", "toc_pages", "pre_execute", "collect_results", "publish_results", "verdict_table",
+           "glance_table", "find_browser", "check_math", "make_pdf", "build", "PDF_NAME", "CHROMIUM_FLAGS"]
 
 CACHE_DIR = Path("_build/.jupyter_cache")
 DOCTREES = Path("_build/.doctrees")  # Sphinx's environment: which pages it has read, and when
@@ -255,6 +258,7 @@ def collect_results(build_dir: Path, names: list[str] | None = None) -> dict:
     summary.update(counts(everything))
     (results / "summary.json").write_text(json.dumps(summary, indent=2))
     (build_dir / VERDICT_PAGE).write_text(verdict_table(names, everything, summary["missing"]))
+    (build_dir / GLANCE_PAGE).write_text(glance_table(everything))
     publish_results(build_dir)
     return summary
 
@@ -279,6 +283,17 @@ def verdict_table(names: list[str], records: list[dict], missing: list[str]) -> 
     """MyST for the "Every claim" page (:func:`companion.report.dashboard_markdown`)."""
 
     return dashboard_markdown(names, records, missing)
+
+
+GLANCE_PAGE = "glance.md"  # included by book/glance.md from ../_build/glance.md
+
+
+def glance_table(records: list[dict]) -> str:
+    """MyST for the "Results at a glance" page: one row per result of both registries
+    (:func:`companion.where.all_results`), its decisive claim among ``records``
+    (:func:`companion.report.glance_markdown`)."""
+
+    return glance_markdown(all_results(), records)
 
 
 PDF_NAME = "companion.pdf"  # the whole book, at the root of the site (linked from the front page)
@@ -426,17 +441,20 @@ def build(root: Path | None = None, *, strict: bool = True, force: bool = False,
     if strict:
         cmd += ["-n", "-W", "--keep-going"]
     cmd += list(extra_args)
-    page = root / "_build" / VERDICT_PAGE
+    page, glance = root / "_build" / VERDICT_PAGE, root / "_build" / GLANCE_PAGE
     if not page.is_file():
         page.write_text("The table of verdicts is written when the notebooks of this build have run.\n")
-    before = page.read_text()
+    if not glance.is_file():
+        glance.write_text("The results at a glance are written when the notebooks of this build have run.\n")
+    before = page.read_text(), glance.read_text()
     print("+", " ".join(cmd), flush=True)
     t0 = time.perf_counter()
     status = subprocess.call(cmd, cwd=root)
     summary = collect_results(root / "_build", nbs.all_notebooks(root, toc_only=True))
-    if page.read_text() != before:
-        # second, incremental pass: only the "Every claim" page (it includes the new table) is rebuilt
-        print("+ (verdict table changed) " + " ".join(cmd), flush=True)
+    if (page.read_text(), glance.read_text()) != before:
+        # second, incremental pass: only the "Every claim" and "Results at a glance" pages (they include the
+        # new tables) are rebuilt
+        print("+ (verdict tables changed) " + " ".join(cmd), flush=True)
         status = subprocess.call(cmd, cwd=root) or status
     seconds = time.perf_counter() - t0
     print(

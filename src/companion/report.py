@@ -4,7 +4,9 @@ dashboard of a build. One home for both (the notebook table and the dashboard sh
 Both are raw HTML inside Markdown (a CommonMark HTML block: no blank line inside), so that the table can
 fit the text column: the verdict and the tolerance come first, the claim id is short (its full text is
 in its ``title``), and the quantity, the reason and the falsifier sit in a full-width details row under
-each claim. The classes are styled by ``companion/_static/companion.css`` (registered by
+each claim. Each claim shows its target (what was measured: :data:`companion.claims.TARGETS`) under its
+kind; the dashboard counts the claims per kind and per target. The "Results at a glance" page
+(:func:`glance_markdown`) shows one row per numbered result: its decisive claim. The classes are styled by ``companion/_static/companion.css`` (registered by
 :mod:`companion.sphinx_ext`); on a phone the rows stack. The dashboard carries a small inline script
 (no network) that filters and sorts the claims.
 """
@@ -15,22 +17,25 @@ import html
 import math
 from collections import Counter
 
-from .claims import EVIDENCE_KINDS, KINDS, STATUSES
+from .claims import EVIDENCE_KINDS, KINDS, STATUSES, TARGETS, ResultSpec
 from .text import label, short_number, slug
+from .where import PAPERS
 
 __all__ = ["verdict_label", "verdict_table_markdown", "verdict_table_html", "dashboard_markdown", "counts",
-           "fmt_number", "tolerance_text", "RESULTS_URL"]
+           "fmt_number", "tolerance_text", "RESULTS_URL", "decisive_claim", "glance_markdown"]
 
 RESULTS_URL = "results"  # the build's JSON lines, published under _build/html/results/
 
 _STATUS = {"passed": "passed", "failed": "FAILED", "not_resolvable": "not resolvable",
            "not_applicable": "not applicable"}
 _COLUMNS = [  # (key for sorting, header, title of the header)
-    ("status", "verdict", "passed, FAILED, not resolvable (the falsifier is not rejected) or not applicable"),
+    ("status", "verdict", "passed, FAILED, not resolvable (the falsifier is not rejected, has no value, or the band "
+     "of a statistical claim is wider than 8 SE) or not applicable"),
     ("tolerance", "tolerance", "± t: |measured − predicted| ≤ t (rel.: t·|predicted|); ≤ p + t, ≥ p − t: bounds on "
      "the measured value (p: the predicted bound)"),
     ("claim", "claim", "the claim id; hover for what it measures"),
-    ("kind", "kind", "identity (implementation test), numerics, statistical, bound or qualitative"),
+    ("kind", "kind", "identity (implementation test), numerics, statistical, bound or qualitative; under it the "
+     "target: what was measured (trained transformer, reduced model, closed form, Monte Carlo, ODE)"),
     ("predicted", "predicted", "the theory's value (the bound, for a bound)"),
     ("measured", "measured", "the simulation's value"),
     ("z_falsifier", "falsifier", "distance of the measurement from the falsifier's value, in standard errors (with "
@@ -99,10 +104,17 @@ def _band(r: dict) -> str:
            f"{r['dof']:.3g} degrees of freedom at the level of z = {fmt_number(r.get('z'))}'>band {r['crit']:.1f}</span>"
 
 
+def _target(r: dict) -> str:
+    return r.get("target") or "none"
+
+
 def _details(r: dict) -> str:
     parts = [f"<span class='cv-quantity'>{_esc(r.get('quantity', ''))}</span>"]
     if r.get("reason"):
         parts.append(f"<span class='cv-reason'><b>Why:</b> {_esc(r['reason'])}</span>")
+    if r.get("note"):
+        parts.append(f"<span class='cv-note'><b>{_STATUS.get(_status(r), '').capitalize()}:</b> "
+                     f"{_esc(r['note'])}</span>")
     if r.get("falsifier"):
         f = _esc(r["falsifier"])
         if r.get("falsifier_value") is not None:
@@ -146,13 +158,15 @@ def _claim_rows(r: dict, href: str) -> str:
         f"<td class='cv-tol' data-label='tolerance'>{tolerance_text(r)}</td>",
         f"<td class='cv-claim' data-label='claim'><a href='{_esc(href)}' title='{_esc(r.get('quantity', ''))}'>"
         f"<code>{short}</code></a></td>",
-        f"<td class='cv-kind' data-label='kind'>{_esc(r.get('kind', '?'))}</td>",
+        f"<td class='cv-kind' data-label='kind'>{_esc(r.get('kind', '?'))}<br>"
+        f"<small class='cv-target'>{_esc(_target(r).replace('_', ' '))}</small></td>",
         f"<td class='cv-num' data-label='predicted'>{fmt_number(r.get('predicted'))}</td>",
         f"<td class='cv-num' data-label='measured'>{fmt_number(r.get('measured'))}</td>",
         f"<td class='cv-num' data-label='falsifier'>{_falsifier_distance(r)}{_band(r)}</td>",
     ]
     return (f"<tbody class='cv-claim-group cv-row-{st}' id='{_esc(claim_anchor(nb, claim))}' "
             f"data-notebook='{_esc(nb)}' data-kind-name='{_esc(r.get('kind', '?'))}' "
+            f"data-target-name='{_esc(_target(r))}' "
             f"data-status-name='{_esc(st)}' {data}>"
             f"<tr class='cv-main'>{''.join(cells)}</tr>"
             f"<tr class='cv-details'><td colspan='{len(_COLUMNS)}'>{_details(r)}</td></tr></tbody>")
@@ -198,39 +212,44 @@ def verdict_table_markdown(records: list[dict]) -> str:
 
 
 def counts(records: list[dict]) -> dict:
-    """Claims per kind and per status."""
+    """Claims per kind, per target (``"none"``: a record without one) and per status."""
     return {"kinds": dict(Counter(r.get("kind", "?") for r in records)),
+            "targets": dict(Counter(_target(r) for r in records)),
             "statuses": dict(Counter(_status(r) for r in records))}
 
 
-def _summary_table(records: list[dict]) -> str:
-    """Claims per kind (rows) and status (columns)."""
-    kinds = [k for k in KINDS if any(r.get("kind") == k for r in records)]
-    kinds += sorted({r.get("kind", "?") for r in records} - set(kinds))
-    table = Counter((r.get("kind", "?"), _status(r)) for r in records)
+def _summary_table(records: list[dict], by: str = "kind") -> str:
+    """Claims per kind or per target (rows, ``by``) and status (columns)."""
+    key = (lambda r: r.get("kind", "?")) if by == "kind" else _target
+    order = KINDS if by == "kind" else TARGETS
+    rows = [k for k in order if any(key(r) == k for r in records)]
+    rows += sorted({key(r) for r in records} - set(rows))
+    table = Counter((key(r), _status(r)) for r in records)
     head = "".join(f"<th scope='col'>{_esc(s.replace('_', ' '))}</th>" for s in STATUSES) + "<th scope='col'>all</th>"
     body = []
-    for k in kinds + ["all"]:
+    for k in rows + ["all"]:
         cells = []
         for s in STATUSES:
             n = sum(v for (kk, ss), v in table.items() if ss == s and (k == "all" or kk == k))
             cells.append(f"<td class='cv-num{' cv-fail' if s == 'failed' and n else ''}'>{n}</td>")
         tot = sum(v for (kk, _), v in table.items() if k == "all" or kk == k)
-        label = _esc(k) + (" <small>(not evidence)</small>" if k == "identity" else "")
+        label = _esc(k.replace("_", " ")) + (" <small>(not evidence)</small>" if k == "identity" else "")
         cls = " class='cv-total'" if k == "all" else ""
         body.append(f"<tr{cls}><th scope='row'>{label}</th>{''.join(cells)}"
                     f"<td class='cv-num'>{tot}</td></tr>")
-    return (f"<div class='cv-wrap cv-wrap-summary'><table class='cv-summary'><thead><tr><th scope='col'>kind</th>{head}</tr></thead>"
-            f"<tbody>{''.join(body)}</tbody></table></div>")
+    return (f"<div class='cv-wrap cv-wrap-summary'><table class='cv-summary cv-summary-{by}'><thead><tr>"
+            f"<th scope='col'>{by}</th>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>")
 
 
 def _filter_bar(names: list[str]) -> str:
     kinds = "".join(f"<option value='{k}'>{k}</option>" for k in KINDS)
+    targets = "".join(f"<option value='{t}'>{t.replace('_', ' ')}</option>" for t in TARGETS)
     stats = "".join(f"<option value='{s}'>{s.replace('_', ' ')}</option>" for s in STATUSES)
     nbs = "".join(f"<option value='{_esc(n)}'>{_esc(n)}</option>" for n in names)
     return ("<form class='cv-filter' id='cv-filter' onsubmit='return false'>"
             "<label>search <input type='search' id='cv-q' placeholder='claim, quantity, reason…'></label>"
             f"<label>kind <select id='cv-kind'><option value=''>all</option>{kinds}</select></label>"
+            f"<label>target <select id='cv-target'><option value=''>all</option>{targets}</select></label>"
             f"<label>verdict <select id='cv-status'><option value=''>all</option>{stats}</select></label>"
             f"<label>notebook <select id='cv-nb'><option value=''>all</option>{nbs}</select></label>"
             "<span id='cv-shown' aria-live='polite'></span>"
@@ -243,6 +262,7 @@ _SCRIPT = """<script>
   function ready(f) { if (document.readyState !== 'loading') f(); else document.addEventListener('DOMContentLoaded', f); }
   ready(function () {
     var q = document.getElementById('cv-q'), kind = document.getElementById('cv-kind'),
+        tg = document.getElementById('cv-target'),
         st = document.getElementById('cv-status'), nb = document.getElementById('cv-nb'),
         shown = document.getElementById('cv-shown');
     if (!q) return;
@@ -252,6 +272,7 @@ _SCRIPT = """<script>
       claims.forEach(function (b) {
         var ok = (!text || b.textContent.toLowerCase().indexOf(text) >= 0 || b.id.toLowerCase().indexOf(text) >= 0) &&
                  (!kind.value || b.dataset.kindName === kind.value) &&
+                 (!tg.value || b.dataset.targetName === tg.value) &&
                  (!st.value || b.dataset.statusName === st.value) &&
                  (!nb.value || b.dataset.notebook === nb.value);
         b.hidden = !ok; if (ok) n++;
@@ -266,7 +287,7 @@ _SCRIPT = """<script>
       });
       shown.textContent = n + ' of ' + claims.length + ' claims shown';
     }
-    [q, kind, st, nb].forEach(function (el) { el.addEventListener('input', apply); el.addEventListener('change', apply); });
+    [q, kind, tg, st, nb].forEach(function (el) { el.addEventListener('input', apply); el.addEventListener('change', apply); });
     document.querySelectorAll('table.cv-dash thead th[data-sort]').forEach(function (th) {
       th.tabIndex = 0;
       function sort() {
@@ -307,11 +328,13 @@ def notebook_href(name: str, from_dir: str = "book") -> str:
 
 
 def dashboard_markdown(names: list[str], records: list[dict], missing: list[str]) -> str:
-    """MyST for the "Every claim" page: a summary of claims per kind and status, a filter bar, then per
-    notebook one table of its claims grouped by kind; each claim links to its notebook's verdict section."""
+    """MyST for the "Every claim" page: a summary of claims per kind and status and per target and status, a
+    filter bar, then per notebook one table of its claims grouped by kind; each claim links to its notebook's
+    verdict section."""
     c = counts(records)
     ev = sum(v for k, v in c["kinds"].items() if k in EVIDENCE_KINDS)
     kinds = ", ".join(f"{c['kinds'][k]} {k}" for k in KINDS if k in c["kinds"])
+    targets = ", ".join(f"{c['targets'][t]} {t.replace('_', ' ')}" for t in (*TARGETS, "none") if t in c["targets"])
     stats = ", ".join(f"**{c['statuses'][s]} {s.replace('_', ' ')}**" for s in STATUSES if s in c["statuses"])
     lines = [
         f"This build checked **{len(records)} claims** in **{len(names) - len(missing)} notebooks** ({kinds}): "
@@ -319,11 +342,15 @@ def dashboard_markdown(names: list[str], records: list[dict], missing: list[str]
         f"{c['kinds'].get('identity', 0)} identities are implementation tests"
         + (f". No verdict was recorded for {', '.join(missing)}." if missing else "."),
         "",
+        f"By what they measured (the target of each claim in its result's manifest): {targets}.",
+        "",
         f"The records of this build, one JSON object per claim: <a class='cv-results-link' "
         f"href='../{RESULTS_URL}/all.jsonl' download>all.jsonl</a> (every claim), "
         f"<a href='../{RESULTS_URL}/summary.json'>summary.json</a>, and one file per notebook (linked below).",
         "",
         _summary_table(records),
+        "",
+        _summary_table(records, by="target"),
         "",
         _filter_bar([n for n in names if n not in missing]),
         "",
@@ -339,6 +366,8 @@ def dashboard_markdown(names: list[str], records: list[dict], missing: list[str]
             "",
             f"{{ref}}`Verdict section of this notebook <{verdict_label(name)}>` — "
             + ", ".join(f"{cn['kinds'][k]} {k}" for k in KINDS if k in cn["kinds"]) + "; "
+            + ", ".join(f"{cn['targets'][t]} {t.replace('_', ' ')}" for t in (*TARGETS, "none") if t in cn["targets"])
+            + "; "
             + ", ".join(f"{cn['statuses'][s]} {s.replace('_', ' ')}" for s in STATUSES if s in cn["statuses"])
             + f" · <a href='../{RESULTS_URL}/{slug(name)}.jsonl' download>{slug(name).replace('_', '&#95;')}.jsonl</a>",
             "",
@@ -346,4 +375,103 @@ def dashboard_markdown(names: list[str], records: list[dict], missing: list[str]
             "",
         ]
     lines += [_SCRIPT, ""]
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------- results at a glance
+_STATUS_RANK = {"passed": 0, "not_resolvable": 1, "failed": 2, "not_applicable": 3}
+_KIND_RANK = {"statistical": 0, "bound": 1, "qualitative": 2, "numerics": 3, "identity": 4}
+_TARGET_RANK = {t: i for i, t in enumerate(TARGETS)}
+_PAPER_TITLES = {name: title for name, _, title in PAPERS}
+
+
+def _abs_zf(r: dict) -> float:
+    zf = r.get("z_falsifier")
+    return abs(zf) if isinstance(zf, (int, float)) and math.isfinite(zf) else 0.0
+
+
+def decisive_claim(records: list[dict]) -> tuple[dict | None, bool]:
+    """The claim that decides a result, and whether it is decisive.
+
+    Decisive: a headline statistical claim on a ``trained`` model that passed, the one with the largest
+    ``|z_falsifier|``. Without one, the best headline claim (else the best claim that is evidence): passed before
+    not resolvable before failed before not applicable, statistical before the other kinds, a trained model
+    before the other targets, then the largest ``|z_falsifier|``; it is returned with ``False``."""
+    decisive = [r for r in records if r.get("headline") and r.get("kind") == "statistical"
+                and r.get("target") == "trained" and _status(r) == "passed"]
+    if decisive:
+        return max(decisive, key=_abs_zf), True
+    pool = ([r for r in records if r.get("headline")] or [r for r in records if r.get("kind") in EVIDENCE_KINDS]
+            or list(records))
+    if not pool:
+        return None, False
+    return min(pool, key=lambda r: (_STATUS_RANK.get(_status(r), 9), _KIND_RANK.get(r.get("kind"), 9),
+                                    _TARGET_RANK.get(r.get("target"), 9), -_abs_zf(r))), False
+
+
+def _z_text(z) -> str:
+    if z is None:
+        return ""
+    return f"<br><small>({'∞' if z == math.inf else f'{abs(z):.1f}' if abs(z) < 100 else fmt_number(abs(z))} SE)</small>"
+
+
+def _glance_row(spec: ResultSpec, records: list[dict]) -> str:
+    r, decisive = decisive_claim(records)
+    number = f"<b>{_esc(spec.number)}</b>"
+    if r is not None:  # a page without records may not be in this build: no link
+        href = notebook_href(spec.notebook) + "#" + verdict_label(spec.notebook)
+        number = f"<a href='{_esc(href)}' title='the verdict section of {_esc(spec.notebook)}'>{number}</a>"
+    head = f"<td class='cv-glance-result'>{number}<br><small>{_esc(spec.title)}</small></td>"
+    if r is None:
+        return f"<tr>{head}<td colspan='5'>no records in this build</td></tr>"
+    st = _status(r)
+    claim = f"<code>{_esc(r.get('claim', '?')).replace('_', '_<wbr>')}</code><br><small>{_esc(r.get('kind', '?'))}" \
+            f" on {_esc(_target(r).replace('_', ' '))}</small>"
+    if not decisive:
+        claim += "<br><em class='cv-glance-none'>no decisive claim on a trained model yet</em>"
+    measured = fmt_number(r.get("measured"))
+    if r.get("se") is not None:
+        measured += f"<br>± {fmt_number(r['se'])}"
+    predicted = fmt_number(r.get("predicted")) + _z_text(r.get("z_theory"))
+    if r.get("falsifier"):
+        value = r.get("falsifier_value")
+        falsifier = _esc(r["falsifier"]) + (f" = {fmt_number(value)}{_z_text(r.get('z_falsifier'))}"
+                                            if value is not None else " <small>(no value)</small>")
+    else:
+        falsifier = "—"
+    verdict = f"<span class='cv-badge cv-{st}'>{_STATUS.get(st, st)}</span>"
+    if r.get("crit") is not None:
+        verdict += f"<br><small>band {r['crit']:.1f} SE</small>"
+    return (f"<tr class='cv-row-{st}'>{head}<td class='cv-claim' style='overflow-wrap: anywhere'>{claim}</td>"
+            f"<td>{measured}</td><td>{predicted}</td><td>{falsifier}</td>"
+            f"<td>{verdict}</td></tr>")
+
+
+def glance_markdown(results: tuple[ResultSpec, ...] | list[ResultSpec], records: list[dict]) -> str:
+    """MyST for the "Results at a glance" page: per paper, one row per numbered result (``results``, in book
+    order) with its decisive claim (:func:`decisive_claim`) among ``records``: measured ± SE, the prediction and
+    the falsifier with its value (each with its distance from the measurement in SE) and the verdict with its band
+    (the critical number of SE); the result's number links the verdict section of its page. A result without
+    records in this build says so (and links nothing: its page may not be in the build)."""
+    by_nb: dict[str, list[dict]] = {}
+    for r in records:
+        by_nb.setdefault(r.get("notebook", ""), []).append(r)
+    n_decisive = sum(1 for s in results if decisive_claim(by_nb.get(s.notebook, []))[1])
+    lines = [f"**{n_decisive} of {len(results)} results** have a decisive claim on a trained model in this build.", ""]
+    # (header, width): a fixed layout that fits the text column; the result's number links its verdict section
+    heads = (("result", 17), ("decisive claim", 19), ("measured ± SE", 14), ("prediction", 12), ("falsifier", 24),
+             ("verdict", 14))
+    papers: list[str] = []
+    for s in results:
+        if s.paper not in papers:
+            papers.append(s.paper)
+    for paper in papers:
+        rows = [s for s in results if s.paper == paper]
+        lines += [f"## {_PAPER_TITLES.get(paper, paper)}", ""]
+        body = "".join(_glance_row(s, by_nb.get(s.notebook, [])) for s in rows)
+        lines += ["<div class='cv-wrap cv-wrap-summary'><table class='cv-summary cv-glance' "
+                  "style='table-layout: fixed; width: 100%'><colgroup>"
+                  + "".join(f"<col style='width: {w}%'>" for _, w in heads) + "</colgroup><thead><tr>"
+                  + "".join(f"<th scope='col'>{h}</th>" for h, _ in heads)
+                  + f"</tr></thead><tbody>{body}</tbody></table></div>", ""]
     return "\n".join(lines)

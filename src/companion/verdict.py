@@ -14,19 +14,37 @@ A claim is evidence, or it is not a claim. Every claim has a **kind**:
     ``floor``; a standard error from few replicates gives its degrees of freedom (``dof``) and ``z`` becomes
     the Student-t critical value at the same level (:func:`companion.stats.critical`). It names its
     **falsifier**, the plausible wrong answer a sceptic would propose, with that answer's value. The claim
-    *passes* when the theory is accepted **and** the falsifier rejected; when both are accepted, the parameters
-    have no power to separate them and the status is ``not_resolvable`` (never a silent pass); when the theory
-    is rejected it *fails*.
+    *passes* when the theory is accepted **and** the falsifier rejected **and** the critical value ``crit``
+    is at most :data:`MAX_CRIT` (8: at z = 4, 7.5 degrees of freedom or more, e.g. 9 replicates). Otherwise,
+    when the theory is accepted, the status is ``not_resolvable`` (never a silent pass): the falsifier is
+    accepted too (the parameters have no power to separate them), the falsifier has no value, or
+    ``crit > 8`` (a band so wide that it decides nothing); the record's ``note`` says which. When the theory
+    is rejected it *fails*, whatever its ``crit``. A quantity without sampling noise is an identity or a numerics claim, not a
+    statistical one.
 ``bound``
     An inequality a theorem states (``comparison="upper"`` or ``"lower"``), with a round-off or
     statistical tolerance; it may name a falsifier too.
 ``qualitative``
     A sign or an ordering, naming the alternative it rules out.
 
+**Falsifiers.** Every statistical and every qualitative claim names its falsifier (a call without one is a
+``ValueError``); identity and numerics claims name none, and a bound may. A falsifier named without its value
+is never rejected: the claim is ``not_resolvable`` at best. A claim that names no falsifier passes when the
+theory is accepted (there is nothing to separate it from).
+
+**Targets.** Every record says what was measured (:data:`companion.claims.TARGETS`: ``trained``, ``reduced``,
+``closed_form``, ``monte_carlo``, ``ode``). The target is not typed in the notebook: it is the ``target`` of
+the :class:`~companion.claims.ClaimSpec` that the claim id matches in the ``CLAIMS`` of the notebook's result
+(:meth:`companion.claims.ResultSpec.spec_of`; the result is found in the registry of the notebook's paper,
+``companion.<paper>.results``). A claim id that matches no spec, a kind other than the spec's, or
+``headline=True`` on a claim the spec does not make a headline fails the notebook like an undeclared claim; a
+spec's headline makes the record a headline. A notebook outside both papers (a test's) has no result: its
+records have no target.
+
 Each notebook declares the claims it makes (``manifest=``). A claim that does not apply at the given
 parameters is recorded with :meth:`Verdict.not_applicable` and its reason. :meth:`Verdict.finish` fails on a
-declared claim that was not recorded, on an undeclared one, and on any failed claim: nothing disappears
-silently.
+declared claim that was not recorded, on an undeclared one, on one its result's ``CLAIMS`` does not declare
+(or declares with another kind), and on any failed claim: nothing disappears silently.
 
 Usage (the last computational cell of a notebook)::
 
@@ -55,6 +73,7 @@ notebook of a build into ``_build/results/`` from the executed notebooks.
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import os
@@ -65,16 +84,21 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from . import notebooks as nbs
-from .claims import EVIDENCE_KINDS, KINDS, STATUSES
+from .claims import EVIDENCE_KINDS, KINDS, STATUSES, ClaimSpec, ResultSpec
 from .report import verdict_table_markdown
 from .stats import MANY_DOF, critical
 from .text import number_text, slug
+from .where import PAPERS
 
 __all__ = [
-    "Verdict", "VerdictError", "Record", "METADATA_KEY", "KINDS", "EVIDENCE_KINDS", "STATUSES", "slug",
+    "Verdict", "VerdictError", "Record", "METADATA_KEY", "KINDS", "EVIDENCE_KINDS", "STATUSES", "MAX_CRIT", "slug",
+    "result_of",
 ]
 
 METADATA_KEY = "companion_results"
+#: the widest critical value (in standard errors) at which a statistical claim can pass: z = 4 needs about
+#: 7.5 degrees of freedom or more (:func:`companion.stats.critical`); a wider band is ``not_resolvable``
+MAX_CRIT = 8.0
 _COMPARISONS = ("abs", "rel", "upper", "lower")
 _CLAIM_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 
@@ -130,6 +154,8 @@ class Record:
     crit: float | None = None  # the critical number of standard errors: z, or the t quantile at z's level
     headline: bool = False  # the headline value of the result (its prediction is the theory's number)
     parameters: dict = field(default_factory=dict)
+    target: str | None = None  # what was measured (companion.claims.TARGETS), from the result's CLAIMS
+    note: str | None = None  # why a claim whose theory was accepted is not_resolvable
 
 
 def _dof(claim: str, dof) -> float | None:
@@ -146,6 +172,22 @@ def _dof(claim: str, dof) -> float | None:
     return d
 
 
+def result_of(notebook: str) -> ResultSpec | None:
+    """The :class:`~companion.claims.ResultSpec` whose notebook is ``notebook``, from the registry of its paper
+    (``"mesa/..."``, ``"cot/..."``); None for a notebook outside both papers. The result modules are imported
+    one by one until it is found. A notebook of a paper that no result of its registry names is a ``KeyError``."""
+    paper = notebook.split("/", 1)[0]
+    for name, registry, _ in PAPERS:
+        if name != paper:
+            continue
+        for module in registry.MODULES:
+            spec = importlib.import_module(f"{registry.__name__}.{module}").RESULT
+            if spec.notebook == notebook:
+                return spec
+        raise KeyError(f"no result of {registry.__name__} has the notebook {notebook!r}")
+    return None
+
+
 def _caller_parameters(notebook: str, frame_globals: dict) -> dict:
     """Every parameter of ``notebook``'s parameters cell with its current value in the caller's globals."""
     try:
@@ -160,8 +202,11 @@ class Verdict:
     """The verdict of one notebook: its manifest of claims and the records of the checks it made."""
 
     def __init__(self, notebook: str, *, manifest: Iterable[str], parameters: dict | None = None,
-                 results_dir: str | os.PathLike = ""):
+                 results_dir: str | os.PathLike = "", result: ResultSpec | None = None):
         self.notebook = notebook
+        #: the result whose ``CLAIMS`` give each record its target (:func:`result_of` unless given)
+        self.result = result if result is not None else result_of(notebook)
+        self.spec_problems: list[str] = []
         if parameters is None:
             parameters = _caller_parameters(notebook, sys._getframe(1).f_globals)
         self.parameters = _plain(dict(parameters))
@@ -230,6 +275,9 @@ class Verdict:
             error, accepted = pred - meas, meas >= pred - tol
         accepted = bool(accepted) and math.isfinite(meas) and math.isfinite(pred)
         fval = None if falsifier_value is None else _num(falsifier_value)
+        if fval is not None and not falsifier:
+            raise ValueError(f"{claim}: a falsifier value needs the falsifier's name")
+        target, headline = self._spec(claim, kind, headline)
         # distances in units of the effective standard error tolerance / crit (statistical and bounds)
         z_th = z_f = None
         if crit is None and z is not None:
@@ -244,9 +292,20 @@ class Verdict:
             if fval is not None:
                 dfal = abs(meas - fval)
                 z_f = dfal / unit if unit > 0 else (0.0 if dfal == 0 else math.inf)
-        rejected = True
-        if fval is not None:
+        notes = []
+        if not falsifier:
+            rejected = True  # nothing to separate the theory from
+        elif fval is None:
+            rejected = False
+            notes.append("the falsifier has no value, so it cannot be rejected")
+        else:
             rejected = math.isfinite(meas) and abs(meas - fval) > (tol * abs(pred) if comparison == "rel" else tol)
+            if not rejected:
+                notes.append("the falsifier's value is inside the tolerance too")
+        if kind == "statistical" and not (crit is not None and crit <= MAX_CRIT):
+            rejected = False
+            notes.append(f"the band is {'undefined' if crit is None else f'{crit:.3g} SE'} (more than "
+                         f"{MAX_CRIT:g}): too few degrees of freedom to decide")
         status = "failed" if not accepted else ("passed" if rejected else "not_resolvable")
         rec = Record(
             notebook=self.notebook, claim=claim, kind=kind, status=status, quantity=quantity,
@@ -255,10 +314,27 @@ class Verdict:
             se=None if se is None else _plain(float(se)), z=None if z is None else float(z),
             floor=None if floor is None else float(floor), falsifier=falsifier, falsifier_value=_plain(fval),
             z_theory=_plain(z_th), z_falsifier=_plain(z_f), dof=_plain(dof), crit=_plain(crit),
-            headline=bool(headline), parameters=self.parameters,
+            headline=bool(headline), parameters=self.parameters, target=target,
+            note="; ".join(notes) if status == "not_resolvable" else None,
         )
         self.records.append(rec)
         return rec
+
+    def _spec(self, claim: str, kind: str, headline: bool = False) -> tuple[str | None, bool]:
+        """The target and the headline flag of a claim, from its spec in the result's ``CLAIMS``; a claim id
+        that matches no spec, or matches one of another kind, is a problem :meth:`finish` reports."""
+        if self.result is None:
+            return None, bool(headline)
+        spec: ClaimSpec | None = self.result.spec_of(claim)
+        where = f"{self.result.module}.CLAIMS"
+        if spec is None:
+            self.spec_problems.append(f"{claim}: matches no claim of {where}")
+            return None, bool(headline)
+        if spec.kind != kind:
+            self.spec_problems.append(f"{claim}: recorded as {kind}, but {where} declares {spec.id!r} {spec.kind}")
+        if headline and not spec.headline:
+            self.spec_problems.append(f"{claim}: recorded as a headline, but {where} does not make {spec.id!r} one")
+        return spec.target, bool(headline) or spec.headline
 
     def _new_id(self, claim: str) -> None:
         if not _CLAIM_RE.match(claim):
@@ -280,21 +356,24 @@ class Verdict:
                           tolerance=tolerance, comparison=comparison, reason=reason, headline=headline)
 
     def statistical(self, claim: str, *, quantity: str, predicted, measured, se, falsifier: str,
-                    falsifier_value, z: float = 4.0, floor: float = 0.0, comparison: str = "abs",
+                    falsifier_value=None, z: float = 4.0, floor: float = 0.0, comparison: str = "abs",
                     reason: str, headline: bool = False, dof: float | None = None) -> Record:
         """A simulation against an independent prediction at ``crit * se + floor``; passes only when the
-        falsifier is rejected at the same tolerance (``not_resolvable`` when it is not).
+        falsifier is rejected at the same tolerance and ``crit <= MAX_CRIT`` (``not_resolvable`` when the
+        theory is accepted but not both; a falsifier without a value is never rejected).
 
         ``crit`` is ``z``, or with ``dof`` (the degrees of freedom of ``se``, e.g. R - 1 for R replicates) the
-        Student-t quantile at the same level (:func:`companion.stats.critical`)."""
+        Student-t quantile at the same level (:func:`companion.stats.critical`): with z = 4 it exceeds 8 below
+        about 7.5 degrees of freedom (3 replicates: 32.6)."""
 
         se_, fl = _num(se), float(floor)
         if not (math.isfinite(se_) and se_ >= 0):
             raise ValueError(f"{claim}: the standard error must be finite and >= 0; got {se!r}")
         if not (z > 0 and fl >= 0):
             raise ValueError(f"{claim}: need z > 0 and floor >= 0; got z={z!r}, floor={floor!r}")
-        if not falsifier or falsifier_value is None:
-            raise ValueError(f"{claim}: a statistical claim names its falsifier and the falsifier's value")
+        if not falsifier:
+            raise ValueError(f"{claim}: a statistical claim names its falsifier (give its value too: a falsifier "
+                             "without one is never rejected)")
         dof = _dof(claim, dof)
         crit = critical(z, dof)
         return self.check(claim, kind="statistical", quantity=quantity, predicted=predicted, measured=measured,
@@ -330,7 +409,8 @@ class Verdict:
 
     def qualitative(self, claim: str, *, quantity: str, predicted, measured, comparison: str, tolerance: float,
                     falsifier: str, reason: str, falsifier_value=None) -> Record:
-        """A sign or an ordering; ``falsifier`` names the alternative it rules out."""
+        """A sign or an ordering; ``falsifier`` names the alternative it rules out, and ``falsifier_value`` that
+        alternative's value, which must lie outside the tolerance (without one the claim is ``not_resolvable``)."""
         if not falsifier:
             raise ValueError(f"{claim}: a qualitative claim names the alternative it rules out")
         return self.check(claim, kind="qualitative", quantity=quantity, predicted=predicted, measured=measured,
@@ -344,9 +424,10 @@ class Verdict:
             raise ValueError(f"kind must be one of {KINDS}; got {kind!r}")
         if not reason.strip():
             raise ValueError(f"{claim}: say why the claim does not apply")
+        target, headline = self._spec(claim, kind)
         rec = Record(notebook=self.notebook, claim=claim, kind=kind, status="not_applicable", quantity=quantity,
                      predicted=None, measured=None, tolerance=None, comparison="abs", error=None, passed=True,
-                     reason=reason, parameters=self.parameters)
+                     reason=reason, parameters=self.parameters, target=target, headline=headline)
         self.records.append(rec)
         return rec
 
@@ -359,7 +440,7 @@ class Verdict:
         made = [r.claim for r in self.records]
         out = [f"{c}: declared but not recorded" for c in self.manifest if c not in made]
         out += [f"{c}: recorded but not declared in the manifest" for c in made if c not in self.manifest]
-        return out
+        return out + self.spec_problems
 
     def table_markdown(self) -> str:
 
