@@ -318,3 +318,148 @@ def test_thm4_1_refuses_the_reported_case_in_its_validation_cell_before_training
     lines = [ln for ln in proc.stderr.splitlines() if "parameter 'lrs_gauss'" in ln]
     assert len(lines) == 1 and "Traceback" not in proc.stderr and "use a step size below" in lines[0]
     assert time.perf_counter() - start < 120  # the kernel's start and the check; the run trains for minutes
+
+
+# ---------------------------------------------------------------------- a killed `companion run -o OUT`
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def _run_partials(parent, name="out"):
+    return sorted(p.name for p in parent.iterdir() if p.name.startswith(f".{name}.partial-"))
+
+
+def test_a_run_clears_the_partial_folders_of_dead_runs_into_the_same_output_and_no_live_one(tmp_path):
+    import socket
+
+    from companion import runner
+
+    host = socket.gethostname()
+    me = f"{os.getpid()} {runner._process_start(os.getpid())} {host}\n"
+    folders = {
+        ".out.partial-dead0001": f"{_dead_pid()} 12345 {host}\n",  # its run was killed: removed
+        ".out.partial-reused01": f"{os.getpid()} 1 {host}\n",  # the pid now names another process: removed
+        ".out.partial-live0001": me,  # a run that is still going: kept
+        ".out.partial-other001": f"{_dead_pid()} 12345 another-host\n",  # another machine's, on a shared disk: kept
+        ".out.partial-nopid001": None,  # no owner file (an older version's): kept
+        ".other.partial-dead01": f"{_dead_pid()} 12345 {host}\n",  # another output's: not ours to clear
+    }
+    for name, owner in folders.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "x.ipynb").write_text("{}")
+        if owner is not None:
+            (tmp_path / name / runner.OWNER_FILE).write_text(owner)
+    work = runner._prepare_output(tmp_path / "out", overwrite=False)
+    assert (work / runner.OWNER_FILE).read_text() == me  # the new run names itself
+    kept = [".out.partial-live0001", ".out.partial-nopid001", ".out.partial-other001", work.name]
+    assert _run_partials(tmp_path) == sorted(kept)
+    assert (tmp_path / ".other.partial-dead01").is_dir()
+
+
+def test_a_killed_run_leaves_nothing_after_the_next_run_into_the_same_output(tmp_path):
+    out = tmp_path / "out"
+    args = ["run", TOY, "-p", "n", "50", "-o", str(out), "--quiet"]
+    proc = subprocess.Popen([sys.executable, "-m", "companion", *args], cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and not _run_partials(tmp_path):
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)  # the run and its kernel
+    proc.wait()
+    assert _run_partials(tmp_path) and not out.exists()
+    done = run_cli(*args)
+    assert done.returncode == 0, done.stderr
+    assert _run_partials(tmp_path) == [] and (out / "run.json").is_file()
+    assert not (out / "run.pid").exists()  # the owner file is not part of the output
+
+
+# ------------------------------------------------------------------------ memory: sizes refused up front
+def _validation_cells(notebook):
+    """The ``parameters`` cell and the validation cell right after it, as the kernel runs them."""
+    from companion import notebooks as nbs
+
+    code = [c for c in nbs.load(nbs.resolve(notebook)).cells if c.cell_type == "code"]
+    i = next(i for i, c in enumerate(code) if "parameters" in c.metadata.get("tags", []))
+    return code[i].source, code[i + 1].source
+
+
+def _validate(notebook, overrides):
+    """Run the page's validation path with papermill's overrides; returns (ParameterError or None, seconds of
+    the validation cell, its imports done beforehand)."""
+    from companion.params import ParameterError
+
+    params, check = _validation_cells(notebook)
+    ns: dict = {}
+    exec(params, ns)
+    ns.update(overrides)
+    exec("\n".join(ln for ln in check.splitlines() if ln.startswith(("import ", "from "))), dict(ns))
+    start = time.perf_counter()
+    try:
+        exec(check, ns)
+    except ParameterError as exc:
+        return exc, time.perf_counter() - start
+    return None, time.perf_counter() - start
+
+
+MESA_MAX = dict(m=10**6, m_test=10**6, T=1000, d=8)
+#: (notebook, a size beyond its range, the largest sizes its ranges allow (with the step sizes left to the page's
+#: own bound where it computes one), the parameter names the memory refusal gives)
+SIZE_CASES = [
+    ("mesa/setup", {"m": 10**8}, dict(m=10**6, T=1000, d=8), "m, T, d"),
+    ("mesa/thm4_1_emergence", {"m": 10**8}, dict(MESA_MAX, lrs_gauss=[], lrs_sparse=[]), "m, T, d"),
+    ("mesa/thm4_2_capability", {"m": 10**8}, dict(MESA_MAX, lrs_sparse=[], probe_lrs=[]), "m, T, d"),
+    ("mesa/prop4_1_gaussian", {"m_sweep": 10**8}, dict(MESA_MAX, m_sweep=10**6, Ts=[1000], lrs_gauss=[]), "m, T, d"),
+    ("mesa/prop4_2_beyond", {"m": 10**8}, dict(MESA_MAX, m_mc=10**6, lr=0.0), "m, T, d"),
+    ("mesa/thm4_3_masking", {"m": 10**8}, dict(MESA_MAX, lr=0.0), "m, T, d"),
+    ("mesa/appendix_experiments", {"m": 10**8}, dict(MESA_MAX, lr=0.0), "m, T, d"),
+    ("cot/setup", {"batch": 10**8}, dict(batch=10**5, d=200, n=2000, k=200), "batch, d, n, k"),
+    ("cot/thm3_1_no_cot", {"num_mc": 10**8}, dict(num_mc=10**7, d=50, n=5000), "num_mc, d"),
+    ("cot/cor3_1_floor", {"num_mc": 10**8}, dict(num_mc=10**7, d_list=[100]), "num_mc, d_list"),
+    ("cot/thm3_2_construction", {"num_model": 10**8}, dict(num_model=10**6, d=100, n=2000, k_list=[200], mp_levels=3),
+     "num_model, d, n, k_list"),
+    ("cot/thm4_1_dynamics", {"eval_batch": 10**8}, dict(eval_batch=10**6, d=20, n=200, k=50), "eval_batch, d, n, k"),
+    ("cot/thm4_2_ood", {"eval_batch": 10**8}, dict(eval_batch=10**6, d=30, n=500, k_list=[100]), "eval_batch, k_list"),
+    ("cot/experiments", {"eval_batch": 10**8}, dict(eval_batch=10**6, d=30, n_list=[120], eta_list=[0.4]),
+     "eval_batch, n_list, k"),
+    ("cot/looped", {"num_check": 10**8}, dict(num_check=10**6, d=30, n=500), "num_check, d, n"),
+]
+
+
+def test_every_page_with_a_size_is_in_the_memory_cases():
+    from companion import notebooks as nbs
+
+    assert sorted(c[0] for c in SIZE_CASES) == sorted(nbs.all_notebooks())
+
+
+@pytest.mark.parametrize("notebook,huge,largest,names", SIZE_CASES, ids=[c[0] for c in SIZE_CASES])
+def test_a_huge_size_is_refused_by_the_validation_cell_before_any_work(notebook, huge, largest, names):
+    (name, value), = huge.items()
+    err, seconds = _validate(notebook, huge)
+    assert err is not None and err.name == name and f"got {value}" in str(err) and seconds < 2, (err, seconds)
+    # the largest sizes the ranges allow: refused by the memory estimate, before any step-size bound is computed
+    err, seconds = _validate(notebook, largest)
+    assert err is not None and err.name == names and "GiB" in str(err) and "\n" not in str(err), err
+    assert seconds < 2, (notebook, seconds)
+
+
+def test_thm4_1_memory_covers_the_one_step_prefix_sums(monkeypatch):
+    """At m = 160, m_test = 10, T = 1000, d = 8 the largest allocation is the one-step-GD check's prefix sums
+    (300 sequences, three (T, d, d) complex128 arrays: 0.9 GB), not the position tables (0.08 GB)."""
+    monkeypatch.setenv("COMPANION_MAX_BYTES", str(5 * 10**8))
+    err, _ = _validate("mesa/thm4_1_emergence", dict(m=160, m_rep=160, m_test=10, T=1000, d=8))
+    assert err is not None and err.name == "m, T, d" and "0.858 GiB" in str(err), err
+
+
+def test_the_largest_sizes_are_refused_by_companion_run_in_one_line(tmp_path):
+    args = ["run", "mesa/thm4_3_masking", "-o", str(tmp_path / "r")]
+    for k, v in MESA_MAX.items():
+        args += ["-p", k, str(v)]
+    start = time.perf_counter()
+    proc = run_cli(*args, "--quiet", env={"COMPANION_CACHE_DIR": "off"})
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith("companion: error: mesa/thm4_3_masking: parameter 'm, T, d': needs about 477 GiB")
+    assert time.perf_counter() - start < 30  # the kernel's start; the stability bound alone took 48 s here
+    assert not any(tmp_path.iterdir())

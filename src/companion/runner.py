@@ -17,6 +17,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import tempfile
 import threading
 import time
@@ -314,9 +315,66 @@ def _holds_a_run(out: Path) -> bool:
     return (out / "run.json").exists()
 
 
+#: the file in a run's private ``.<OUT>.partial-*`` folder naming the process that writes it (removed before
+#: the folder is moved into place)
+OWNER_FILE = "run.pid"
+
+
+def _process_start(pid: int) -> str:
+    """The start time of process ``pid`` in clock ticks since boot ('' where /proc does not say): with the
+    pid it names one process, not a later one that reuses the pid."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat.rsplit(")", 1)[-1].split()[19]
+
+
+def _owner_text() -> str:
+    return f"{os.getpid()} {_process_start(os.getpid()) or '-'} {socket.gethostname()}\n"
+
+
+def _owner_is_dead(folder: Path) -> bool:
+    """True only when ``folder``'s owner file names a process of this host that no longer runs. A folder
+    without one (an older version's, a finished run between its last two renames) or of another host is
+    never called dead."""
+    try:
+        pid_text, start, host = (folder / OWNER_FILE).read_text().split()
+        pid = int(pid_text)
+    except (OSError, ValueError):
+        return False
+    if host != socket.gethostname() or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # alive, owned by another user
+        return False
+    now = _process_start(pid)
+    return bool(now and start != "-" and now != start)  # the pid now names another process
+
+
+def clear_stale_partials(out: Path) -> list[str]:
+    """Remove the private ``.<OUT>.partial-*`` folders that killed runs into ``out`` left beside it (their
+    owner process is dead); a running one is never touched. Returns the names removed."""
+    pattern = re.compile(rf"\.{re.escape(out.name)}\.partial-[a-z0-9_]+")
+    removed = []
+    try:
+        entries = sorted(out.parent.iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        if pattern.fullmatch(entry.name) and entry.is_dir() and not entry.is_symlink() and _owner_is_dead(entry):
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry.name)
+    return removed
+
+
 def _prepare_output(out: Path, overwrite: bool) -> Path:
     """Check the output directory and create the private folder the run writes into (a sibling of
-    ``out``, so that moving it into place is one rename on the same file system)."""
+    ``out``, so that moving it into place is one rename on the same file system), with a file naming this
+    process; the folders of earlier runs into ``out`` that were killed are removed first."""
     if out.exists() and not out.is_dir():
         raise InputError(f"output directory '{out}': is a file; give a new or empty directory with -o")
     if out.is_dir() and _holds_a_run(out) and not overwrite:
@@ -326,7 +384,9 @@ def _prepare_output(out: Path, overwrite: bool) -> Path:
         )
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
+        clear_stale_partials(out)
         work = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+        (work / OWNER_FILE).write_text(_owner_text())
         umask = os.umask(0)
         os.umask(umask)
         work.chmod(0o777 & ~umask)  # mkdtemp makes it private; the output is an ordinary folder
@@ -454,6 +514,7 @@ def run_notebook(
         final = out.with_name(f"{out.name}.failed-{stamp}")  # never over a previous run
         result.output_dir = str(final)
         result.executed = str(final / executed_tmp.name)
+    (work / OWNER_FILE).unlink(missing_ok=True)  # not part of the output
     (work / "run.json").write_text(json.dumps(asdict(result), indent=2))
     _move_into_place(work, final)
     executed = final / executed_tmp.name
