@@ -182,13 +182,13 @@ def toy(tmp_path, manifest):
 def test_each_record_takes_its_target_from_the_spec_its_id_matches(tmp_path):
     v = toy(tmp_path, ["ab_sparse", "exact", "gd_10", "gd_1p5"])
     ab = v.statistical("ab_sparse", quantity="q", predicted=1.0, measured=1.0, se=0.01, falsifier="f",
-                       falsifier_value=2.0, reason="r")
+                       falsifier_value=2.0, reason="r", headline=True)
     ex = v.numerics("exact", quantity="q", predicted=0.0, measured=0.0, tolerance=1e-12, reason="r")
     gd = v.statistical("gd_10", quantity="q", predicted=1.0, measured=1.0, se=0.01, falsifier="f",
                        falsifier_value=2.0, reason="r")
     na = v.not_applicable("gd_1p5", kind="statistical", quantity="q", reason="needs T >= 2")
     assert (ab.target, ex.target, gd.target, na.target) == ("trained", "closed_form", "reduced", "reduced")
-    assert ab.headline and not gd.headline, "the spec's headline makes the record a headline"
+    assert ab.headline and not gd.headline, "the notebook's headline flag is kept"
     v.finish(display=False)
     recs = [json.loads(x) for x in (tmp_path / "toy__thm1.jsonl").read_text().splitlines()]
     assert [r["target"] for r in recs] == ["trained", "closed_form", "reduced", "reduced"]

@@ -37,8 +37,9 @@ theory is accepted (there is nothing to separate it from).
 the :class:`~companion.claims.ClaimSpec` that the claim id matches in the ``CLAIMS`` of the notebook's result
 (:meth:`companion.claims.ResultSpec.spec_of`; the result is found in the registry of the notebook's paper,
 ``companion.<paper>.results``). A claim id that matches no spec, a kind other than the spec's, or
-``headline=True`` on a claim the spec does not make a headline fails the notebook like an undeclared claim; a
-spec's headline makes the record a headline. A notebook outside both papers (a test's) has no result: its
+``headline=True`` on a claim the spec does not make a headline fails the notebook like an undeclared claim (a
+spec's headline says the id *may* be a headline: one pattern such as ``limit_t{t}`` covers several records of
+which the page makes one its headline, so the record's flag stays the notebook's). A notebook outside both papers (a test's) has no result: its
 records have no target.
 
 Each notebook declares the claims it makes (``manifest=``). A claim that does not apply at the given
@@ -334,7 +335,7 @@ class Verdict:
             self.spec_problems.append(f"{claim}: recorded as {kind}, but {where} declares {spec.id!r} {spec.kind}")
         if headline and not spec.headline:
             self.spec_problems.append(f"{claim}: recorded as a headline, but {where} does not make {spec.id!r} one")
-        return spec.target, bool(headline) or spec.headline
+        return spec.target, bool(headline)
 
     def _new_id(self, claim: str) -> None:
         if not _CLAIM_RE.match(claim):
