@@ -364,7 +364,9 @@ def check_math(html_dir: Path, pages: list[str] | None = None, browser: str | No
     if browser is None:
         raise FileNotFoundError("no Chromium found to render the pages (install Debian's 'chromium')")
     html_dir = Path(html_dir)
-    files = [html_dir / f"{p}.html" for p in pages] if pages else sorted(html_dir.rglob("*.html"))
+    # the rendered sources of the API reference (``_modules/``, sphinx.ext.viewcode) are code, not typeset pages
+    files = [html_dir / f"{p}.html" for p in pages] if pages else sorted(
+        f for f in html_dir.rglob("*.html") if "_modules" not in f.relative_to(html_dir).parts)
     return _check_math_one_browser(html_dir, files, browser)
 
 
