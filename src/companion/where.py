@@ -53,12 +53,12 @@ def where_markdown(results: tuple[ResultSpec, ...] | None = None) -> str:
         out.append("| result | page and module | claims | figures and sweep |")
         out.append("|---|---|---|---|")
         for r in rows:
-            short = r.module.removeprefix("companion.")
+            short = r.module.rsplit(".", 1)[-1]  # the paper and ``results`` are the section's and the intro's
             figures = ", ".join(f"`{f}`" for f in r.figures) or "no figure"
             sweep = f"; swept on {{doc}}`{_cell(r.sweep.replace('$', ''))} </book/sweeps>`" if r.sweep else ""
             out.append(
                 f"| **{_cell(r.number)}**: {_cell(r.title)} ({{prf:ref}}`statement <{r.label}>`) "
-                f"| {{doc}}`page </notebooks/{r.notebook}>`, {{py:mod}}`{short} <{r.module}>` "
+                f"| {{doc}}`page </notebooks/{r.notebook}>`, module {{py:mod}}`{short} <{r.module}>` "
                 f"| {_claims_cell(r)} | {figures}{sweep} |")
         out.append("")
     return "\n".join(out)
