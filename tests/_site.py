@@ -17,6 +17,9 @@ SITE_FILES = ("CITATION.cff", "LICENSE")
 # pages that run sweeps of the real notebooks when executed (tests/test_sweeps_page.py builds them); the
 # copies below hold no real notebooks (or none executed), so they leave these pages out of their contents
 SWEEP_PAGES = {"book/sweeps"}
+# pages left out of a book of chosen notebooks: the API reference's docstrings cite the statements of every
+# notebook (the whole smoke site, with the real table of contents, keeps it)
+PARTIAL_OUT = {"book/api"}
 
 
 def real_toc() -> dict:
@@ -40,7 +43,7 @@ def copy_book_frame(dest: Path, toc_notebooks: list[str], execute: str) -> None:
     toc = real_toc()
     for part in toc["parts"]:
         part["chapters"] = [
-            c for c in part["chapters"] if not c["file"].startswith("notebooks/")
+            c for c in part["chapters"] if not c["file"].startswith("notebooks/") and c["file"] not in PARTIAL_OUT
         ]
     toc["parts"] = [p for p in toc["parts"] if p["chapters"]]
     toc["parts"].insert(1, {"caption": "Notebooks", "chapters": [{"file": f"notebooks/{n}"} for n in toc_notebooks]})

@@ -55,3 +55,17 @@ def test_the_api_page_documents_every_module_of_the_package():
 def test_the_where_and_api_pages_are_in_the_contents():
     files = [c["file"] for p in yaml.safe_load((ROOT / "_toc.yml").read_text())["parts"] for c in p["chapters"]]
     assert "book/where" in files and "book/api" in files
+
+
+def test_a_partial_build_links_only_its_notebooks():
+    """A build of some pages (the Sweeps page's test, a reader's subset) must not link pages it does not hold:
+    under -n -W an unknown document fails the build."""
+    results = where.all_results()
+    keep = results[0].notebook
+    text = where.where_markdown(results, built={keep})
+    assert f"</notebooks/{keep}>`" in text and f"<{results[0].label}>`" in text
+    for r in results[1:]:
+        assert f"/notebooks/{r.notebook}>`" not in text and f"<{r.label}>`" not in text
+    assert text.count("page not in this build") == len(results) - 1
+    assert "</book/sweeps>`" not in text and "swept on the Sweeps page" in text
+    assert "{py:mod}" not in text  # nor the API reference, when that is not in the build

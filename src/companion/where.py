@@ -39,10 +39,11 @@ def _claims_cell(spec: ResultSpec) -> str:
     return f"{len(spec.claims)} ({summary}): {ids}" if spec.claims else "none"
 
 
-def where_markdown(results: tuple[ResultSpec, ...] | None = None) -> str:
+def where_markdown(results: tuple[ResultSpec, ...] | None = None, built: set[str] | None = None) -> str:
     """The MyST table of every result: the paper's number and the statement; the page and the module (linked to its
     API entry, whose *[source]* link shows the code); the claims (★ headline; counts per target); the figures and
-    the sweep that maps it."""
+    the sweep that maps it. ``built``: the notebooks of this build (a partial build, a test's, links only those;
+    None: all)."""
     results = all_results() if results is None else results
     out = []
     for paper, _, title in PAPERS:
@@ -55,10 +56,17 @@ def where_markdown(results: tuple[ResultSpec, ...] | None = None) -> str:
         for r in rows:
             short = r.module.rsplit(".", 1)[-1]  # the paper and ``results`` are the section's and the intro's
             figures = ", ".join(f"`{f}`" for f in r.figures) or "no figure"
-            sweep = f"; swept on {{doc}}`{_cell(r.sweep.replace('$', ''))} </book/sweeps>`" if r.sweep else ""
+            title = _cell(r.sweep.replace("$", ""))
+            sweeps_built = built is None or "book/sweeps" in built
+            sweep = (f"; swept on {{doc}}`{title} </book/sweeps>`" if sweeps_built else f"; swept on the Sweeps page ({title})"
+                     ) if r.sweep else ""
+            linked = built is None or r.notebook in built
+            module = f"{{py:mod}}`{short} <{r.module}>`" if built is None or "book/api" in built else f"`{short}`"
+            statement = f" ({{prf:ref}}`statement <{r.label}>`)" if linked else ""
+            page = f"{{doc}}`page </notebooks/{r.notebook}>`" if linked else "page not in this build"
             out.append(
-                f"| **{_cell(r.number)}**: {_cell(r.title)} ({{prf:ref}}`statement <{r.label}>`) "
-                f"| {{doc}}`page </notebooks/{r.notebook}>`, module {{py:mod}}`{short} <{r.module}>` "
+                f"| **{_cell(r.number)}**: {_cell(r.title)}{statement} "
+                f"| {page}, module {module} "
                 f"| {_claims_cell(r)} | {figures}{sweep} |")
         out.append("")
     return "\n".join(out)
