@@ -265,6 +265,7 @@ def test_the_domain_points_step_sizes_from_the_stability_bound_are_not_refused()
                                                      "lrs_sparse": lrs["sparse"]}))["margin"] > 1
 
 
+@pytest.mark.slow  # trains or power-iterates the Hessian on real training sets (18-43 s)
 def test_the_curvature_estimate_is_the_empirical_hessian_of_the_run_own_training_set():
     """limit_curvature against the power iteration on the full empirical Hessian, on the diverging set and
     on a set of the same size that trains (1.5e4 apart: the population bound cannot tell them apart)."""
@@ -289,6 +290,7 @@ def test_the_curvature_estimate_is_the_empirical_hessian_of_the_run_own_training
     assert lams[0] > 2.5 * lams[1]
 
 
+@pytest.mark.slow  # trains or power-iterates the Hessian on real training sets (18-43 s)
 def test_the_refused_replicate_set_really_diverges():
     from companion.mesa.train import RunConfig, TrainingDiverged, train
 
