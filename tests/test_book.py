@@ -312,7 +312,7 @@ def _stat(nb, claim, zf, status="passed", target="trained", headline=True, **kw)
 
 
 def test_glance_shows_each_results_decisive_claim_or_says_there_is_none():
-    from companion.report import decisive_claim, glance_markdown
+    from companion.report import decisive_claim, glance_markdown, is_close_competitor
 
     a = [_stat("mesa/a", "ab_near", 12.0), _stat("mesa/a", "ab_far", 51.2),
          _stat("mesa/a", "not_headline", 900.0, headline=False),
@@ -320,6 +320,14 @@ def test_glance_shows_each_results_decisive_claim_or_says_there_is_none():
          _stat("mesa/a", "population", 800.0, target="reduced")]
     b = [_stat("mesa/b", "mc_only", 30.0, target="monte_carlo"), _stat("mesa/b", "mc_nr", 90.0, target="monte_carlo",
                                                                       status="not_resolvable")]
+    # a strawman: passed on a trained model, but its falsifier (0) is 100 % from the prediction
+    far = _stat("mesa/a", "vs_zero", 250.0, falsifier_value=0.0)
+    assert decisive_claim(a + [far]) == (a[1], True), "a far falsifier does not decide"
+    assert decisive_claim([far]) == (far, False)
+    assert is_close_competitor(a[1]) and not is_close_competitor(far)
+    assert not is_close_competitor(dict(a[1], falsifier_value=0.25 * 1.51))
+    assert is_close_competitor(dict(a[1], falsifier_value=0.25 * 1.49))
+    assert "(its falsifier lies 100% from the prediction: not a close competitor)" in glance_markdown(_glance_specs(), [far])
     assert decisive_claim(a) == (a[1], True)
     assert decisive_claim(b) == (b[0], False), "passed before not resolvable"
     page = glance_markdown(_glance_specs(), a + b)

@@ -22,7 +22,8 @@ from .text import label, short_number, slug
 from .where import PAPERS
 
 __all__ = ["verdict_label", "verdict_table_markdown", "verdict_table_html", "dashboard_markdown", "counts",
-           "fmt_number", "tolerance_text", "RESULTS_URL", "decisive_claim", "glance_markdown"]
+           "fmt_number", "tolerance_text", "RESULTS_URL", "CLOSE", "is_close_competitor", "decisive_claim",
+           "glance_markdown"]
 
 RESULTS_URL = "results"  # the build's JSON lines, published under _build/html/results/
 
@@ -390,15 +391,30 @@ def _abs_zf(r: dict) -> float:
     return abs(zf) if isinstance(zf, (int, float)) and math.isfinite(zf) else 0.0
 
 
+#: a falsifier is a *close* competitor when it lies within this fraction of the prediction
+CLOSE = 0.5
+
+
+def is_close_competitor(r: dict) -> bool:
+    """Whether a record's falsifier is a close competitor: it has a value, and
+    :math:`|f - p| \\le` :data:`CLOSE` :math:`\\cdot |p|` for the prediction :math:`p` (a falsifier at 0 or
+    at a sign is never close to a non-zero prediction)."""
+    p, f = r.get("predicted"), r.get("falsifier_value")
+    if not all(isinstance(x, (int, float)) and math.isfinite(x) for x in (p, f)):
+        return False
+    return abs(f - p) <= CLOSE * abs(p)
+
+
 def decisive_claim(records: list[dict]) -> tuple[dict | None, bool]:
     """The claim that decides a result, and whether it is decisive.
 
-    Decisive: a headline statistical claim on a ``trained`` model that passed, the one with the largest
-    ``|z_falsifier|``. Without one, the best headline claim (else the best claim that is evidence): passed before
+    Decisive: a headline statistical claim on a ``trained`` model that passed (so its band is at most 8 SE and
+    its falsifier was rejected) and whose falsifier is a close competitor (:func:`is_close_competitor`: within
+    50 % of the prediction), the one with the largest ``|z_falsifier|``. Without one, the best headline claim (else the best claim that is evidence): passed before
     not resolvable before failed before not applicable, statistical before the other kinds, a trained model
     before the other targets, then the largest ``|z_falsifier|``; it is returned with ``False``."""
     decisive = [r for r in records if r.get("headline") and r.get("kind") == "statistical"
-                and r.get("target") == "trained" and _status(r) == "passed"]
+                and r.get("target") == "trained" and _status(r) == "passed" and is_close_competitor(r)]
     if decisive:
         return max(decisive, key=_abs_zf), True
     pool = ([r for r in records if r.get("headline")] or [r for r in records if r.get("kind") in EVIDENCE_KINDS]
@@ -428,7 +444,12 @@ def _glance_row(spec: ResultSpec, records: list[dict]) -> str:
     claim = f"<code>{_esc(r.get('claim', '?')).replace('_', '_<wbr>')}</code><br><small>{_esc(r.get('kind', '?'))}" \
             f" on {_esc(_target(r).replace('_', ' '))}</small>"
     if not decisive:
-        claim += "<br><em class='cv-glance-none'>no decisive claim on a trained model yet</em>"
+        why = "no decisive claim on a trained model yet"
+        p, f = r.get("predicted"), r.get("falsifier_value")
+        if (r.get("target") == "trained" and st == "passed" and not is_close_competitor(r)
+                and isinstance(p, (int, float)) and isinstance(f, (int, float)) and p):
+            why += f" (its falsifier lies {abs(f - p) / abs(p):.0%} from the prediction: not a close competitor)"
+        claim += f"<br><em class='cv-glance-none'>{why}</em>"
     measured = fmt_number(r.get("measured"))
     if r.get("se") is not None:
         measured += f"<br>± {fmt_number(r['se'])}"
@@ -457,7 +478,9 @@ def glance_markdown(results: tuple[ResultSpec, ...] | list[ResultSpec], records:
     for r in records:
         by_nb.setdefault(r.get("notebook", ""), []).append(r)
     n_decisive = sum(1 for s in results if decisive_claim(by_nb.get(s.notebook, []))[1])
-    lines = [f"**{n_decisive} of {len(results)} results** have a decisive claim on a trained model in this build.", ""]
+    lines = [f"**{n_decisive} of {len(results)} results** have a decisive claim on a trained model in this build: a "
+             "headline statistical claim on a trained transformer that passed with a band of at most 8 SE and "
+             f"rejected a close competitor (a falsifier within {CLOSE:.0%} of the prediction).", ""]
     # (header, width): a fixed layout that fits the text column; the result's number links its verdict section
     heads = (("result", 17), ("decisive claim", 19), ("measured ± SE", 14), ("prediction", 12), ("falsifier", 24),
              ("verdict", 14))
