@@ -169,3 +169,16 @@ def test_sigma_optimal_one_step_predictor_minimises_the_ood_formula():
         assert th.one_step_ood_error(V + E, Sigma, n) >= base
     # isotropic case: Gamma^{-1} = eta* I and the optimum is the floor
     assert np.allclose(th.one_step_optimal_V(np.eye(10), 20), -th.eta_star(10, 20) * np.eye(10))
+
+
+def test_mp_floor_is_the_proportional_limit_of_the_floor():
+    # d * min_eta (1 - 2 eta + eta^2 * int lambda^2 dMP), minimised numerically with the MP moments
+    for d, n in ((10, 20), (10, 40), (3, 12)):
+        gamma = d / n
+        m1, m2 = th.mp_moment(1, gamma), th.mp_moment(2, gamma)
+        etas = np.linspace(0, 1.5, 150001)
+        assert th.no_cot_floor_mp(d, n) == pytest.approx(d * np.min(1 - 2 * etas * m1 + etas**2 * m2), rel=1e-8)
+        assert th.no_cot_floor_mp(d, n) < th.no_cot_floor(d, n)
+    # the finite-size corrections vanish at fixed d/n
+    assert th.no_cot_floor_mp(1000, 2000) == pytest.approx(th.no_cot_floor(1000, 2000), rel=1e-3)
+    assert th.no_cot_floor_mp(10, 20) == pytest.approx(100 / 30, rel=1e-14)

@@ -22,6 +22,7 @@ from companion.stats import mean_se
 __all__ = [
     "eta_star",
     "no_cot_floor",
+    "no_cot_floor_mp",
     "wishart_trace_moment",
     "gd_error_exact",
     "MCEstimate",
@@ -96,6 +97,26 @@ def no_cot_floor(d: int, n: int) -> float:
     """
     d, n = _dn(d, n)
     return d * (d + 1) / (n + d + 1)
+
+
+def no_cot_floor_mp(d: int, n: int) -> float:
+    r"""The no-CoT floor in the proportional (Marchenko--Pastur) limit, :math:`d, n \to \infty` with
+    :math:`\gamma = d/n` fixed, scaled by d: the best one-step error :math:`d\min_\eta(1 - 2\eta + \eta^2(1+\gamma))`
+    with the limiting moments :math:`\int\lambda\,d\mathrm{MP}_\gamma = 1`, :math:`\int\lambda^2\,d\mathrm{MP}_\gamma
+    = 1 + \gamma`,
+
+    .. math:: \frac{d\gamma}{1+\gamma} = \frac{d^2}{n+d},
+
+    the floor of {prf:ref}`cot-cor-3-1` without its finite-size corrections (the competitor of a trained no-CoT
+    model's error, :math:`d(d+1)/(n+d+1)` exactly).
+
+    Args:
+        d: dimension.  n: examples per prompt.
+    Returns:
+        :math:`d^2/(n+d)` (float; no 1/2, summed over the d coordinates).
+    """
+    d, n = _dn(d, n)
+    return d * d / (n + d)
 
 
 def wishart_trace_moment(p: int, d: int, n: int) -> float:
