@@ -19,10 +19,11 @@ refusals answer without importing torch or Dask).
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import pytest
+
+from companion.cache import module_imports
 
 ROOT = Path(__file__).resolve().parents[1] / "src" / "companion"
 
@@ -88,32 +89,17 @@ def paper(mod: str) -> str | None:
 
 
 def imports(mod: str, path: Path | None = None):
-    """(target, line, inside_function) for every import of ``mod``; package targets resolved to the module
-    (``from companion.mesa import kernels`` -> ``companion.mesa.kernels``), other targets to the top package."""
-    path = path or MODULES[mod]
-    tree = ast.parse(path.read_text())
-    is_pkg = path.name == "__init__.py"
-    inside: set[int] = set()
-    for f in ast.walk(tree):
-        if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            inside |= {id(n) for n in ast.walk(f) if isinstance(n, (ast.Import, ast.ImportFrom))}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for a in node.names:
-                yield (a.name if a.name in MODULES else a.name.split(".")[0]), node.lineno, id(node) in inside
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                anchor = mod.split(".") if is_pkg else mod.split(".")[:-1]
-                anchor = anchor[: len(anchor) - (node.level - 1)]
-                base = ".".join(anchor + ([node.module] if node.module else []))
-            else:
-                base = node.module or ""
-            if base.split(".")[0] != "companion":
-                yield base.split(".")[0], node.lineno, id(node) in inside
-                continue
-            for a in node.names:
-                target = f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base
-                yield target, node.lineno, id(node) in inside
+    """(target, line, inside_function) for every import of ``mod`` (read by :func:`companion.cache.module_imports`,
+    the reader the run cache keys on); package targets resolved to the module (``from companion.mesa import
+    kernels`` -> ``companion.mesa.kernels``), other targets to the top package."""
+    for base, names, line, inside in module_imports(path or MODULES[mod], mod):
+        if not names:  # import a.b
+            yield (base if base in MODULES else base.split(".")[0]), line, inside
+        elif base.split(".")[0] != "companion":
+            yield base.split(".")[0], line, inside
+        else:
+            for a in names:
+                yield (f"{base}.{a}" if f"{base}.{a}" in MODULES else base), line, inside
 
 
 def package_edges() -> dict[str, dict[str, int]]:

@@ -89,12 +89,39 @@ def stack_signature() -> str:
     return ";".join(parts)
 
 
+def module_imports(path: Path, module: str):
+    """Every ``import`` statement of the source file ``path`` of ``module``, at module level and inside
+    functions: ``(base, names, lineno, inside_function)``, one tuple per imported name of ``import a, b`` (with
+    ``names`` empty) and one per ``from base import x, y`` (``names`` = ``["x", "y"]``), relative imports
+    resolved against ``module`` (``from ..runner import f`` in ``companion.mesa.train`` -> base
+    ``companion.runner``). The one reader of imports: :func:`import_closure` and the layering test use it."""
+    tree = ast.parse(path.read_text())
+    is_pkg = path.name == "__init__.py"
+    inside: set[int] = set()
+    for f in ast.walk(tree):
+        if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            inside |= {id(n) for n in ast.walk(f) if isinstance(n, (ast.Import, ast.ImportFrom))}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                yield a.name, [], node.lineno, id(node) in inside
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                anchor = module.split(".") if is_pkg else module.split(".")[:-1]
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join(anchor + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            yield base, [a.name for a in node.names], node.lineno, id(node) in inside
+
+
 def import_closure(module: str) -> tuple[str, ...]:
     """The package source files that ``module`` (e.g. ``"companion.mesa.train"``) imports, directly or
     through other package modules, itself included: paths relative to the package, sorted.
 
-    Read from the sources' ``import`` statements (module level and inside functions), so a cache keyed on
-    :func:`source_hash` of this closure changes whenever any code the computation can run changes."""
+    Read from the sources' ``import`` statements (module level and inside functions,
+    :func:`module_imports`), so a cache keyed on :func:`source_hash` of this closure changes whenever any
+    code the computation can run changes."""
     root = Path(__file__).resolve().parent
     pkg = root.name
 
@@ -124,24 +151,12 @@ def import_closure(module: str) -> tuple[str, ...]:
             continue
         seen.add(f)
         here = module_of(f)
-        is_pkg = f.name == "__init__.py"
         # a module's parent packages run first when it is imported
         parts = here.split(".")
         for i in range(1, len(parts)):
             todo.append(path_of(".".join(parts[:i])))
-        for node in ast.walk(ast.parse(f.read_text())):
-            names: list[str] = []
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                if node.level:
-                    anchor = here.split(".") if is_pkg else here.split(".")[:-1]
-                    anchor = anchor[: len(anchor) - (node.level - 1)]
-                    base = ".".join(anchor + ([node.module] if node.module else []))
-                else:
-                    base = node.module or ""
-                names = [base] + [f"{base}.{a.name}" for a in node.names]
-            for n in names:
+        for base, names, _, _ in module_imports(f, here):
+            for n in [base] + [f"{base}.{a}" for a in names]:
                 todo.append(path_of(n))
     return tuple(sorted(str(p.relative_to(root)) for p in seen))
 

@@ -410,9 +410,10 @@ def decisive_claim(records: list[dict]) -> tuple[dict | None, bool]:
 
     Decisive: a headline statistical claim on a ``trained`` model that passed (so its band is at most 8 SE and
     its falsifier was rejected) and whose falsifier is a close competitor (:func:`is_close_competitor`: within
-    50 % of the prediction), the one with the largest ``|z_falsifier|``. Without one, the best headline claim (else the best claim that is evidence): passed before
-    not resolvable before failed before not applicable, statistical before the other kinds, a trained model
-    before the other targets, then the largest ``|z_falsifier|``; it is returned with ``False``."""
+    50 % of the prediction), the one with the largest ``|z_falsifier|``. Without one, the best headline claim
+    (else the best claim that is evidence): passed before not resolvable before failed before not applicable,
+    statistical before the other kinds, a trained model before the other targets, then the largest
+    ``|z_falsifier|``; it is returned with ``False``."""
     decisive = [r for r in records if r.get("headline") and r.get("kind") == "statistical"
                 and r.get("target") == "trained" and _status(r) == "passed" and is_close_competitor(r)]
     if decisive:
