@@ -73,6 +73,17 @@ def _runs_below(pid):
         return []
 
 
+def _point_of(out, pid) -> str:
+    """The point a run process is running: the one whose private partial folder it owns."""
+    for owner in (out / "points").glob(".*.partial-*/run.pid"):
+        try:
+            if owner.read_text().split()[0] == str(pid):
+                return owner.parent.name[1:].split(".partial-")[0]
+        except (OSError, IndexError):
+            continue
+    return ""
+
+
 def test_sweep_on_a_real_cluster_survives_a_killed_worker(cluster, tmp_path):
     address, procs, _ = cluster
     nb = slow_toy(tmp_path)  # every point sleeps HOLD s after its kernel is up
@@ -92,10 +103,10 @@ def test_sweep_on_a_real_cluster_survives_a_killed_worker(cluster, tmp_path):
     while time.time() < deadline and not victim_tree:
         nanny = psutil.Process(procs["A"].pid)
         tree = nanny.children(recursive=True)
-        for run in _runs_below(nanny.pid):
-            pfile = next((a for a in cmdline(run).split() if a.endswith(".params.yaml")), "")
-            if "crash=True" not in pfile and any("ipykernel" in cmdline(p) for p in tree):
-                victim_tree, lost = tree, os.path.basename(pfile).removeprefix(".").removesuffix(".params.yaml")
+        for run in _runs_below(nanny.pid):  # the worker's run server: the point it runs owns a partial folder
+            point = _point_of(out, run.pid)
+            if point and "crash=True" not in point and any("ipykernel" in cmdline(p) for p in tree):
+                victim_tree, lost = tree, point
         time.sleep(0.1)
     assert victim_tree, "worker A never ran a point"
     cmds = {p.pid: cmdline(p) for p in victim_tree}

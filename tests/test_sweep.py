@@ -182,13 +182,16 @@ def test_a_killed_client_takes_its_workers_runs_and_kernels_with_it(tmp_path):
                 pass
 
 
-THREADS_NB = MYST_HEADER + """
+# a toy notebook's parameters cell: a seed and where to write
+SEED_PARAMS = MYST_HEADER + """
 ```{code-cell} ipython3
 :tags: [parameters]
 seed: int = 1  # seed
 results_dir: str = ""  # where to write
 ```
+"""
 
+THREADS_NB = SEED_PARAMS + """
 ```{code-cell} ipython3
 import os, pathlib
 pathlib.Path(results_dir, "threads.txt").write_text(os.environ.get("COMPANION_THREADS", "unset"))
@@ -256,3 +259,51 @@ def test_sigterm_to_the_client_shuts_the_sweep_down_cleanly(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+WARM_NB = SEED_PARAMS + """
+```{code-cell} ipython3
+import os, pathlib
+assert "left_over" not in globals(), "a name of the previous run survived"
+left_over = seed
+pathlib.Path(results_dir, "kernel.txt").write_text(str(os.getpid()))
+```
+"""
+
+
+@pytest.mark.slow
+def test_a_workers_points_share_one_warm_kernel_and_none_of_its_names(tmp_path):
+    from companion.sweep import run_sweep
+
+    nb = tmp_path / "warm.md"
+    nb.write_text(WARM_NB)
+    out = tmp_path / "w"
+    summary = run_sweep(str(nb), [{"seed": s} for s in (1, 2, 3)], out, workers=1, progress=False)
+    assert summary["ok"] == 3, (out / "results.jsonl").read_text()
+    pids = {p.read_text() for p in (out / "points").glob("*/kernel.txt")}
+    assert len(pids) == 1, f"one kernel for the worker's three points, got {pids}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["cot/setup", "mesa/setup"])
+def test_a_run_in_a_warm_kernel_records_what_a_run_in_a_new_one_records(name, tmp_path):
+    """The same point, first in a new kernel, then in the same kernel after a run at another point: equal
+    records (the notebooks seed every generator from their parameters; nothing of a run leaks into the next)."""
+    from companion.runner import WarmKernel, run_notebook
+
+    from _util import smoke_parameters
+
+    params = smoke_parameters()[name]
+    kernel = WarmKernel()
+    try:
+        first = run_notebook(name, params, tmp_path / "a", kernel=kernel)
+        run_notebook(name, dict(params, seed=int(params.get("seed", 0)) + 7), tmp_path / "b", kernel=kernel)
+        again = run_notebook(name, params, tmp_path / "c", kernel=kernel)
+        assert kernel.runs == 3 and kernel.km is not None and kernel.km.is_alive()
+    finally:
+        kernel.shutdown()
+
+    def strip(recs):
+        return [{k: v for k, v in r.items() if k not in ("parameters",)} for r in recs]
+
+    assert first.records and strip(first.records) == strip(again.records)

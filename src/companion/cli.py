@@ -51,8 +51,10 @@ def _text_params(pairs) -> dict[str, str]:
 
 
 def cmd_run(args) -> int:
-    from .runner import NotebookFailed, exit_when_stdin_closes, load_param_file, run_notebook, threads_env
+    from .runner import NotebookFailed, exit_when_stdin_closes, load_param_file, run_notebook, serve_runs, threads_env
 
+    if args.serve:
+        return serve_runs()
     if os.environ.get("COMPANION_EXIT_WITH_STDIN") == "1":
         exit_when_stdin_closes()  # started by a sweep: die with the worker that started us
     typed = {}
@@ -228,6 +230,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="replace a non-empty OUT, once the new run has reached its verdict")
     p.add_argument("--log", action="store_true", help="stream the notebook's output while it runs")
     p.add_argument("--quiet", action="store_true", help="print nothing on success")
+    # a sweep worker's run server (companion.runner.serve_runs): requests on stdin, one warm kernel
+    p.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("sweep", help="execute a grid of parameters in parallel (Dask)")

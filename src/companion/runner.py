@@ -15,6 +15,7 @@ import datetime as _dt
 import difflib
 import json
 import os
+import queue
 import re
 import shutil
 import socket
@@ -42,9 +43,21 @@ __all__ = [
     "load_param_file",
     "yaml_load",
     "SEED_MAX",
+    "WarmKernel",
+    "serve_runs",
 ]
 
 KERNEL_START_RETRIES = 3
+#: the kernel logs a transport warning at every start, and "KeyboardInterrupt caught in kernel" (ERROR) when
+#: papermill stops it after a failed cell: the cell's own error is what counts, reported through papermill
+KERNEL_ARGUMENTS = ["--IPKernelApp.log_level=CRITICAL"]
+#: what a warm kernel runs before each notebook: the previous run's names and figures go
+RESET_CODE = ("get_ipython().run_line_magic('reset', '-f')\n"
+              "import sys as _s\n"
+              "if 'matplotlib.pyplot' in _s.modules: _s.modules['matplotlib.pyplot'].close('all')\n"
+              "del _s\nimport gc as _g\n_g.collect()\ndel _g")
+#: a run server (:func:`serve_runs`) with no request for this long exits, and its kernel with it
+SERVE_IDLE_SECONDS = 120
 
 
 class InputError(ValueError):
@@ -428,8 +441,13 @@ def run_notebook(
     timeout: float | None = 1800,
     log_output: bool = False,
     overwrite: bool = False,
+    kernel: "WarmKernel | None" = None,
 ) -> RunResult:
     """Validate parameters, execute the notebook with papermill, and return what it produced.
+
+    ``kernel``: a :class:`WarmKernel` to run in (its namespace is reset first) instead of a new kernel; a
+    sweep worker's server (:func:`serve_runs`) passes one, so that its points share the imports and the
+    compiled kernels of the first.
 
     Raises :class:`ParameterSpecError` (nothing executed) or :class:`NotebookFailed` (the notebook
     raised; the executed notebook and ``run.json`` are kept for inspection).
@@ -469,6 +487,7 @@ def run_notebook(
     error: Exception | None = None
     for attempt in range(1, KERNEL_START_RETRIES + 1):
         try:
+            warm = {} if kernel is None else {"km": kernel.ready(str(path.parent))}
             papermill.execute_notebook(
                 str(input_path),
                 str(executed_tmp),
@@ -479,10 +498,8 @@ def run_notebook(
                 log_output=log_output,
                 execution_timeout=timeout,
                 start_timeout=120,
-                # the kernel logs a transport warning at every start, and "KeyboardInterrupt caught in
-                # kernel" (ERROR) when papermill stops it after a failed cell: the cell's own error is
-                # what counts, and it is reported through papermill
-                extra_arguments=["--IPKernelApp.log_level=CRITICAL"],
+                extra_arguments=KERNEL_ARGUMENTS,
+                **warm,
             )
             error = None
             break
@@ -491,6 +508,8 @@ def run_notebook(
             break
         except Exception as exc:  # kernel start races (ZMQ port collisions) are retried
             error = exc
+            if kernel is not None:
+                kernel.shutdown()  # a kernel that failed a run is not reused
             if not _is_kernel_start_failure(exc) or attempt == KERNEL_START_RETRIES:
                 break
             time.sleep(0.5 * attempt)
@@ -601,3 +620,117 @@ def kill_tree(pid: int, include_self: bool = True) -> None:
         except psutil.NoSuchProcess:
             pass
     psutil.wait_procs(procs, timeout=5)
+
+
+class WarmKernel:
+    """A Jupyter kernel kept alive between notebook runs in one process (a sweep worker's run server).
+
+    :meth:`ready` returns the kernel manager of a live kernel started in ``cwd`` (a new one if there is none,
+    if it died, or if ``cwd`` changed), after running :data:`RESET_CODE` in it: ``%reset -f`` and every
+    figure closed, so a run sees none of the previous run's names. What stays is what makes the next run
+    cheap: imported modules, compiled kernels, the run cache's memory. Every notebook seeds its own
+    generators from its parameters, so a run in a warm kernel records what a run in a new one records
+    (checked by ``benchmarks/bench_sweep.py`` and ``tests/test_sweep.py``)."""
+
+    def __init__(self, kernel_name: str = "python3"):
+        self.kernel_name = kernel_name
+        self.km = None
+        self.cwd: str | None = None
+        self.runs = 0
+
+    def ready(self, cwd: str):
+        from jupyter_client.manager import KernelManager
+
+        if self.km is not None and (cwd != self.cwd or not self.km.is_alive()):
+            self.shutdown()
+        if self.km is None:
+            self.km = KernelManager(kernel_name=self.kernel_name)
+            self.km.start_kernel(cwd=cwd, extra_arguments=KERNEL_ARGUMENTS)
+            self.cwd = cwd
+        else:
+            kc = self.km.blocking_client()
+            kc.start_channels()
+            try:
+                kc.wait_for_ready(timeout=60)
+                reply = kc.execute_interactive(RESET_CODE, store_history=False, timeout=60, output_hook=lambda m: None)
+            finally:
+                kc.stop_channels()
+            if reply["content"].get("status") != "ok":  # pragma: no cover - a kernel that cannot reset
+                self.shutdown()
+                return self.ready(cwd)
+        self.runs += 1
+        return self.km
+
+    def shutdown(self) -> None:
+        if self.km is not None:
+            try:
+                self.km.shutdown_kernel(now=True)
+            except Exception:  # already dead
+                pass
+        self.km, self.cwd = None, None
+
+
+def serve_runs(rfile=None, wfile=None, idle: float = SERVE_IDLE_SECONDS) -> int:
+    """Run notebooks on request, one after another, in one warm kernel (``companion run --serve``).
+
+    A sweep worker starts one such server and sends it its points: one JSON line per point on stdin,
+    ``{"notebook": ..., "params_file": ..., "output": ...}``; the server runs it as ``companion run NOTEBOOK -f
+    PARAMS_FILE -o OUTPUT --overwrite --quiet`` would (same checks, same atomic output, same ``run.json``) and
+    answers one JSON line on stdout, ``{"rc": 0|1|2, "error": "..."}`` (rc as ``companion run``'s exit status).
+    The kernel (:class:`WarmKernel`) stays up between points, so a point costs its own work, not a process
+    start, imports and kernel compilation. The server exits, killing its kernel, when stdin closes (the worker
+    that started it died, however it died), and after ``idle`` seconds without a request."""
+    rfd = 0 if rfile is None else rfile.fileno()
+    if wfile is None:  # the protocol keeps the real stdout; anything else printed goes to stderr
+        wfile = os.fdopen(os.dup(1), "w")
+        os.dup2(2, 1)
+    out = wfile
+    threads, _ = threads_env(1)
+    os.environ["COMPANION_THREADS"] = str(threads)
+    requests: queue.Queue = queue.Queue()
+
+    def reader() -> None:
+        buf = b""
+        try:
+            while True:
+                chunk = os.read(rfd, 65536)
+                if not chunk:
+                    break
+                buf += chunk
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    requests.put(line)
+        except OSError:
+            pass
+        kill_tree(os.getpid(), include_self=False)  # the parent is gone: nothing of ours may outlive it
+        os._exit(143)
+
+    threading.Thread(target=reader, name="companion-serve-reader", daemon=True).start()
+    kernel = WarmKernel()
+    try:
+        while True:
+            try:
+                line = requests.get(timeout=idle)
+            except queue.Empty:
+                return 0
+            try:
+                req = json.loads(line)
+                rc, error = _serve_one(req["notebook"], req["params_file"], req["output"], kernel)
+            except (ValueError, KeyError, TypeError) as exc:
+                rc, error = 2, f"bad request to the run server: {exc}"
+            out.write(json.dumps({"rc": rc, "error": error}) + "\n")
+            out.flush()
+    finally:
+        kernel.shutdown()
+
+
+def _serve_one(notebook: str, params_file: str, output: str, kernel: WarmKernel) -> tuple[int, str]:
+    try:
+        result = run_notebook(notebook, load_param_file(params_file), output, overwrite=True, kernel=kernel)
+    except NotebookFailed as exc:
+        if exc.ename == "ParameterError":
+            return 2, f"{exc.notebook}: {exc.evalue}"
+        return 1, f"{exc.notebook} raised {exc.ename}: {exc.evalue}"
+    except InputError as exc:
+        return 2, str(exc)
+    return (0 if result.ok else 1), ""

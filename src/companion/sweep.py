@@ -18,8 +18,11 @@ Limits, checked before any work: at most ``max_points`` points (:data:`MAX_POINT
 count comes from the grid's sizes, before a point is built) and at most as many local workers as the
 machine has cores (``companion.runner.available_cores()``; more are capped with a note).
 
-Each point runs in its own process (``python -m companion run ...``), so kernels of different points
-never share a ZMQ context, and the runner retries a kernel that fails to start. A point that fails is
+Each worker thread runs its points in a run server of its own (``python -m companion run --serve``,
+:func:`companion.runner.serve_runs`): one process and one warm kernel for all its points, the namespace
+reset between them, so a point costs its own work and not a process start, the imports and the kernels'
+compilation again. Kernels of different workers never share a process or a ZMQ context, and the runner
+retries a kernel that fails to start. A point that fails is
 recorded with its error and the others go on. ``--resume`` skips every point whose last line in
 ``results.jsonl`` says it finished (status ``ok`` or ``failed``: it ran to its verdict) and runs the
 others (never started, interrupted, or crashed with status ``error``); nothing that finished is ever
@@ -35,8 +38,8 @@ Faults:
 * a dead worker: Dask re-runs its point on another worker, at most ``allowed-failures`` times (2 for the
   embedded cluster; a scheduler's own setting otherwise), then the point is recorded as an error
   (``KilledWorker``) and ``--resume`` runs it again;
-* a killed client: every ``companion run`` of a sweep watches a pipe from the worker that started it and
-  exits, killing its kernel, when that worker dies; the embedded cluster's workers die with the client,
+* a killed client: every run server of a sweep reads a pipe from the worker that started it and exits,
+  killing its kernel, when that worker dies; the embedded cluster's workers die with the client,
   and on an external cluster a point whose client has gone is cancelled by the worker within a second.
 """
 
@@ -51,10 +54,10 @@ import json
 import logging
 import math
 import os
+import select
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -410,44 +413,83 @@ def _still_wanted(key: str | None) -> bool:
     return ts is not None and ts.state not in ("cancelled", "released", "forgotten")
 
 
+#: the run servers of this process (a Dask worker's), one per worker thread and set of settings
+_SERVERS: dict[tuple, subprocess.Popen] = {}
+_SERVERS_LOCK = threading.Lock()
+
+
+def _server(notebook: str, threads: int | None, warm: bool) -> subprocess.Popen:
+    """This worker thread's run server (``companion run --serve``, :func:`companion.runner.serve_runs`),
+    started on first use and again after it died or was killed. ``warm=False``: a new server for this point
+    alone (a fresh process and kernel, as a single ``companion run`` gets)."""
+    key = (threading.get_ident(), threads)
+    with _SERVERS_LOCK:
+        proc = _SERVERS.get(key) if warm else None
+        if proc is None or proc.poll() is not None:
+            env = dict(os.environ)
+            env.pop("COMPANION_EXIT_WITH_STDIN", None)
+            if threads:
+                env["COMPANION_THREADS"] = str(threads)
+            proc = subprocess.Popen([sys.executable, "-m", "companion", "run", "--serve", notebook],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                    env=env)
+            if warm:
+                _SERVERS[key] = proc
+    return proc
+
+
+def _forget(proc: subprocess.Popen) -> None:
+    kill_tree(proc.pid)
+    proc.wait()
+    with _SERVERS_LOCK:
+        for k in [k for k, v in _SERVERS.items() if v is proc]:
+            del _SERVERS[k]
+
+
 def _execute_point(
     notebook: str, params: dict, point_dir: str, timeout: float | None, threads: int | None = None,
-    key: str | None = None,
+    key: str | None = None, warm: bool = True,
 ) -> dict:
-    """Run one point in a fresh ``companion run`` process; return its run.json (or an error record).
+    """Run one point in this worker's run server (a warm kernel: :func:`companion.runner.serve_runs`); return
+    its run.json (or an error record).
 
-    The child reads a pipe from this process and dies with its kernel when the pipe closes, so a worker
-    that dies takes its point's run with it; a point whose client has gone is killed within a second."""
+    The server reads its requests from a pipe of this process and dies with its kernel when the pipe closes,
+    so a worker that dies takes its point's run with it; a point that times out, or whose client has gone
+    (cancelled within a second), is killed with its server, and the next point starts a new one."""
     pdir = Path(point_dir)
     pdir.parent.mkdir(parents=True, exist_ok=True)
     pfile = pdir.parent / f".{pdir.name}.params.yaml"
     pfile.write_text(yaml.safe_dump(params, sort_keys=False))
-    cmd = [sys.executable, "-m", "companion", "run", notebook, "-f", str(pfile), "-o", str(pdir), "--quiet",
-           "--overwrite"]
-    env = dict(os.environ, COMPANION_EXIT_WITH_STDIN="1")
-    if threads:
-        env["COMPANION_THREADS"] = str(threads)
     t0 = time.perf_counter()
     wall0 = time.time()
-    with tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err, env=env)
-        cause = None
-        while True:
+    proc = _server(notebook, threads, warm)
+    cause, reply = None, None
+    try:
+        proc.stdin.write((json.dumps({"notebook": notebook, "params_file": str(pfile), "output": str(pdir)}) + "\n").encode())
+        proc.stdin.flush()
+    except OSError:  # the server died between points: the reply below says so
+        pass
+    while True:
+        ready, _, _ = select.select([proc.stdout], [], [], 1.0)
+        if ready:
+            line = proc.stdout.readline()
             try:
-                proc.wait(timeout=1.0)
-                break
-            except subprocess.TimeoutExpired:
-                if timeout is not None and time.perf_counter() - t0 > timeout:
-                    cause = f"timed out after {timeout:g} s"
-                elif not _still_wanted(key):
-                    cause = "cancelled (the sweep's client went away)"
-                if cause:
-                    kill_tree(proc.pid)
-                    proc.wait()
-                    break
-        proc.stdin.close()
-        err.seek(0)
-        stderr = err.read()
+                reply = json.loads(line) if line else None
+            except ValueError:
+                reply = None
+            break
+        if timeout is not None and time.perf_counter() - t0 > timeout:
+            cause = f"timed out after {timeout:g} s"
+        elif not _still_wanted(key):
+            cause = "cancelled (the sweep's client went away)"
+        if cause:
+            break
+    if cause or reply is None or not warm:
+        _forget(proc)
+    if reply is None and not cause:
+        code = proc.returncode
+        reply = {"rc": code if code else 1,
+                 "error": f"the run server died (exit status {code})" if code is not None else "the run server died"}
     pfile.unlink(missing_ok=True)
     run_json = pdir / "run.json"
     rec = None
@@ -460,13 +502,13 @@ def _execute_point(
             rec = None
     if rec is None:
         rec = {"status": "error", "records": [], "parameters": params}
+    returncode = None if cause else reply["rc"]
     if cause:
         rec["error"] = cause
-    elif proc.returncode != 0 and not rec.get("error"):
-        lines = [ln for ln in stderr.strip().splitlines() if ln.strip()]
-        rec["error"] = (lines or ["exit status %d" % proc.returncode])[-1].removeprefix("companion: error: ")
+    elif returncode != 0 and not rec.get("error"):
+        rec["error"] = reply.get("error") or f"exit status {returncode}"
         rec["status"] = "error" if rec.get("status") == "ok" else rec.get("status", "error")
-    rec["returncode"] = proc.returncode
+    rec["returncode"] = returncode
     rec["seconds"] = round(time.perf_counter() - t0, 3)
     return rec
 

@@ -1,7 +1,7 @@
 """The sweeps of the book's "Sweeps" page (``book/sweeps.md``): definitions, running and reading them.
 
 Each sweep runs real notebooks through :func:`companion.sweep.run_sweep` (every point is a
-``companion run`` in its own process), at a modest ``book`` size that fits the book build, and states
+run of the notebook in its worker's warm kernel), at a modest ``book`` size that fits the book build, and states
 the command that reruns it bigger (``cluster`` size) on a Dask cluster. Records are read with
 ``.get``: a notebook that renames a claim shows up as a missing value on the page, not as a crash.
 
