@@ -56,6 +56,35 @@ def test_gd_error_exact_against_monte_carlo_and_mp_limit():
     assert th.gd_error_mc(3, eta, big).mean / 200 == pytest.approx(th.gd_error_mp(3, eta, g), rel=0.02)
 
 
+def test_wishart_loop_equation_moments():
+    # the first cases are the closed forms m_p = E tr S^p (p <= 4), derived independently
+    for d, n in [(10, 20), (3, 7), (6, 6), (2, 50)]:
+        m = th.wishart_trace_moments(4, d, n)
+        for p in range(5):
+            assert m[p] / n**p == pytest.approx(th.wishart_trace_moment(p, d, n), rel=1e-14), (d, n, p)
+    # d = 1: W is chi-square with n degrees of freedom, E W^p = n (n + 2) ... (n + 2p - 2)
+    m = th.wishart_trace_moments(9, 1, 7)
+    for p in range(1, 10):
+        assert m[p] == int(np.prod([7 + 2 * i for i in range(p)])), p
+    # tr (X X^T)^p = tr (X^T X)^p: symmetric in (d, n), which the recursion is not term by term
+    assert th.wishart_trace_moments(9, 3, 5) == [3] + th.wishart_trace_moments(9, 5, 3)[1:]
+    assert th.wishart_trace_moments(8, 4, 11)[1:] == th.wishart_trace_moments(8, 11, 4)[1:]
+
+
+def test_gd_error_wishart_against_closed_form_and_monte_carlo():
+    for k in (0, 1, 2):
+        assert th.gd_error_wishart(k, 0.3, 10, 20) == pytest.approx(th.gd_error_exact(k, 0.3, 10, 20), rel=1e-13)
+    # k = 3..6 needs the moments up to p = 12: an independent Monte-Carlo sample of spectra (4 SE)
+    d, n = 5, 12
+    eigs = th.sample_S_eigs(d, n, 100_000, np.random.default_rng(3))
+    for k in (3, 4, 6):
+        est = th.gd_error_mc(k, 0.4, eigs)
+        assert abs(est.mean - th.gd_error_wishart(k, 0.4, d, n)) <= 4 * est.se, k
+        # one step more or less is far outside the band (the test can fail on an off-by-one in k)
+        assert abs(est.mean - th.gd_error_wishart(k + 1, 0.4, d, n)) > 10 * est.se, k
+    assert th.gd_error_wishart(10, 0.3, 10, 20) == pytest.approx(0.815, abs=1e-3)  # the spec's table (MC 0.815)
+
+
 def test_one_step_ood_formula_against_monte_carlo():
     d, n, num = 4, 12, 40_000
     rng = np.random.default_rng(3)
