@@ -103,7 +103,7 @@ def test_each_stream_reproduces_todays_integers():
     # mesa: NumPy seed sequences [seed, key]
     keys = {"mesa.train_data": 0, "mesa.test_data": 1, "mesa.init": 2, "mesa.one_step_eval": 3,
             "mesa.position_eval": 4, "mesa.hessian_data": 5, "mesa.offdiag_mc": 7, "mesa.loss_eval": 8,
-            "mesa.equivariant_mc": 9}
+            "mesa.equivariant_mc": 9, "mesa.formula_mc": 10}
     assert {k.name: k.key for k in S.SPAWN_KEYS.values()} == keys
     for k in S.SPAWN_KEYS.values():
         assert k.entropy(3) == (3, keys[k.name])

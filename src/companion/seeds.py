@@ -27,7 +27,8 @@ import numpy as np
 __all__ = ["SeedStream", "SpawnKey", "replicate_seed", "REPLICATE_STRIDE", "SEED_MODULUS", "STREAMS", "SPAWN_KEYS",
            "COT_PROMPTS", "COT_TRAIN_EVAL", "COT_EVAL", "COT_ISO_EVAL", "COT_SPARSE_SIM", "COT_OOD_EVAL",
            "MESA_TRAIN_DATA", "MESA_TEST_DATA", "MESA_INIT", "MESA_ONE_STEP_EVAL", "MESA_POSITION_EVAL",
-           "MESA_HESSIAN_DATA", "MESA_OFFDIAG_MC", "MESA_LOSS_EVAL", "MESA_EQUIVARIANT_MC", "MESA_RANDOM_WEIGHTS"]
+           "MESA_HESSIAN_DATA", "MESA_OFFDIAG_MC", "MESA_LOSS_EVAL", "MESA_EQUIVARIANT_MC", "MESA_FORMULA_MC",
+           "MESA_RANDOM_WEIGHTS"]
 
 #: replicates of one stream are this far apart, so experiments with nearby seeds share no replicate (``seed + r``
 #: would give seed 1's replicate 1 to seed 2's replicate 0)
@@ -121,6 +122,9 @@ MESA_LOSS_EVAL = SpawnKey("mesa.loss_eval", 8, "the common test sequences of the
 #: the ``mesa.equivariant_mc`` stream (its purpose is its ``purpose`` field)
 MESA_EQUIVARIANT_MC = SpawnKey("mesa.equivariant_mc", 9, "the sequences of the equivariant-block moments "
                                "(Theorem 4.3)")
+#: the ``mesa.formula_mc`` stream (its purpose is its ``purpose`` field)
+MESA_FORMULA_MC = SpawnKey("mesa.formula_mc", 10, "the bounded, moment-matched sequences of the Monte-Carlo "
+                           "loss and gradient formulas (setup page)")
 #: mesa's one torch.Generator stream (integer seed)
 #: the ``mesa.random_weights`` stream (its purpose is its ``purpose`` field)
 MESA_RANDOM_WEIGHTS = SeedStream("mesa.random_weights", 0, "the random full weights at which the fast model is "
@@ -131,4 +135,5 @@ STREAMS = {s.name: s for s in (COT_PROMPTS, COT_TRAIN_EVAL, COT_EVAL, COT_ISO_EV
                                MESA_RANDOM_WEIGHTS)}
 #: every NumPy spawn-key stream, by name
 SPAWN_KEYS = {s.name: s for s in (MESA_TRAIN_DATA, MESA_TEST_DATA, MESA_INIT, MESA_ONE_STEP_EVAL, MESA_POSITION_EVAL,
-                                  MESA_HESSIAN_DATA, MESA_OFFDIAG_MC, MESA_LOSS_EVAL, MESA_EQUIVARIANT_MC)}
+                                  MESA_HESSIAN_DATA, MESA_OFFDIAG_MC, MESA_LOSS_EVAL, MESA_EQUIVARIANT_MC,
+                                  MESA_FORMULA_MC)}
