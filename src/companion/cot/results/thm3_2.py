@@ -1,8 +1,11 @@
 r"""Theorem 3.2 ({prf:ref}`cot-thm-3-2`, notebook ``cot/thm3_2_construction``): with CoT, one LSA layer runs k steps
 of gradient descent, error :math:`L_k(\eta) = \E\tr(I-\eta S)^{2k}`.
 
-The construction's CoT inference on fresh prompts (:func:`construction_errors`) against: the exact moment formula
-at k = 2; the median of an independent sample of the per-prompt k-step law (:func:`law_medians`); the
+The decisive claim: ``replicates`` full CoT transformers trained from random weights by the book's trainer, their
+error after k CoT steps against the exact :math:`L_k(\eta)` of the loop-equation moments
+(:func:`companion.cot.theory.gd_error_wishart`), with k - 1 and k + 1 steps as the competitors (:func:`trained_cot`).
+Then the construction's CoT inference on fresh prompts (:func:`construction_errors`) against: the exact formula at
+the same k; the median of an independent sample of the per-prompt k-step law (:func:`law_medians`); the
 Marchenko--Pastur limit through a finite-d fit (:func:`mp_limit_fit`, with the quadrature checked against the
 closed-form moments, :func:`mp_quadrature_pair`); and the geometric bound :math:`d\rho_{\rm MP}^{2k}`.
 """
@@ -16,23 +19,29 @@ import torch
 
 from companion.claims import ClaimSpec, ResultSpec
 from companion.plotting import legend_outside, new_figure
-from companion.seeds import COT_PROMPTS
+from companion.seeds import COT_EVAL, COT_PROMPTS
 from companion.stats import combine, median_se
 
 from .. import theory as th
 from ..data import make_generator, sample_prompts
 from ..model import construction, cot_inference
-from ..train import threads1
+from ..stats import replicate_errors, trained_vs_prediction
+from ..train import cached_train_full, threads1
 
-__all__ = ["CLAIMS", "RESULT", "construction_errors", "law_medians", "median_pair", "mp_quadrature_pair",
+__all__ = ["CLAIMS", "RESULT", "neighbours", "trained_cot", "construction_errors", "law_medians", "median_pair", "mp_quadrature_pair",
            "mp_limit_fit", "decay_curves", "figure", "figure_mp", "manifest"]
 
-LAW = ClaimSpec("cot32_law_k{k}", "statistical", "monte_carlo", headline=True,  # headline: the largest k of k_list
-                prediction="companion.cot.theory.gd_error_samples",
+LAW = ClaimSpec("cot32_law_k{k}", "statistical", "monte_carlo", prediction="companion.cot.theory.gd_error_samples",
                 falsifier="one GD step instead of k (median of the one-step law)")
+#: the competitor of the trained and the construction claims: the nearer of L_{k-1}, L_{k+1}
+NEIGHBOUR = "one GD step more or less (the nearer of L_{k-1}, L_{k+1})"
+TRAINED = ClaimSpec("cot32_trained_k{k}", "statistical", "trained", headline=True,
+                    prediction="companion.cot.theory.gd_error_wishart", falsifier=NEIGHBOUR)
+EXACT = ClaimSpec("cot32_exact_k{k}", "statistical", "monte_carlo", prediction="companion.cot.theory.gd_error_wishart",
+                  falsifier=NEIGHBOUR)
 CLAIMS = (
-    ClaimSpec("cot32_exact_k2", "statistical", "monte_carlo", prediction="companion.cot.theory.gd_error_exact",
-              falsifier="one GD step instead of two: L_1(eta)"),
+    TRAINED,
+    EXACT,
     LAW,
     ClaimSpec("cot32_mp_quadrature", "numerics", "closed_form", prediction="companion.cot.theory.mp_moment"),
     ClaimSpec("cot32_mp_limit", "statistical", "monte_carlo", headline=True, prediction="companion.cot.theory.gd_error_mp",
@@ -46,10 +55,51 @@ RESULT = ResultSpec(paper="cot", number="Theorem 3.2", title="with CoT, one LSA 
                     sweep=r"CoT: the error of $k$-step CoT over $(k, \eta)$")
 
 
-def manifest(k_list) -> list[str]:
-    """The claim ids the notebook records: one law claim per k of ``k_list`` besides the fixed ones."""
-    return (["cot32_exact_k2"] + [LAW.id.format(k=k) for k in k_list]
+def manifest(k_list, k_eval: int) -> list[str]:
+    """The claim ids the notebook records: the trained and exact claims at ``k_eval``, one law claim per k of
+    ``k_list``, and the fixed ones."""
+    return ([TRAINED.id.format(k=k_eval), EXACT.id.format(k=k_eval)] + [LAW.id.format(k=k) for k in k_list]
             + ["cot32_mp_quadrature", "cot32_mp_limit", "cot32_decay_bound"])
+
+
+def neighbours(k: int, eta: float, d: int, n: int) -> dict:
+    r"""The exact :math:`L_{k-1}(\eta)`, :math:`L_k(\eta)`, :math:`L_{k+1}(\eta)`
+    (:func:`companion.cot.theory.gd_error_wishart`) and the competitor of the claims at k: the nearer neighbour.
+
+    Returns
+    -------
+    dict
+        ``dict(pred, km1, kp1, near, near_k)``.
+    """
+    km1, pred, kp1 = (th.gd_error_wishart(j, eta, d, n) for j in (k - 1, k, k + 1))
+    near_k = k + 1 if abs(kp1 - pred) <= abs(km1 - pred) else k - 1
+    return dict(pred=pred, km1=km1, kp1=kp1, near=kp1 if near_k == k + 1 else km1, near_k=near_k)
+
+
+def trained_cot(d: int, n: int, k_train: int, k: int, eta: float, *, steps: int, lr: float, lr_final: float,
+                replicates: int, eval_batch: int, seed: int) -> dict:
+    r"""The decisive test of {prf:ref}`cot-thm-3-2` on trained transformers.
+
+    ``replicates`` full-parameter CoT LSAs (all :math:`2(2d+2)^2` entries) are trained side by side from random
+    weights on the teacher-forced CoT loss (6) with ``k_train`` positions and data step ``eta``
+    (:func:`companion.cot.train.train_full` through the run cache, so a page that trains the same models shares
+    the run). By {prf:ref}`cot-thm-4-1` training converges to the
+    construction with the *data's* step, so the prediction is :math:`L_k(\eta)` at that ``eta``, computed exactly
+    (:func:`neighbours`), never from the learned weights. Each replicate runs k autoregressive CoT steps on its own
+    ``eval_batch // replicates`` fresh prompts (stream ``COT_EVAL``); the errors are compared with the prediction by
+    :func:`companion.cot.stats.trained_vs_prediction` (the wider of the seed and prompt bands).
+
+    Returns
+    -------
+    dict
+        :func:`companion.cot.stats.trained_vs_prediction` with ``runs`` (the training result) and the
+        :func:`neighbours` under ``"exact"``.
+    """
+    runs = cached_train_full("cot", d, n, k_train, eta, steps=steps, lr=lr, lr_final=lr_final, batch=64, seed=seed,
+                             eval_every=max(1, steps // 20), eval_batch=500, replicates=replicates)
+    exact = neighbours(k, eta, d, n)
+    errors = replicate_errors("cot", runs, k, eval_batch // replicates, COT_EVAL(seed))
+    return dict(trained_vs_prediction(errors, exact["pred"]), runs=runs, exact=exact)
 
 
 def construction_errors(d: int, n: int, eta: float, K: int, num: int, seed: int) -> np.ndarray:
@@ -132,16 +182,20 @@ def mp_limit_fit(k: int, eta: float, d: int, n: int, levels: int, num: int, rng:
     return dict(ds=ds, values=vals, ses=ses, a=float(a), a_se=float(np.sqrt(cov[0, 0])), b=float(b), chi2=chi2)
 
 
-def figure(err, k_list, med: dict, decay: dict, rho: float, eta: float, d: int, n: int):
-    """``fig_cot_thm32``: (a) the construction's error against k with the exact, independent-law, MP-limit and
-    bound curves; (b) the geometric decay of the mean and median for several n/d (``decay[n] = (mean, median)``)."""
+def figure(err, k_list, med: dict, decay: dict, rho: float, eta: float, d: int, n: int, trained=None):
+    """``fig_cot_thm32``: (a) the construction's error against k with the exact (loop-equation moments, k up to 12),
+    independent-law, MP-limit and bound curves, and the trained models' mean error ``trained = (k, mean, se)``;
+    (b) the geometric decay of the mean and median for several n/d (``decay[n] = (mean, median)``)."""
     K, gam = err.shape[1] - 1, d / n
     ks = np.arange(K + 1)
     fig, (ax0, ax1) = new_figure(ncols=2, width=3.5, height=3.0)
     ax0.semilogy(ks, err.mean(0), "-", label="CoT construction (mean)")
     ax0.semilogy(ks, np.median(err, axis=0), "--", label="CoT construction (median)")
-    ax0.plot([1, 2], [th.gd_error_exact(1, eta, d, n), th.gd_error_exact(2, eta, d, n)], "ko", ms=5, mfc="none",
-             label="exact (moments)")
+    kx = np.arange(1, min(K, 12) + 1)
+    ax0.plot(kx, [th.gd_error_wishart(int(k), eta, d, n) for k in kx], "ko", ms=5, mfc="none", label="exact (moments)")
+    if trained is not None:
+        ax0.errorbar([trained[0]], [trained[1]], yerr=[2 * trained[2]], fmt="*", ms=11, color="C1",
+                     label="trained CoT models (±2 SE)")
     ax0.plot(k_list, [med[k][1] for k in k_list], "s", ms=4, mfc="none", color="C2", label="independent law (median)")
     ax0.semilogy(ks, [d * th.gd_error_mp(int(k), eta, gam) for k in ks], ":", color="C3", label="d × MP limit")
     ax0.semilogy(ks, d * rho ** (2 * ks), "-.", color="C4", lw=0.8, label=r"bound $d\rho_{\rm MP}^{2k}$")
