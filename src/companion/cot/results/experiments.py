@@ -2,7 +2,8 @@ r"""Experiments: training with and without CoT ({prf:ref}`cot-prop-experiments`,
 Figure 2 of the paper).
 
 At each n (:func:`cot_vs_no_cot`): independently seeded CoT models trained side by side against the Monte-Carlo
-k-step GD error :math:`\E\tr(I-\eta S)^{2k}`, and a no-CoT model against the floor :math:`d(d+1)/(n+d+1)`.
+k-step GD error :math:`\E\tr(I-\eta S)^{2k}` (competitor: one GD step fewer), and a no-CoT model against the
+floor :math:`d(d+1)/(n+d+1)` (competitor: its proportional limit :math:`d^2/(n+d)`).
 """
 
 from __future__ import annotations
@@ -17,14 +18,16 @@ from .. import theory as th
 from ..data import make_generator, sample_prompts
 from ..stats import model_errors, replicate_errors, trained_vs_prediction
 from ..train import cached_train_full
+from .thm4_1 import PREV_STEP
 
-__all__ = ["CLAIMS", "RESULT", "cot_vs_no_cot", "figure", "manifest"]
+__all__ = ["CLAIMS", "RESULT", "MP_FLOOR", "cot_vs_no_cot", "figure", "manifest"]
 
 COT = ClaimSpec("cotexp_cot_n{n}", "statistical", "trained", headline=True, prediction="companion.cot.theory.gd_error_mc",
-                falsifier="no gain from CoT: the no-CoT floor")
+                falsifier=PREV_STEP)
+#: the falsifier of the no-CoT claims: the floor without its finite-size corrections
+MP_FLOOR = "the floor's proportional (Marchenko-Pastur) limit d^2/(n+d)"
 NO_COT = ClaimSpec("cotexp_no_cot_n{n}", "statistical", "trained", headline=True,
-                   prediction="companion.cot.theory.no_cot_floor",
-                   falsifier="one layer does k GD steps: E tr(I - eta S)^(2k)")
+                   prediction="companion.cot.theory.no_cot_floor", falsifier=MP_FLOOR)
 CLAIMS = (COT, NO_COT)
 
 RESULT = ResultSpec(paper="cot", number="Figure 2 (Section 5)", title="training with and without CoT",
@@ -42,29 +45,33 @@ def cot_vs_no_cot(d: int, n: int, eta: float, k: int, *, steps: int, lr: float, 
                   rng: np.random.Generator) -> dict:
     r"""Figure 2 of the paper at one n ({prf:ref}`cot-prop-experiments`): ``replicates`` CoT models (k teacher-forced
     GD steps of size ``eta``) trained side by side and one no-CoT model, all for ``steps`` Adam steps on fresh
-    prompts (through the run cache); the ``eval_batch`` evaluation prompts split among the CoT replicates, each on its
-    own (:func:`companion.cot.stats.replicate_errors`; the expected number of divergent prompts is that of one set of ``eval_batch``),
-    against an independent Monte-Carlo estimate of :math:`\E\tr(I-\eta S)^{2k}` from
-    ``num_mc`` spectra, the no-CoT model against the floor :math:`d(d+1)/(n+d+1)`; and, on the same spectra, the
-    fraction of prompts with :math:`\eta\lambda_{\max}(S) > 2` and the 99.9 % quantile of :math:`\lambda_{\max}`.
+    prompts (through the run cache; the training curves on 200 fixed prompts); the ``eval_batch`` evaluation prompts
+    split among the CoT replicates, each on its own (:func:`companion.cot.stats.replicate_errors`; the expected
+    number of divergent prompts is that of one set of ``eval_batch``), and all of them for the no-CoT model. The
+    CoT models against an independent Monte-Carlo estimate of :math:`\E\tr(I-\eta S)^{2k}` from ``num_mc`` spectra,
+    with the competitor :math:`\E\tr(I-\eta S)^{2(k-1)}` on the same spectra; the no-CoT model against the floor
+    :math:`d(d+1)/(n+d+1)`,
+    with the competitor :math:`d^2/(n+d)` (:func:`companion.cot.theory.no_cot_floor_mp`); and, on the same spectra,
+    the fraction of prompts with :math:`\eta\lambda_{\max}(S) > 2` and the 99.9 % quantile of :math:`\lambda_{\max}`.
 
     Returns
     -------
     dict
-        ``dict(n, eta, cot, noc, pred, floor, m_cot, m_noc, unstable, q999)`` (``m_*``:
-        :func:`companion.cot.stats.trained_vs_prediction`).
+        ``dict(n, eta, cot, noc, pred, prev, floor, floor_mp, m_cot, m_noc, unstable, q999)`` (``m_*``:
+        :func:`companion.cot.stats.trained_vs_prediction`; ``pred``, ``prev``: k and k - 1 GD steps).
     """
     every = max(1, steps // 20)
     cot = cached_train_full("cot", d, n, k, eta, steps=steps, lr=lr, lr_final=lr_final, batch=64, seed=seed,
-                            eval_every=every, eval_batch=500, replicates=replicates)
+                            eval_every=every, eval_batch=200, replicates=replicates)
     noc = cached_train_full("no_cot", d, n, 1, steps=steps, lr=lr_no_cot, lr_final=lr_final_no_cot, batch=64,
-                            seed=seed, eval_every=every, eval_batch=500)
+                            seed=seed, eval_every=every, eval_batch=200)
     eigs = th.sample_S_eigs(d, n, num_mc, rng)
-    pred, floor = th.gd_error_mc(k, eta, eigs), th.no_cot_floor(d, n)
-    return dict(n=n, eta=eta, cot=cot, noc=noc, pred=pred, floor=floor,
-                m_cot=trained_vs_prediction(replicate_errors("cot", cot, k, eval_batch // replicates, COT_EVAL(seed)), pred.mean,
-                                            pred.se),
-                m_noc=trained_vs_prediction(model_errors("no_cot", noc, sample_prompts(eval_batch, d, n, make_generator(COT_EVAL(seed))), 1),
+    pred, prev, floor = th.gd_error_mc(k, eta, eigs), th.gd_error_mc(k - 1, eta, eigs), th.no_cot_floor(d, n)
+    return dict(n=n, eta=eta, cot=cot, noc=noc, pred=pred, prev=prev, floor=floor, floor_mp=th.no_cot_floor_mp(d, n),
+                m_cot=trained_vs_prediction(replicate_errors("cot", cot, k, eval_batch // replicates, COT_EVAL(seed)),
+                                            pred.mean, pred.se),
+                m_noc=trained_vs_prediction(model_errors("no_cot", noc, sample_prompts(eval_batch, d, n,
+                                                                                       make_generator(COT_EVAL(seed))), 1),
                                             floor),
                 unstable=float(np.mean(eta * eigs[:, -1] > 2)), q999=float(np.quantile(eigs[:, -1], 0.999)))
 

@@ -1,0 +1,41 @@
+"""Theorem 4.1's result module: a flow that does not reach the construction in its budget is recorded (its
+distance fails the limit claim), never raised."""
+
+import numpy as np
+
+from companion.cot import theory as th
+from companion.cot.results import thm4_1
+from companion.params import ParameterError
+
+
+def test_reduced_flow_outside_its_budget_is_a_result_not_an_exception(monkeypatch):
+    ok = thm4_1.stage_analysis(0.3, 5, 0.01, stages=False)
+    assert ok["converged"] and ok["final"] < thm4_1.TOL
+
+    def no_convergence(*args, **kwargs):
+        raise ParameterError("sigma", "the reduced flow did not reach the construction")
+
+    monkeypatch.setattr(th, "reduced_flow_converged", no_convergence)
+    r = thm4_1.stage_analysis(0.3, 5, 0.01, stages=False)
+    assert not r["converged"] and np.isnan(r["t2"]) and np.isfinite(r["final"])
+    # integrated to the budget 1e3/mu + 1e3/sigma: there the flow has converged, so the distance is tiny
+    assert r["T"] == 1e3 / th.fixed_point_rate(0.3, 5) + 1e3 / 0.01
+    assert r["final"] < thm4_1.TOL
+
+
+def test_matrix_flow_that_never_comes_near_is_recorded_with_its_distance(monkeypatch):
+    rng = np.random.default_rng(3)
+    ok = thm4_1.matrix_flow(2, 6, 2, 0.3, 3, 0.05, rng)
+    assert ok["converged"] and ok["final"] < thm4_1.TOL
+
+    solve = thm4_1.integrate.solve_ivp
+
+    def events_never_fire(fun, t_span, y0, **kw):
+        sol = solve(fun, (t_span[0], min(t_span[1], 1.0)), y0, **kw)  # a budget far too short
+        if kw.get("events") is not None:
+            sol.t_events = [np.array([])]
+        return sol
+
+    monkeypatch.setattr(thm4_1.integrate, "solve_ivp", events_never_fire)
+    r = thm4_1.matrix_flow(2, 6, 2, 0.3, 3, 0.05, np.random.default_rng(3))
+    assert not r["converged"] and np.isfinite(r["final"]) and r["final"] > thm4_1.TOL
