@@ -119,9 +119,33 @@ def test_ood_row_follows_gd_for_the_construction():
     for k in (4, 8):
         (mm, ms, _), (ml, ls) = row["ks"][k]["model"], row["ks"][k]["law"]
         assert abs(mm - ml) <= 4 * math.hypot(ms, ls)
-        assert mm <= row["ks"][k]["bound"][0]
+    m = row["mean"]
+    # the construction is GD on every prompt: the paired difference vanishes to round-off, so the control-variate
+    # mean is the independent prediction (a K - 1 step GD in the pairing would leave a difference of about 10 %)
+    assert m["finite"] and abs(m["diff"]) <= 1e-9 * m["gd"] and m["measured"] == pytest.approx(m["pred"], rel=1e-9)
+    assert abs(m["model"] - m["pred"]) <= 4 * math.hypot(m["pred_se"], m["se"] + m["model"] / math.sqrt(4000))
+    assert m["next"] < m["pred"] < m["prev"]
+    assert row["growth"]["model"] == row["growth"]["law"] == 0.0 and thm4_2.regime(row) == "inside"
     assert row["cond"] == pytest.approx(0.3 * 1.5 * (1 + math.sqrt(3 / 9)) ** 2)
     assert torch.get_num_threads() >= 1
+
+
+def test_ood_row_mean_against_exact_wishart_moments_and_growth_beyond_the_boundary():
+    from companion.cot import construction
+
+    class R:
+        W_KQ, W_PV = construction(3, 0.3)
+
+    rng = np.random.default_rng(2)
+    row = thm4_2.ood_row(R, np.eye(3), 0.3, [2], 9, 2000, 40_000, 3, rng)
+    m = row["mean"]  # E tr(I - eta S)^(2k) at k = 2 (prediction) and k = 1 (competitor), exactly
+    assert abs(m["pred"] - th.gd_error_exact(2, 0.3, 3, 9)) <= 4 * m["pred_se"]
+    assert m["prev"] == pytest.approx(th.gd_error_exact(1, 0.3, 3, 9), rel=0.02)
+    row = thm4_2.ood_row(R, 6.0 * np.eye(3), 0.3, [2, 6], 9, 4000, 20_000, 3, rng)
+    g = row["growth"]  # most prompts beyond the boundary: the construction's errors grow as GD's
+    assert thm4_2.regime(row) == "beyond" and 0.5 < g["law"] < 1
+    assert abs(g["model"] - g["law"]) <= 4 * math.hypot(g["se"], g["law_se"])
+    assert g["model"] > thm4_2.in_distribution_growth(3, 9, 6, 0.3, 4000, rng) + 0.3
 
 
 def test_reduced_moments_reproduce_the_sampled_loss_and_gradient():

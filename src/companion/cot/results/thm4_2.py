@@ -1,10 +1,12 @@
 r"""Theorem 4.2 ({prf:ref}`cot-thm-4-2`, notebook ``cot/thm4_2_ood``): out-of-distribution generalisation of the
 trained CoT model and its limits.
 
-The model trained on :math:`\Sigma = I` is run on test covariances :math:`\Sigma`; per covariance
-(:func:`ood_row`) its median error after k steps against the median of an independent sample of the k-step GD law,
-the stated bound :math:`d\max_j|1-\eta\lambda_j|^{2k}`, the geometric bound under the spectral sufficient condition,
-and the one-step formula against Monte Carlo. The phase diagram (:func:`phase_diagram`) maps the stability boundary.
+The model trained on :math:`\Sigma = I` is run on test covariances :math:`\Sigma`. Per covariance (:func:`ood_row`):
+its mean error after :math:`K` steps against the expectation :math:`\E\tr(I-\eta S_\Sigma)^{2K}` of an independent
+sample (a paired control-variate design: the model minus exact GD on the same prompts); its median against the median
+of the GD law near the boundary; beyond it, the fraction of prompts whose error has grown after :math:`K` steps
+against the GD law's; the geometric bound under the spectral sufficient condition; the one-step formula against
+Monte Carlo. The phase diagram (:func:`phase_diagram`) maps the stability boundary.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import torch
 
 from companion.claims import ClaimSpec, ResultSpec
 from companion.plotting import legend_outside, new_figure
-from companion.stats import mean_se, median_se
+from companion.stats import mean_se, median_se, replicate_se, welch, wider
 from companion.text import id_part
 
 from .. import theory as th
@@ -25,16 +27,22 @@ from ..model import cot_inference
 from ..stats import replicate_median
 from ..train import replicate_seed, threads1
 
-__all__ = ["CLAIMS", "RESULT", "parse_spectrum", "spectrum_name", "ood_row", "in_distribution_median",
-           "phase_diagram", "figure", "manifest"]
+__all__ = ["CLAIMS", "RESULT", "NEAR_STEP", "NO_BOUNDARY", "parse_spectrum", "spectrum_name", "ood_row", "regime",
+           "in_distribution_growth", "phase_diagram", "figure", "manifest"]
+
+#: the falsifier of the model claims: GD one step short or long (whichever expectation is nearer the prediction)
+NEAR_STEP = "the construction one CoT step short or long (K - 1 or K + 1 GD steps), the nearer"
+#: the falsifier of the growth claims
+NO_BOUNDARY = "the model's error does not see the boundary (the fraction at Σ = I)"
 
 CLAIMS = (
     ClaimSpec("cot42_one_step_{sigma}", "statistical", "monte_carlo", prediction="companion.cot.theory.one_step_ood_error",
               falsifier="the printed form with a factor 2 (Javanmard et al., Lemma A.1)"),
     ClaimSpec("cot42_model_{sigma}", "statistical", "trained", headline=True,
-              prediction="companion.cot.theory.gd_error_samples",
-              falsifier="the in-distribution median (the model's error does not see Σ)"),
-    ClaimSpec("cot42_bound_{sigma}", "bound", "trained", prediction="companion.cot.results.thm4_2.ood_row"),
+              prediction="companion.cot.results.thm4_2.ood_row",
+              falsifier=NEAR_STEP),
+    ClaimSpec("cot42_growth_{sigma}", "statistical", "trained", prediction="companion.cot.results.thm4_2.ood_row",
+              falsifier=NO_BOUNDARY),
     ClaimSpec("cot42_condition_{sigma}", "bound", "trained", prediction="companion.cot.results.thm4_2.ood_row"),
 )
 
@@ -53,32 +61,62 @@ def manifest(names) -> list[str]:
     return [c.id.format(sigma=nm) for nm in names for c in CLAIMS]
 
 
-def in_distribution_median(d: int, n: int, k: int, eta: float, num: int, rng: np.random.Generator) -> float:
-    r"""The median of the k-step GD law at :math:`\Sigma = I` from ``num`` independent spectra: the falsifier of the
-    model claims (a model whose error does not see :math:`\Sigma`)."""
-    return median_se(th.gd_error_samples(k, eta, th.sample_S_eigs(d, n, num, rng), rng))[0]
-
-
 def parse_spectrum(text: str) -> tuple[float, float]:
     """'lo:hi' -> (lo, hi) (ValueError when malformed)."""
     lo, hi = (float(x) for x in str(text).split(":"))
     return lo, hi
 
 
-def ood_row(res, Sigma: np.ndarray, eta: float, k_list: list, n: int, num_eval: int, num_mc: int,
-            seed: int, rng: np.random.Generator) -> dict:
-    r"""Everything {prf:ref}`cot-thm-4-2` says about one test covariance :math:`\Sigma`.
 
-    * the trained model's per-prompt errors after each k in ``k_list`` on ``num_eval`` prompts
-      :math:`x \sim N(0, \Sigma)` (medians with order-statistic standard errors); for R replicate models
-      (``res`` trained with ``replicates=R``) each on its own ``num_eval // R`` prompts, and the mean of their
-      medians (:func:`companion.cot.stats.replicate_median`);
-    * an *independent* sample of ``num_mc`` spectra of :math:`S_\Sigma`: the median of the k-step GD law
-      :math:`\sum_j(1-\eta\lambda_j)^{2k}z_j^2`, of the stated bound :math:`d\max_j|1-\eta\lambda_j|^{2k}`, and the fraction
-      of prompts beyond the stability boundary :math:`\eta\lambda_{\max}(S_\Sigma) > 2`;
-    * the one-step formula at :math:`V = -\eta^\star I` against Monte Carlo on the same S sample;
-    * the spectral sufficient condition :math:`\eta\lambda_{\max}(\Sigma)(1+\sqrt{d/n})^2 < 2` and its rate
-      :math:`\rho_\Sigma = \max(|1-\eta\lambda_{\min}(\Sigma)(1-\sqrt{d/n})^2|, |1-\eta\lambda_{\max}(\Sigma)(1+\sqrt{d/n})^2|)`.
+
+def _law_errors(eta: float, eigs: np.ndarray, z: np.ndarray, k: int) -> np.ndarray:
+    r"""Per-prompt k-step GD errors :math:`\sum_j(1-\eta\lambda_j)^{2k}z_j^2` (rows of ``eigs``, one fixed ``z`` per prompt,
+    so that the errors at several k are one GD path)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.nan_to_num(np.sum((1.0 - eta * eigs) ** (2 * k) * z**2, axis=-1), nan=np.inf)
+
+
+def in_distribution_growth(d: int, n: int, K: int, eta: float, num: int, rng: np.random.Generator) -> float:
+    r"""The fraction of prompts at :math:`\Sigma = I` whose K-step GD error exceeds the starting error
+    :math:`\|w^\star\|^2`, from ``num`` independent spectra: the falsifier of the growth claims (a model whose error
+    does not see the boundary)."""
+    eigs = th.sample_S_eigs(d, n, num, rng)
+    z = rng.standard_normal(eigs.shape)
+    return float(np.mean(_law_errors(eta, eigs, z, K) > np.sum(z**2, axis=-1)))
+
+
+def _fraction_se(p: float, num: int) -> float:
+    return math.sqrt(max(p * (1 - p), 1.0 / num**2) / num)
+
+
+def ood_row(res, Sigma: np.ndarray, eta: float, k_list: list, n: int, num_eval: int, num_mc: int,
+            seed: int, rng: np.random.Generator, z: float = 4.0) -> dict:
+    r"""Everything {prf:ref}`cot-thm-4-2` says about one test covariance :math:`\Sigma`; :math:`K` = max(``k_list``).
+
+    The trained model (``res``; R replicate models when trained with ``replicates=R``, each on its own
+    ``num_eval // R`` prompts :math:`x \sim N(0, \Sigma)`) gives per-prompt errors :math:`\|\hat w_k - w^\star\|^2`;
+    exact GD with step :math:`\eta` runs on the *same* prompts. An *independent* sample of ``num_mc`` spectra of
+    :math:`S_\Sigma` (and one :math:`z \sim N(0, I)` per spectrum) gives the predictions. Returned (``dict``):
+
+    * ``mean``: the model's mean error after K steps by a paired control variate,
+      :math:`\bar e_{\rm model} - \bar e_{\rm GD} + \hat L_K` with :math:`\hat L_K` the independent mean of
+      :math:`\tr(I-\eta S_\Sigma)^{2K}`; its standard error is the spread of the R replicates' paired differences
+      (R - 1 degrees of freedom) combined (Welch) with the Monte-Carlo error of :math:`\hat L_K`; the prediction
+      :math:`\hat L_K` and the competitors :math:`\hat L_{K\pm1}` (same sample); ``finite`` is False when a paired
+      difference overflowed;
+    * ``median``: the model's median after K steps (:func:`companion.cot.stats.replicate_median`) against the median of
+      the GD law :math:`\sum_j(1-\eta\lambda_j)^{2k}z_j^2` at K and K ± 1 (order-statistic standard errors);
+    * ``growth``: the fraction of prompts whose error after K steps exceeds the starting error :math:`\|w^\star\|^2`,
+      the model's (mean of the replicates' fractions; the wider of their spread and the binomial error) and the GD
+      law's on the independent sample (binomial error); with the model's and the law's median errors at K, whose
+      ratio measures how far the trained model follows GD's divergence;
+    * ``ks``: per k of ``k_list``, the model's and the law's medians (the figure);
+    * ``unstable``: the fraction of the independent spectra with :math:`\eta\lambda_{\max}(S_\Sigma) > 2`;
+    * ``stated``: the independent mean of the stated bound :math:`d\max_j|1-\eta\lambda_j|^{2K}`;
+    * ``cond``, ``rho``: the spectral sufficient condition :math:`\eta\lambda_{\max}(\Sigma)(1+\sqrt{d/n})^2 < 2` and its
+      rate :math:`\rho_\Sigma = \max(|1-\eta\lambda_{\min}(\Sigma)(1-\sqrt{d/n})^2|, |1-\eta\lambda_{\max}(\Sigma)(1+\sqrt{d/n})^2|)`;
+    * ``one_mc``, ``one_pred``, ``one_j26``: the one-step error at :math:`V = -\eta^\star I` by Monte Carlo on the
+      sample of S, by the one-step formula of {prf:ref}`cot-thm-4-2`, and by its printed form with a factor 2.
     """
     d = Sigma.shape[0]
     K = max(k_list)
@@ -89,23 +127,57 @@ def ood_row(res, Sigma: np.ndarray, eta: float, k_list: list, n: int, num_eval: 
         w_m = cot_inference(p, res.W_KQ, res.W_PV, K)  # replicate-major: replicate r meets its own prompts
         with np.errstate(over="ignore", invalid="ignore"):
             em = np.nan_to_num(((w_m - p.w_star[:, None, :]) ** 2).sum(-1).numpy(), nan=np.inf).reshape(R, -1, K + 1)
+            # exact GD on the same prompts: w_K - w* = -(I - eta S)^K w*
+            A = torch.eye(d, dtype=p.X.dtype) - eta * p.S
+            v = -p.w_star
+            for _ in range(K):
+                v = torch.einsum("bij,bj->bi", A, v)
+            eg = np.nan_to_num((v**2).sum(-1).numpy(), nan=np.inf).reshape(R, -1)
     S = th.sample_S(d, n, num_mc, rng, Sigma)
     eigs = np.linalg.eigvalsh(S)
+    zz = rng.standard_normal(eigs.shape)
     eta1 = th.eta_star(d, n)
     one = np.sum((np.eye(d) - eta1 * S) ** 2, axis=(1, 2))
     lo, hi = np.linalg.eigvalsh(Sigma)[[0, -1]]
     eps = math.sqrt(d / n)
-    out = dict(unstable=float(np.mean(eta * eigs[:, -1] > 2)), one_mc=mean_se(one),
+    out = dict(K=K, R=R, unstable=float(np.mean(eta * eigs[:, -1] > 2)), one_mc=mean_se(one),
                one_pred=th.one_step_ood_error(-eta1 * np.eye(d), Sigma, n),
                one_j26=th.one_step_ood_error(-eta1 * np.eye(d), Sigma, n, factor=2.0),
                cond=float(eta * hi * (1 + eps) ** 2),
                rho=float(max(abs(1 - eta * lo * (1 - eps) ** 2), abs(1 - eta * hi * (1 + eps) ** 2))), ks={})
     with np.errstate(over="ignore", invalid="ignore"):
-        for k in k_list:
-            law = th.gd_error_samples(k, eta, eigs, rng)
-            bnd = d * np.max(np.abs(1 - eta * eigs), axis=1) ** (2 * k)
-            out["ks"][k] = dict(model=replicate_median(em[:, :, k]), law=median_se(law), bound=median_se(bnd))
+        tr = {k: np.sum((1.0 - eta * eigs) ** (2 * k), axis=-1) for k in (max(K - 1, 0), K, K + 1)}
+        out["stated"] = float(np.mean(d * np.max(np.abs(1 - eta * eigs), axis=1) ** (2 * K)))
+        diff = (em[:, :, K] - eg).mean(axis=1)  # the replicates' paired differences model - GD
+    pred, pred_se = mean_se(tr[K])
+    finite = bool(np.all(np.isfinite(diff)) and np.isfinite(pred_se))
+    if finite:
+        dm, dse = replicate_se(diff) if R > 1 else (float(diff[0]), float(np.std(em[0, :, K] - eg[0], ddof=1)
+                                                                        / math.sqrt(em.shape[1])))
+        se, dof = welch((dse, R - 1 if R > 1 else math.inf), (pred_se, math.inf))
+    else:
+        dm, se, dof = math.nan, math.inf, math.inf
+    out["mean"] = dict(measured=float(dm + pred), se=float(se), dof=float(dof), pred=float(pred), pred_se=float(pred_se),
+                       prev=float(np.mean(tr[max(K - 1, 0)])), next=float(np.mean(tr[K + 1])), finite=finite,
+                       model=float(np.mean(em[:, :, K])), gd=float(np.mean(eg)), diff=float(dm))
+    law = {k: _law_errors(eta, eigs, zz, k) for k in set(k_list) | {max(K - 1, 0), K + 1}}
+    for k in k_list:
+        out["ks"][k] = dict(model=replicate_median(em[:, :, k], z), law=median_se(law[k]))
+    out["median"] = dict(model=out["ks"][K]["model"], law=out["ks"][K]["law"], prev=float(np.median(law[max(K - 1, 0)])),
+                         next=float(np.median(law[K + 1])))
+    grown = em[:, :, K] > em[:, :, 0]
+    fr = grown.mean(axis=1)
+    pooled = _fraction_se(float(fr.mean()), grown.size)
+    if R > 1:
+        fse, fdof = wider(z, replicate_se(fr)[1:] + (R - 1,), (pooled, math.inf))
+    else:
+        fse, fdof = pooled, math.inf
+    pl = float(np.mean(law[K] > np.sum(zz**2, axis=-1)))
+    out["growth"] = dict(model=float(fr.mean()), se=float(fse), dof=float(fdof), law=pl, law_se=_fraction_se(pl, num_mc),
+                         model_median=out["ks"][K]["model"][0], law_median=out["ks"][K]["law"][0])
     return out
+
+
 
 
 def phase_diagram(d: int, k: int, grid: int, rng: np.random.Generator, num: int = 400) -> dict:
@@ -151,3 +223,11 @@ def figure(rows: dict, k_list, phase: dict, floor: float, k_train: int):
     ax1.grid(False)
     fig.colorbar(im, ax=ax1, shrink=0.85)
     return fig
+
+
+def regime(row: dict) -> str:
+    r"""Where a test covariance lies, from the independent sample of :func:`ood_row`: ``"inside"`` when none of its
+    spectra has :math:`\eta\lambda_{\max}(S_\Sigma) > 2` (the mean error is then not carried by divergent prompts),
+    ``"near"`` when some but fewer than half have, ``"beyond"`` when half or more have (the median prompt diverges)."""
+    u = row["unstable"]
+    return "inside" if u == 0 else ("near" if u < 0.5 else "beyond")
