@@ -24,7 +24,7 @@ from ..model import looped_predict, per_prompt_error, sparse_parameters
 from ..stats import model_errors, trained_vs_prediction
 from ..train import threads1, train_looped_isotropic
 
-__all__ = ["CLAIMS", "RESULT", "loop_counts", "looped_optima", "looped_sparse_simulation", "looped_trained_vs_optimum",
+__all__ = ["CLAIMS", "RESULT", "loop_counts", "best_polynomial_loss", "looped_optima", "looped_sparse_simulation", "looped_trained_vs_optimum",
            "full_vs_floor", "figure", "manifest"]
 
 W13_FIXED = "W13 = I is as good: the loss at c_k"
@@ -54,6 +54,23 @@ def manifest() -> list[str]:
 def loop_counts(k_check: int, k_max: int) -> np.ndarray:
     """The loop counts k shown and optimised: 1, 2, ``k_check``, ``k_max`` and ten geometrically spaced in between."""
     return np.unique(np.concatenate([[1, 2, k_check, k_max], np.round(np.geomspace(1, k_max, 10))])).astype(int)
+
+
+def best_polynomial_loss(k: int, d: int, n: int) -> float:
+    r"""The smallest error of any estimate :math:`\hat w = (I - q(S))\wstar` with q a polynomial of degree at most k,
+    :math:`q(0) = 1` ({prf:ref}`cot-prop-looped`): :math:`\min_q \E\tr q(S)^2`, a quadratic in the coefficients of q
+    whose matrix :math:`M_{ij} = \E\tr S^{i+j}` holds the exact moments of
+    :func:`companion.cot.theory.wishart_trace_moments`.
+
+    k GD steps with any step sizes, and every looped model of parts (a) and (b) (whose
+    :math:`\hat w_k = b(I - (I - cS)^k)\wstar`), are such estimates, so none has a smaller error; a looped model below it
+    runs another algorithm (it moves the data columns)."""
+    m = th.wishart_trace_moments(2 * k, d, n)
+    mu = [m[p] / n**p for p in range(2 * k + 1)]
+    M = np.array([[mu[i + j] for j in range(1, k + 1)] for i in range(1, k + 1)])
+    v = np.array(mu[1 : k + 1])
+    c = np.linalg.solve(M, -v)
+    return float(mu[0] + v @ c)
 
 
 def looped_optima(ks, eigs: np.ndarray, eis: np.ndarray, wis: np.ndarray) -> tuple[dict, dict]:
