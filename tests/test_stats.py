@@ -136,3 +136,41 @@ def test_combine_and_welch_do_not_overflow():
     se, dof = stats.welch((1e200, 3), (1e200, 3))
     assert se == pytest.approx(math.sqrt(2) * 1e200) and dof == pytest.approx(6)
     assert stats.welch((math.inf, 3), (1.0, 2))[0] == math.inf
+
+
+def test_controlled_mean_removes_the_explained_spread_and_keeps_its_level():
+    """Control variates of exactly known mean 0: an exact linear dependence leaves the intercept (not the plain
+    mean, which moves with the controls' sample mean; a sign error in the coefficient moves it twice as far); on
+    noisy replicates the estimator is unbiased, its t band on R - 1 - k dof keeps the level, its SE is the
+    residual one; with too few dof it is the plain mean."""
+    rng = np.random.default_rng(11)
+    x = rng.normal(0, 1, (16, 2))
+    y = 2.0 + 3.0 * x[:, 0] - 0.5 * x[:, 1]
+    mu, se, dof, k = stats.controlled_mean(y, x)
+    assert mu == pytest.approx(2.0, abs=1e-12) and se < 1e-12 and (dof, k) == (13, 2)
+    assert abs(y.mean() - 2.0) > 0.1  # the plain mean is off by 3 mean(x0) - 0.5 mean(x1)
+    est, z, ratio = [], [], []
+    for _ in range(3000):
+        x = rng.normal(0, 1, (16, 2))
+        y = 1.0 + 0.8 * x[:, 0] + 0.3 * x[:, 1] + rng.normal(0, 0.1, 16)
+        mu, se, dof, k = stats.controlled_mean(y, x)
+        est.append(mu)
+        z.append(abs(mu - 1.0) / (stats.critical(3.0, dof) * se))
+        ratio.append(se / stats.replicate_se(y)[1])
+    assert abs(np.mean(est) - 1.0) < 4 * np.std(est) / math.sqrt(len(est))
+    assert np.mean(np.array(z) > 1) < 0.01
+    assert np.median(ratio) < 0.2  # 0.1 of residual noise against sqrt(0.8^2 + 0.3^2 + 0.1^2) of spread
+    y = np.array([1.0, 1.2, 0.9, 1.1])
+    assert stats.controlled_mean(y, rng.normal(0, 1, (4, 2))) == (pytest.approx(1.05), pytest.approx(
+        stats.replicate_se(y)[1]), 3.0, 0)
+
+
+def test_controlled_richardson_combines_the_two_sizes_like_richardson():
+    rng = np.random.default_rng(5)
+    xb, xs = rng.normal(0, 1, (12, 1)), rng.normal(0, 1, (12, 1))
+    big, small = 1.0 + 0.05 + 2 * xb[:, 0], 1.0 + 0.2 + 4 * xs[:, 0]
+    r = stats.controlled_richardson(big, small, xb, xs)
+    assert r["measured"] == pytest.approx(1.0, abs=1e-12) and r["se"] < 1e-12 and (r["k_big"], r["k_small"]) == (1, 1)
+    plain = stats.controlled_richardson(big, small)  # no controls: exactly richardson
+    ref = stats.richardson(big, small)
+    assert all(plain[key] == pytest.approx(ref[key]) for key in ("measured", "se", "dof"))

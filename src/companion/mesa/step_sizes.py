@@ -108,12 +108,13 @@ def largest_stable_lr(law: str, scale: float, d: int, T: int, m: int, seed: tupl
 
 def thm4_1_runs(sigmas: Sequence[float], lrs_gauss: Sequence[float], cs: Sequence[float],
                 lrs_sparse: Sequence[float], inits, d: int, T: int, m: int, m_rep: int, n_rep: int, n_rep_dev: int,
-                seed: int) -> list[dict]:
+                seed: int, m_rep_sparse: int | None = None, n_rep_sparse: int | None = None) -> list[dict]:
     """Every training run of ``mesa/thm4_1_emergence``, as the page trains them
     (:func:`companion.mesa.results.thm4_1.figure_runs` and :func:`~companion.mesa.results.thm4_1.replicates`):
     each (law, scale) from every init on the set of seed (seed, 0) at m, and the replicate sets of the middle
     init (:func:`companion.mesa.evidence.replicate_kwargs`: seeds ``replicate_seed(seed, 1 + k)`` at m_rep and
-    ``replicate_seed(seed, 17 + k)`` at m_rep // 4; ``n_rep_dev`` of each for the Gaussian middle scale)."""
+    ``replicate_seed(seed, 17 + k)`` at m_rep // 4; ``n_rep_dev`` of each for the Gaussian middle scale, and
+    ``n_rep_sparse`` at ``m_rep_sparse`` and ``m_rep_sparse // 4`` for the sparse scales when given)."""
 
     a_mid, b_mid = inits[len(inits) // 2]
     s_mid = sigmas[len(sigmas) // 2] if len(sigmas) else None
@@ -122,10 +123,12 @@ def thm4_1_runs(sigmas: Sequence[float], lrs_gauss: Sequence[float], cs: Sequenc
         for s, lr in zip(scales, lrs):
             base = dict(law=law, scale=s, lr=lr, param=param)
             runs += [dict(base, a0=a0, b0=b0, m=m, seed=(seed, 0), what="figure run") for a0, b0 in inits]
-            k_rep = n_rep_dev if (law, s) == ("gaussian", s_mid) else n_rep
-            runs += [dict(base, a0=a_mid, b0=b_mid, m=m_rep, seed=(replicate_seed(seed, 1 + k), 0),
+            sparse = law == "sparse" and n_rep_sparse is not None
+            k_rep = n_rep_sparse if sparse else n_rep_dev if (law, s) == ("gaussian", s_mid) else n_rep
+            m_r = m_rep_sparse if sparse and m_rep_sparse is not None else m_rep
+            runs += [dict(base, a0=a_mid, b0=b_mid, m=m_r, seed=(replicate_seed(seed, 1 + k), 0),
                           what=f"replicate {k + 1} of {k_rep}") for k in range(k_rep)]
-            runs += [dict(base, a0=a_mid, b0=b_mid, m=max(1, m_rep // 4), seed=(replicate_seed(seed, 17 + k), 0),
+            runs += [dict(base, a0=a_mid, b0=b_mid, m=max(1, m_r // 4), seed=(replicate_seed(seed, 17 + k), 0),
                           what=f"replicate {k + 1} of {k_rep}") for k in range(k_rep)]
     return runs
 

@@ -6,7 +6,8 @@ The theorem: from the diagonal initialisation the gradient flow stays on the dia
 * the gradient flow against its closed-form limits (:func:`flow_limit_error`);
 * the exact invariance of the manifold (:func:`invariance`);
 * trained :math:`ab` extrapolated in m against the population GD (:func:`replicates`, which runs
-  :func:`companion.mesa.evidence.extrapolated_ab` per law and scale) and the one-step-GD deviation;
+  :func:`companion.mesa.evidence.extrapolated_ab` per law and scale, with the control variates of
+  :func:`x1_controls`) and the one-step-GD deviation;
 * the noise model's numbers quoted on the page (:func:`noise_numbers`, :func:`moment_ratio_rel_se`);
 * Fig. 1a/1c (:func:`ab_curves`).
 """
@@ -16,20 +17,23 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import torch
 from scipy.special import factorial2
 
 from companion import stats as S
 from companion.claims import ClaimSpec, ResultSpec
 from companion.mesa import theory as th
 from companion.mesa.analysis import gradient_blocks
+from companion.mesa.data import generate
 from companion.mesa.empirical import exact_population
-from companion.mesa.evidence import extrapolated_ab, population_ab
+from companion.mesa.evidence import extrapolated_ab, population_ab, replicate_kwargs
 from companion.mesa.figures import POPULATION, TRAINED, init_label
 from companion.mesa.train import run
 from companion.plotting import COLORS, legend_outside, new_figure
+from companion.seeds import MESA_TRAIN_DATA
 from companion.text import number_tag
 
-__all__ = ["CLAIMS", "RESULT", "tag", "manifest", "scale_plan", "figure_runs", "replicates", "noise_numbers",
+__all__ = ["CLAIMS", "RESULT", "tag", "manifest", "scale_plan", "figure_runs", "replicates", "x1_controls", "noise_numbers",
            "flow_limit_error", "invariance", "moment_ratio_rel_se", "ab_curves"]
 
 CLAIMS = (
@@ -71,15 +75,52 @@ def figure_runs(plan, inits, **common) -> dict:
 
 
 def replicates(plan, d: int, T: int, a0: float, b0: float, epochs: int, m_rep: int, n_rep: int, n_rep_dev: int,
-               s_mid: float, seed: int, m_eval: int = 300) -> dict:
+               s_mid: float, seed: int, m_eval: int = 300, m_rep_sparse: int | None = None,
+               n_rep_sparse: int | None = None) -> dict:
     """The replicate design behind the ``ab_*`` claims: for every (law, scale) of ``plan``, ``n_rep``
     training sets at ``m_rep`` and ``m_rep/4`` from the init (a0, b0), extrapolated in m
     (:func:`companion.mesa.evidence.extrapolated_ab`); the Gaussian at ``s_mid`` gets ``n_rep_dev`` of each
-    and the one-step-GD deviation on ``m_eval`` fresh sequences (claim ``one_step_scaling``)."""
-    return {(law, s): extrapolated_ab(law, s, d, T, a0, b0, lr, epochs, m_rep,
-                                      n_rep_dev if (law, s) == ("gaussian", s_mid) else n_rep, seed,
-                                      m_eval=m_eval if (law, s) == ("gaussian", s_mid) else 0)
-            for law, s, lr in plan}
+    and the one-step-GD deviation on ``m_eval`` fresh sequences (claim ``one_step_scaling``); the sparse law
+    ``n_rep_sparse`` at ``m_rep_sparse`` and ``m_rep_sparse/4`` (its ab has no moment noise: small sets suffice).
+
+    Each size's mean is the control-variate mean of :func:`companion.stats.controlled_richardson` with the
+    controls :func:`x1_controls` of the replicates' training sets (used where they leave at least 9 residual
+    degrees of freedom). The plain Richardson estimate stays in ``raw``."""
+    out = {}
+    for law, s, lr in plan:
+        sparse = law == "sparse" and n_rep_sparse is not None
+        n = n_rep_sparse if sparse else n_rep_dev if (law, s) == ("gaussian", s_mid) else n_rep
+        mr = m_rep_sparse if sparse and m_rep_sparse is not None else m_rep
+        q = extrapolated_ab(law, s, d, T, a0, b0, lr, epochs, mr, n, seed,
+                            m_eval=m_eval if (law, s) == ("gaussian", s_mid) else 0)
+        kws = replicate_kwargs(law, s, d, T, a0, b0, lr, epochs, mr, n, seed)
+        cb = x1_controls(law, s, d, T, [(kw["m"], kw["seed"]) for kw in kws[:n]])
+        cs = x1_controls(law, s, d, T, [(kw["m"], kw["seed"]) for kw in kws[n:]])
+        ctl = S.controlled_richardson(q["big"], q["small"], cb, cs)
+        q["raw"] = {k: q[k] for k in ("measured", "se", "dof", "mean_big", "mean_small")}
+        q.update(ctl, m_rep=mr, n_rep=n)
+        out[law, s] = q
+    return out
+
+
+def x1_controls(law, scale: float, d: int, T: int, sets) -> np.ndarray:
+    r"""Control variates of the training sets ``sets`` ((m, seed) of each run; the sets of
+    :func:`companion.mesa.train.run`, regenerated from their seeds): the pooled sample moments of the initial
+    tokens minus the law's exact moments, at scale 1,
+
+    .. math:: X=\big(\hat m_4-m_4,\ \hat m_6-m_6\big),\qquad
+              \hat m_p=\frac1{md}\sum_{n,j}(x_{1,nj}/s)^p ,
+
+    whose expectation is exactly 0 for every law (they are statistics of :math:`x_1` alone: no phase, no
+    model, no claim of the theorem enters). The trained ab depends on the sample through :math:`\hat m_4/\hat m_6`
+    to first order (the reduced loss), so for the Gaussian these two explain most of its spread. Returns (R, 2)."""
+    mo = th.moments(law, 1.0, d)
+    out = []
+    for m, sd in sets:
+        x = generate(law, int(m), d, T, 1.0, MESA_TRAIN_DATA.rng(sd), torch.complex128).x1.real.numpy()
+        x2 = x * x
+        out.append([float((x2 * x2).mean()) - mo.m4, float((x2 * x2 * x2).mean()) - mo.m6])
+    return np.array(out)
 
 
 def noise_numbers(dev: dict, m: int, d: int) -> dict:
