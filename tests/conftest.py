@@ -4,6 +4,8 @@ session, started in the background when collection ends (reused by the strict bo
 from __future__ import annotations
 
 import os
+import subprocess
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -11,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from _util import ROOT, domain_points, run_cli, smoke_parameters
+from _util import ROOT, domain_points, smoke_parameters
 
 # A hermetic test environment: a developer's own settings never leak into the tests.
 os.environ["COMPANION_ROOT"] = str(ROOT)
@@ -28,8 +30,8 @@ NOTEBOOK_FIXTURES = ("smoke_runs", "domain_runs", "smoke_site")
 
 
 class NotebookRuns:
-    """Every notebook run the session needs (its smoke point, then its two domain points), each in its own
-    process through `companion run`, two at a time, started in the background as soon as collection finds
+    """Every notebook run the session needs (its smoke point, then its two domain points), as `companion run`
+    runs it, two at a time (each of the two threads in its own run server and warm kernel), started in the background as soon as collection finds
     a test that needs them. The tests that do not need them run meanwhile (they are ordered first), so the
     runs overlap the single-threaded and waiting parts of the suite (site build, Dask, sweeps)."""
 
@@ -38,6 +40,8 @@ class NotebookRuns:
 
         self.base = base
         self.pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="notebook-run")
+        self._local = threading.local()
+        self.servers: list = []
         self.seconds: dict[str, float] = {}
         # first, compile the fused mesa kernel once per d the runs use (as `companion book` does): in a fresh
         # clone, two runs that meet an uncompiled d at the same time would each compile it; the cot smoke runs
@@ -59,7 +63,6 @@ class NotebookRuns:
                        for name, pts in domain_points().items() for i, values in enumerate(pts)}
 
     def _warm_kernels(self, dims: list[int]) -> None:
-        import subprocess
         import sys
 
         t0 = time.perf_counter()
@@ -67,20 +70,37 @@ class NotebookRuns:
                        check=False, capture_output=True, timeout=900)
         self.seconds[f"mesa kernels d={','.join(map(str, dims))}"] = time.perf_counter() - t0
 
+    def _server(self):
+        """This pool thread's run server (`companion run --serve`): the runs of one thread share a warm kernel,
+        as a sweep worker's points do (a new kernel when the notebook's folder changes)."""
+        from companion.runner import RunServer
+
+        server = getattr(self._local, "server", None)
+        if server is None or not server.alive():
+            server = self._local.server = RunServer(env=ONE_THREAD)
+            self.servers.append(server)
+        return server
+
     def _run(self, tag: str, name: str, values: dict):
         out = self.base / tag
         out.mkdir(parents=True)
         pfile = out.parent / f"{out.name}.params.yaml"
         pfile.write_text(yaml.safe_dump(values))
         t0 = time.perf_counter()
-        proc = run_cli("run", name, "-f", str(pfile), "-o", str(out), "--quiet", timeout=900, env=ONE_THREAD)
+        reply, _ = self._server().request(name, pfile, out, lambda: "timed out" if time.perf_counter() - t0 > 900 else None)
+        if reply["rc"] is None or not reply["served"]:
+            self._server().kill()
         self.seconds[tag] = time.perf_counter() - t0
+        proc = subprocess.CompletedProcess(["companion", "run", name, "-f", str(pfile), "-o", str(out)],
+                                           reply["rc"] if reply["rc"] is not None else 1, "", reply.get("error") or "")
         return proc, out
 
     def close(self):
         for fut in [*self.smoke.values(), *self.domain.values()]:
             fut.cancel()
         self.pool.shutdown(wait=True)
+        for server in self.servers:
+            server.close()
 
 
 _RUNS: list[NotebookRuns] = []

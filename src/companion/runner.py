@@ -17,8 +17,11 @@ import json
 import os
 import queue
 import re
+import select
 import shutil
 import socket
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -45,6 +48,7 @@ __all__ = [
     "SEED_MAX",
     "WarmKernel",
     "serve_runs",
+    "RunServer",
 ]
 
 KERNEL_START_RETRIES = 3
@@ -734,3 +738,66 @@ def _serve_one(notebook: str, params_file: str, output: str, kernel: WarmKernel)
     except InputError as exc:
         return 2, str(exc)
     return (0 if result.ok else 1), ""
+
+
+class RunServer:
+    """A run server (``python -m companion run --serve``, :func:`serve_runs`) started by this process: one
+    process and one warm kernel that run notebooks one after another. A sweep worker keeps one per thread;
+    the test suite keeps one per notebook-run thread.
+
+    The server dies with its kernel when this process dies (its stdin closes). ``threads`` sets its
+    ``COMPANION_THREADS``; ``env`` adds to the environment it inherits."""
+
+    def __init__(self, threads: int | None = None, env: Mapping[str, str] | None = None):
+        full = dict(os.environ, **(env or {}))
+        full.pop("COMPANION_EXIT_WITH_STDIN", None)
+        if threads:
+            full["COMPANION_THREADS"] = str(threads)
+        self.proc = subprocess.Popen([sys.executable, "-m", "companion", "run", "--serve", "-"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     env=full)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def request(self, notebook: str, params_file, output, stop=lambda: None) -> tuple[dict, str | None]:
+        """Run ``notebook`` with the parameters of the YAML file ``params_file`` into ``output`` (as ``companion
+        run NOTEBOOK -f PARAMS_FILE -o OUTPUT --overwrite --quiet``) and wait for it. ``stop()`` is asked every
+        second: a reason it returns abandons the run (the caller then kills the server, :meth:`kill`).
+
+        Returns ``(reply, cause)``: the server's reply ``{"rc", "error", "served": True}``, or, when it died
+        first, ``{"rc", "error", "served": False}``; ``cause`` is ``stop()``'s reason or None."""
+        line = json.dumps({"notebook": str(notebook), "params_file": str(params_file), "output": str(output)})
+        try:
+            self.proc.stdin.write((line + "\n").encode())
+            self.proc.stdin.flush()
+        except OSError:  # died between runs: the empty read below says so
+            pass
+        while True:
+            ready, _, _ = select.select([self.proc.stdout], [], [], 1.0)
+            if ready:
+                text = self.proc.stdout.readline()
+                try:
+                    reply = json.loads(text) if text else None
+                except ValueError:
+                    reply = None
+                if reply is not None:
+                    return dict(reply, served=True), None
+                self.proc.wait()
+                code = self.proc.returncode
+                return {"rc": code or 1, "error": f"the run server died (exit status {code})", "served": False}, None
+            cause = stop()
+            if cause:
+                return {"rc": None, "error": cause, "served": False}, cause
+
+    def kill(self) -> None:
+        kill_tree(self.proc.pid)
+        self.proc.wait()
+
+    def close(self) -> None:
+        """Let the server finish and exit (its stdin closes), killing it if it does not within 10 s."""
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            self.kill()

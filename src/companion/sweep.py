@@ -54,10 +54,7 @@ import json
 import logging
 import math
 import os
-import select
 import shutil
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -66,7 +63,7 @@ from typing import Any, Mapping, Sequence
 import yaml
 
 from . import notebooks as nbs
-from .runner import InputError, available_cores, coerce_parameters, kill_tree, threads_env
+from .runner import InputError, RunServer, available_cores, coerce_parameters, threads_env
 from .text import safe_name
 
 __all__ = ["SweepError", "parse_grid", "count_points", "expand_grid", "point_id", "run_sweep", "read_results",
@@ -413,36 +410,29 @@ def _still_wanted(key: str | None) -> bool:
     return ts is not None and ts.state not in ("cancelled", "released", "forgotten")
 
 
-#: the run servers of this process (a Dask worker's), one per worker thread and set of settings
-_SERVERS: dict[tuple, subprocess.Popen] = {}
+#: the run servers of this process (a Dask worker's), one per worker thread and thread setting
+_SERVERS: dict[tuple, RunServer] = {}
 _SERVERS_LOCK = threading.Lock()
 
 
-def _server(notebook: str, threads: int | None, warm: bool) -> subprocess.Popen:
-    """This worker thread's run server (``companion run --serve``, :func:`companion.runner.serve_runs`),
-    started on first use and again after it died or was killed. ``warm=False``: a new server for this point
-    alone (a fresh process and kernel, as a single ``companion run`` gets)."""
+def _server(threads: int | None, warm: bool) -> RunServer:
+    """This worker thread's run server (:class:`companion.runner.RunServer`), started on first use and again
+    after it died or was killed. ``warm=False``: a new server for this point alone (a fresh process and
+    kernel, as a single ``companion run`` gets)."""
     key = (threading.get_ident(), threads)
     with _SERVERS_LOCK:
-        proc = _SERVERS.get(key) if warm else None
-        if proc is None or proc.poll() is not None:
-            env = dict(os.environ)
-            env.pop("COMPANION_EXIT_WITH_STDIN", None)
-            if threads:
-                env["COMPANION_THREADS"] = str(threads)
-            proc = subprocess.Popen([sys.executable, "-m", "companion", "run", "--serve", notebook],
-                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                    env=env)
+        server = _SERVERS.get(key) if warm else None
+        if server is None or not server.alive():
+            server = RunServer(threads)
             if warm:
-                _SERVERS[key] = proc
-    return proc
+                _SERVERS[key] = server
+    return server
 
 
-def _forget(proc: subprocess.Popen) -> None:
-    kill_tree(proc.pid)
-    proc.wait()
+def _forget(server: RunServer) -> None:
+    server.kill()
     with _SERVERS_LOCK:
-        for k in [k for k, v in _SERVERS.items() if v is proc]:
+        for k in [k for k, v in _SERVERS.items() if v is server]:
             del _SERVERS[k]
 
 
@@ -462,34 +452,18 @@ def _execute_point(
     pfile.write_text(yaml.safe_dump(params, sort_keys=False))
     t0 = time.perf_counter()
     wall0 = time.time()
-    proc = _server(notebook, threads, warm)
-    cause, reply = None, None
-    try:
-        proc.stdin.write((json.dumps({"notebook": notebook, "params_file": str(pfile), "output": str(pdir)}) + "\n").encode())
-        proc.stdin.flush()
-    except OSError:  # the server died between points: the reply below says so
-        pass
-    while True:
-        ready, _, _ = select.select([proc.stdout], [], [], 1.0)
-        if ready:
-            line = proc.stdout.readline()
-            try:
-                reply = json.loads(line) if line else None
-            except ValueError:
-                reply = None
-            break
+    server = _server(threads, warm)
+
+    def stop() -> str | None:
         if timeout is not None and time.perf_counter() - t0 > timeout:
-            cause = f"timed out after {timeout:g} s"
-        elif not _still_wanted(key):
-            cause = "cancelled (the sweep's client went away)"
-        if cause:
-            break
-    if cause or reply is None or not warm:
-        _forget(proc)
-    if reply is None and not cause:
-        code = proc.returncode
-        reply = {"rc": code if code else 1,
-                 "error": f"the run server died (exit status {code})" if code is not None else "the run server died"}
+            return f"timed out after {timeout:g} s"
+        if not _still_wanted(key):
+            return "cancelled (the sweep's client went away)"
+        return None
+
+    reply, cause = server.request(notebook, pfile, pdir, stop)
+    if cause or not reply.get("served") or not warm:
+        _forget(server)
     pfile.unlink(missing_ok=True)
     run_json = pdir / "run.json"
     rec = None
