@@ -1,10 +1,12 @@
 r"""Corollary 3.1 ({prf:ref}`cot-cor-3-1`, notebook ``cot/cor3_1_floor``): the no-CoT error floor
 :math:`d(d+1)/(n+d+1) = \Theta(d^2/n)`.
 
-One claim per :math:`(d, n)` of the grid: Monte Carlo of :math:`\E\tr(I-\eta^\star S)^2` against the floor
-(:func:`floor_mc`); one per trained model: a full no-CoT LSA against the floor
-(:func:`companion.cot.results.thm3_1.trained_no_cot`, the training of the theorem this corollary follows from).
-Every claim rejects the full step :math:`\eta = 1`, error :math:`d(d+1)/n`.
+The headline claims, one per trained pair :math:`(d, n)`: the error of R independently seeded full no-CoT LSAs
+trained from random weights in one batch (:func:`trained_floor`), each on its own fresh prompts, with the
+standard error from the spread of the seeds, against the floor. Their falsifier is the proportional-limit
+floor :math:`d^2/(n+d)` (:func:`floor_proportional`), what the leading-order :math:`\Theta(d^2/n)` analysis
+gives. One identity claim checks the formula against the minimum of the exact one-step error
+(:func:`floor_from_moments`); the Monte-Carlo floor (:func:`floor_mc`) is drawn in the figure.
 """
 
 from __future__ import annotations
@@ -13,19 +15,23 @@ import numpy as np
 from matplotlib.ticker import NullFormatter, ScalarFormatter
 
 from companion.claims import ClaimSpec, ResultSpec
+from companion.params import integer
 from companion.plotting import legend_outside, new_figure
 from companion.stats import mean_se
 
 from .. import theory as th
-from .thm3_1 import FULL_STEP
+from ..stats import replicate_errors, trained_vs_prediction
+from .thm3_1 import last_quarter_drift, train_until_converged
 
-__all__ = ["CLAIMS", "RESULT", "grid_pairs", "floor_mc", "figure", "manifest"]
+__all__ = ["CLAIMS", "RESULT", "PROPORTIONAL_FLOOR", "grid_pairs", "floor_proportional", "floor_from_moments",
+           "floor_mc", "trained_floor", "figure", "manifest"]
 
-FLOOR = ClaimSpec("cot_c31_floor_d{d}_n{n}", "statistical", "monte_carlo", headline=True,
-                  prediction="companion.cot.theory.no_cot_floor", falsifier=FULL_STEP)
-TRAINED = ClaimSpec("cot_c31_trained_d{d}_n{n}", "statistical", "trained", prediction="companion.cot.theory.no_cot_floor",
-                    falsifier=FULL_STEP)
-CLAIMS = (FLOOR, TRAINED)
+PROPORTIONAL_FLOOR = "the proportional-limit (Marchenko-Pastur) floor d^2/(n+d)"
+
+IDENTITY = ClaimSpec("cot_c31_floor_formula", "identity", "closed_form", prediction="companion.cot.theory.no_cot_floor")
+TRAINED = ClaimSpec("cot_c31_trained_d{d}_n{n}", "statistical", "trained", headline=True,
+                    prediction="companion.cot.theory.no_cot_floor", falsifier=PROPORTIONAL_FLOOR)
+CLAIMS = (IDENTITY, TRAINED)
 
 RESULT = ResultSpec(paper="cot", number="Corollary 3.1", title="the no-CoT error floor d(d+1)/(n+d+1)",
                     label="cot-cor-3-1", notebook="cot/cor3_1_floor", module=__name__, claims=CLAIMS,
@@ -34,13 +40,36 @@ RESULT = ResultSpec(paper="cot", number="Corollary 3.1", title="the no-CoT error
 
 def grid_pairs(d_list, ratios) -> list[tuple[int, int]]:
     r"""The sorted distinct pairs :math:`(d, n)`, :math:`n = \max(d, \mathrm{round}(r d))`, of the dimensions and
-    ratios n/d (the grid of the Monte-Carlo claims, and with one ratio, of the trained models)."""
+    ratios n/d (the grid of the figure and the identity claim, and with one ratio, of the trained models)."""
     return sorted({(d, max(d, int(round(r * d)))) for d in d_list for r in ratios})
 
 
 def manifest(pairs, trained_pairs) -> list[str]:
-    """The claim ids the notebook records: one floor claim per grid pair, one per trained pair."""
-    return ([FLOOR.id.format(d=d, n=n) for d, n in pairs] + [TRAINED.id.format(d=d, n=n) for d, n in trained_pairs])
+    """The claim ids the notebook records: the identity over the grid, one claim per trained pair."""
+    return [IDENTITY.id] + [TRAINED.id.format(d=d, n=n) for d, n in trained_pairs]
+
+
+def floor_proportional(d: int, n: int) -> float:
+    r"""The sceptic's floor ({prf:ref}`cot-cor-3-1`): the minimum over :math:`\eta` of
+    :math:`d(1 - 2\eta + \eta^2(1 + d/n))`, the one-step error with the proportional-limit (Marchenko–Pastur)
+    moment :math:`\E\tr S^2/d \to 1 + d/n` in place of the exact :math:`(n+d+1)/n`:
+
+    .. math:: \frac{d^2}{n+d},\qquad 1 - \frac{d^2/(n+d)}{d(d+1)/(n+d+1)} = \frac{n}{(d+1)(n+d)} .
+    """
+    d, n = integer("d", d, min=1), integer("n", n, min=1)
+    return d * d / (n + d)
+
+
+def floor_from_moments(d: int, n: int) -> float:
+    r"""The minimum of the exact one-step error :math:`L_1(\eta) = \E\tr(I-\eta S)^2`
+    (:func:`companion.cot.theory.gd_error_exact`, a sum over the exact Wishart trace moments), found from the
+    quadratic through :math:`\eta = 0, 1, 2`: with :math:`L_1(\eta) = c + b\eta + a\eta^2`, the minimum
+    :math:`c - b^2/(4a)`. An implementation of {prf:ref}`cot-cor-3-1` that uses neither
+    :func:`companion.cot.theory.no_cot_floor` nor :func:`companion.cot.theory.eta_star`."""
+    l0, l1, l2 = (th.gd_error_exact(1, e, d, n) for e in (0.0, 1.0, 2.0))
+    a = (l2 - 2 * l1 + l0) / 2
+    b = l1 - l0 - a
+    return float(l0 - b * b / (4 * a))
 
 
 def floor_mc(d: int, n: int, num: int, rng: np.random.Generator, eta: float | None = None) -> tuple[float, float]:
@@ -52,9 +81,32 @@ def floor_mc(d: int, n: int, num: int, rng: np.random.Generator, eta: float | No
     return mean_se(per)
 
 
+def trained_floor(d: int, n: int, *, lr: float, lr_final: float, path: float, replicates: int, eval_batch: int,
+                  seed: int, batch: int = 64, z: float = 4.0) -> dict:
+    r"""``replicates`` full no-CoT LSAs trained from random weights in one batch under the stopping rule
+    (:func:`companion.cot.results.thm3_1.train_until_converged`), replicate r evaluated on its own ``eval_batch``
+    fresh prompts, against the floor of {prf:ref}`cot-cor-3-1`.
+
+    Returns
+    -------
+    dict
+        :func:`companion.cot.stats.trained_vs_prediction` (mean, se, dof, ...), with ``drift``
+        (:func:`companion.cot.results.thm3_1.last_quarter_drift` of the replicates' mean evaluation loss on the
+        run's fixed evaluation prompts), ``steps``, ``path`` and ``converged`` (of the stopping rule) and ``res``
+        (the training result).
+    """
+    res, steps, p, converged = train_until_converged(d, n, lr=lr, lr_final=lr_final, path=path, replicates=replicates,
+                                                     seed=seed, batch=batch)
+    err = replicate_errors("no_cot", res, 1, eval_batch, seed)
+    out = trained_vs_prediction(err if res.replicates > 1 else err[0], th.no_cot_floor(d, n), z=z)
+    drift = float(np.mean(last_quarter_drift(res.steps, res.eval_loss)))
+    return dict(out, drift=drift, steps=steps, path=p, converged=converged, res=res)
+
+
 def figure(d_list, ratios, pairs, mc: dict, trained: dict):
     """``fig_cot_cor31``: (a) the floor: formula, Monte Carlo (``mc[d, n] = (mean, se)``) and trained models
-    (``trained[d, n]``); (b) the floor over :math:`d^2/n` against n/d."""
+    (``trained[d, n]``, their mean error); (b) the floor over :math:`d^2/n` against n/d, with the
+    proportional-limit floor."""
     fig, (ax0, ax1) = new_figure(ncols=2, width=3.5, height=3.0)
     for c, d in enumerate(d_list):
         ns = np.array([n for dd, n in pairs if dd == d])
@@ -63,14 +115,16 @@ def figure(d_list, ratios, pairs, mc: dict, trained: dict):
         ax0.errorbar(ns, [mc[d, n][0] for n in ns], yerr=[2 * mc[d, n][1] for n in ns], fmt="o", ms=4,
                      mfc="none", color=f"C{c}")
         ax1.semilogx(ngrid / d, d * (d + 1) / (ngrid + d + 1) / (d**2 / ngrid), "-", color=f"C{c}", label=f"d = {d}")
+        ax1.semilogx(ngrid / d, (d * d / (ngrid + d)) / (d**2 / ngrid), ":", color=f"C{c}")
     for (_, n), t in trained.items():
         ax0.plot([n], [t["mean"]], "*", ms=11, color="k")
-    ax0.plot([], [], "*", color="k", label="trained LSA")
+    ax0.plot([], [], "*", color="k", label="trained LSAs (mean)")
+    ax1.plot([], [], ":", color="k", label=r"falsifier $d^2/(n+d)$")
     ax0.set_xlabel("n")
     ax0.set_ylabel(r"min $E\,\|\hat w - w^\star\|^2$")
     ax0.set_title("(a) floor: formula, MC, trained")
     ax1.axhline(1, color="k", lw=0.8, ls="--")
-    ax1.axhline(0.5, color="k", lw=0.8, ls=":")
+    ax1.axhline(0.5, color="k", lw=0.8, ls="-.")
     ax1.set_xlabel("n / d")
     ax1.set_ylabel(r"floor / $(d^2/n)$")
     ax1.set_ylim(0, 1.3)
