@@ -24,11 +24,11 @@ from companion.stats import combine, median_se
 
 from .. import theory as th
 from ..data import make_generator, sample_prompts
-from ..model import construction, cot_inference
+from ..model import construction, cot_effective_blocks, cot_inference
 from ..stats import replicate_errors, trained_vs_prediction
 from ..train import cached_train_full, threads1
 
-__all__ = ["CLAIMS", "RESULT", "neighbours", "trained_cot", "construction_errors", "law_medians", "median_pair", "mp_quadrature_pair",
+__all__ = ["CLAIMS", "RESULT", "neighbours", "trained_cot", "learned_steps", "construction_errors", "law_medians", "median_pair", "mp_quadrature_pair",
            "mp_limit_fit", "decay_curves", "figure", "figure_mp", "manifest"]
 
 LAW = ClaimSpec("cot32_law_k{k}", "statistical", "monte_carlo", prediction="companion.cot.theory.gd_error_samples",
@@ -100,6 +100,13 @@ def trained_cot(d: int, n: int, k_train: int, k: int, eta: float, *, steps: int,
     exact = neighbours(k, eta, d, n)
     errors = replicate_errors("cot", runs, k, eval_batch // replicates, COT_EVAL(seed))
     return dict(trained_vs_prediction(errors, exact["pred"]), runs=runs, exact=exact)
+
+
+def learned_steps(runs, d: int) -> np.ndarray:
+    r"""The step each trained replicate implements, read off its weights, :math:`-\tr(V_{31}W_{13})/d` (invariant
+    under the rescaling symmetry): a diagnostic of {prf:ref}`cot-thm-3-2`, never the prediction's step."""
+    return np.array([-np.trace(cot_effective_blocks(runs.replicate(r).W_KQ, runs.replicate(r).W_PV, d)["V31W13"]) / d
+                     for r in range(runs.replicates)])
 
 
 def construction_errors(d: int, n: int, eta: float, K: int, num: int, seed: int) -> np.ndarray:
