@@ -48,9 +48,11 @@ def _plan() -> dict[str, dict[str, tuple[object, str]]]:
         "mesa/prop4_1_gaussian": {**common, **gauss, **diag,
                                   **{k: (paper.T_SWEEP[k], f"paper.T_SWEEP[{k!r}]")
                                      for k in ("Ts", "m_sweep", "n_rep", "kappa")}},
-        "mesa/prop4_2_beyond": {**common, **full_one, **diag, "kappa": kappa},
+        "mesa/prop4_2_beyond": {**common, **full_one, **diag, "kappa": kappa,
+                                "m_rep": (rep["m_rep_mask"], "paper.REPLICATES['m_rep_mask']"),
+                                "n_rep": (rep["n_rep_mask"], "paper.REPLICATES['n_rep_mask']")},
         "mesa/thm4_3_masking": {**common, **full_one, **diag, "kappa": kappa,
-                                "m_rep": (rep["m_rep"], "paper.REPLICATES['m_rep']"),
+                                "m_rep": (rep["m_rep_mask"], "paper.REPLICATES['m_rep_mask']"),
                                 "n_rep": (rep["n_rep_mask"], "paper.REPLICATES['n_rep_mask']")},
         "mesa/appendix_experiments": {
             **common, "kappa": kappa,
@@ -66,7 +68,7 @@ def _plan() -> dict[str, dict[str, tuple[object, str]]]:
 PAGE_OWN = {
     "mesa/setup": {"law", "scale", "m", "a", "b", "m_direct"},  # the set-up checks train nothing
     "mesa/thm4_2_capability": {"n_batches"},
-    "mesa/prop4_2_beyond": {"a_check", "b_check", "m_mc", "n_groups"},
+    "mesa/prop4_2_beyond": {"a_check", "b_check", "m_mc", "n_groups", "m_mom"},
     "mesa/thm4_3_masking": {"m_mc"},
     "mesa/appendix_experiments": {"m_div", "n_batches"},
 }

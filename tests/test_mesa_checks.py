@@ -236,7 +236,7 @@ def test_masked_equivariant_gd_is_the_reduced_system():
 def test_equivariant_moments_give_each_sequence_its_exact_loss():
     """l_n(c) = (c'G_n c - 2 h_n'c + y_n)/2 is the model's per-sequence loss at the equivariant weights."""
     d, T = 3, 9
-    mo = thm4_3.equivariant_moments("full_one", d, T, 50, 4, chunk=20)
+    mo = E.equivariant_moments("full_one", d, T, 50, 4, chunk=20)
     a, ap, b, bp = 0.7, -0.1, 0.9, 0.05
     c = th.equivariant_c(a, ap, b, bp)
     from_moments = 0.5 * (np.einsum("k,nkl,l->n", c, mo["G"], c) - 2 * mo["h"] @ c + mo["y"])
@@ -247,6 +247,44 @@ def test_equivariant_moments_give_each_sequence_its_exact_loss():
     W_PV[:, :d] = torch.from_numpy(b * np.eye(d) + bp * (np.ones((d, d)) - np.eye(d)))
     direct = per_sequence_loss(data, W_KQ, W_PV)
     assert np.abs(from_moments - direct).max() <= 1e-10 * np.abs(direct).max()
+
+
+def test_equivariant_ab_is_the_endpoint_product_with_a_jackknife_se():
+    """evidence.equivariant_ab: ab = a b at the last epoch of theory.equivariant_gd on the mean moments; identical
+    per-sequence moments give SE 0, moments that differ between groups a positive SE equal to the jackknife of a b."""
+    d, T = 3, 7
+    _, _, G, h = _exact_equivariant_moments(d, T)
+    same = dict(G=np.repeat(G[None], 40, 0), h=np.repeat(h[None], 40, 0))
+    q = E.equivariant_ab(d, T, 0.5, 1.5, 0.02, 30, same, n_groups=20)
+    path = th.equivariant_gd(0.5, 1.5, 0.02, 30, G, h, d)
+    assert q["ab"] == pytest.approx(path[-1, 0] * path[-1, 2], rel=1e-12) and q["dof"] == 19
+    assert abs(path[-1, 1]) > 1e-4 and q["ab"] != pytest.approx(path[-1, 0] * path[-1, 1], rel=1e-3)  # not a b'
+    assert q["se_ab"] < 1e-12
+    rng = np.random.default_rng(3)
+    noisy = dict(G=same["G"] * (1 + 0.05 * rng.normal(size=(40, 1, 1))), h=same["h"])
+    q = E.equivariant_ab(d, T, 0.5, 1.5, 0.02, 30, noisy, n_groups=20)
+    loo = [th.equivariant_gd(0.5, 1.5, 0.02, 30, np.delete(noisy["G"], ix, 0).mean(0), h, d)[-1]
+           for ix in np.array_split(np.arange(40), 20)]
+    assert q["se_ab"] == pytest.approx(S.jackknife_se(0.0, [x[0] * x[2] for x in loo])[1], rel=1e-10) and q["se_ab"] > 0
+
+
+def test_paired_shift_and_the_control_variate_estimate():
+    """evidence.paired_shift: (4 D(m) - D(m/4))/3 of the per-replicate differences u - m (not m - u); the shared
+    training-set noise cancels; prop4_2.ab_beyond adds the masked population value (the falsifier) to the shift."""
+    from companion.mesa.results import prop4_2
+
+    rng = np.random.default_rng(1)
+    common_b, common_s = rng.normal(size=10), rng.normal(size=10)  # training-set effects shared by both runs
+    u = dict(big=0.85 + 0.01 * common_b + 1e-4 * rng.normal(size=10), small=0.86 + 0.02 * common_s + 1e-4 * rng.normal(size=10))
+    m = dict(big=0.82 + 0.01 * common_b, small=0.83 + 0.02 * common_s)
+    q = E.paired_shift(u, m)
+    assert q["measured"] == pytest.approx((4 * 0.03 - 0.03) / 3, abs=3e-4) and q["se"] < 3e-4
+    with pytest.raises(ValueError):
+        E.paired_shift(u, dict(big=m["big"][:5], small=m["small"]))
+    eq = dict(ab=0.851, se_ab=1e-3, dof=19)
+    b = prop4_2.ab_beyond(u, m, eq, 0.8258)
+    assert b["measured"] == pytest.approx(0.8258 + q["measured"], rel=1e-12) and b["falsifier_value"] == 0.8258
+    assert b["predicted"] == 0.851 and b["se"] == pytest.approx(float(np.hypot(q["se"], 1e-3)), rel=1e-12)
 
 
 def test_extrapolated_gap_pairs_replicates_and_test_sequences():

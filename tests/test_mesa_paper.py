@@ -57,8 +57,9 @@ def test_replicate_and_sweep_settings():
     r = paper.REPLICATES
     p = _defaults("thm4_1_emergence")
     assert (p["m_rep"], p["n_rep"], p["n_rep_dev"]) == (r["m_rep"], r["n_rep"], r["n_rep_dev"])
-    p = _defaults("thm4_3_masking")
-    assert (p["m_rep"], p["n_rep"]) == (r["m_rep"], r["n_rep_mask"])
+    for name in ("thm4_3_masking", "prop4_2_beyond"):  # the same masked and unmasked training sets
+        p = _defaults(name)
+        assert (p["m_rep"], p["n_rep"]) == (r["m_rep_mask"], r["n_rep_mask"])
     p = _defaults("prop4_1_gaussian")
     assert {k: p[k] for k in paper.T_SWEEP} == paper.T_SWEEP
 
@@ -77,7 +78,10 @@ def test_paper_runs_are_distinct_and_include_the_replicates():
     c = paper.COMMON
     lr = dict(paper.TABLE1["gaussian"])[1.0]
     want = E.replicate_kwargs("gaussian", 1.0, c["d"], c["T"], 0.5, 1.5, lr, c["epochs"], 2500, 16, c["seed"])
-    want += E.replicate_kwargs("full_one", 1.0, c["d"], c["T"], 0.5, 1.5, 5e-4, c["epochs"], 2500, 6, c["seed"], mask=True)
+    r = paper.REPLICATES
+    for mask in (True, False):  # thm4_3 and prop4_2: the same masked and unmasked training sets
+        want += E.replicate_kwargs("full_one", 1.0, c["d"], c["T"], 0.5, 1.5, 5e-4, c["epochs"], r["m_rep_mask"],
+                                   r["n_rep_mask"], c["seed"], mask=mask)
     want += E.replicate_kwargs("gaussian", 1.0, c["d"], 10, 0.5, 1.5, St.stable_lr("gaussian", 1.0, c["d"], 10, [(0.5, 1.5)],
                                0.25, c["seed"]), c["epochs"], 10_000, 10, c["seed"])
     want.append(E.first_step_kwargs("full_one", c["d"], c["T"], c["m"], 2.0, 2.0, 5e-4, c["seed"]))

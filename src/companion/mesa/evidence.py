@@ -43,8 +43,8 @@ from companion.mesa import train
 from companion.mesa.analysis import per_sequence_loss, test_data, weights
 from companion.mesa.data import generate
 from companion.mesa.empirical import diagonal_stats, sampling_spread
-from companion.mesa.model import predict
-from companion.seeds import MESA_LOSS_EVAL, MESA_ONE_STEP_EVAL, MESA_TRAIN_DATA
+from companion.mesa.model import predict, predict_fast
+from companion.seeds import MESA_EQUIVARIANT_MC, MESA_LOSS_EVAL, MESA_ONE_STEP_EVAL, MESA_TRAIN_DATA
 
 __all__ = [
     "ROUNDOFF32",
@@ -58,6 +58,9 @@ __all__ = [
     "first_step_kwargs",
     "extrapolated_ab",
     "richardson_paired",
+    "paired_shift",
+    "equivariant_moments",
+    "equivariant_ab",
     "one_step_deviation",
 ]
 
@@ -260,6 +263,78 @@ def richardson_paired(big: np.ndarray, small: np.ndarray) -> dict:
     _, se_test = S.mean_se((4 * big.mean(0) - small.mean(0)) / 3)
     se, dof = S.welch((rich["se"], rich["dof"]), (se_test, math.inf))
     return dict(rich, se=se, dof=dof, se_test=se_test)
+
+
+def paired_shift(rep_u: dict, rep_m: dict) -> dict:
+    r"""The trained ab of one set of replicates minus that of another trained on the **same** training sets (e.g.
+    unmasked minus masked: :func:`replicate_kwargs` gives both the same seeds), per replicate, extrapolated in m
+    like ab (:func:`companion.stats.richardson`):
+
+    .. math:: \hat\Delta_\infty=\tfrac13\big(4\,\overline{\Delta}(m)-\overline{\Delta}(m/4)\big),\qquad
+              \Delta_k = ab^{(u)}_k - ab^{(m)}_k .
+
+    Common random numbers: the training-set noise that moves both ab alike cancels in each difference (for the
+    full-one masked and unmasked runs the two correlate at 0.99), so the standard error is the replicate spread
+    of the differences, with its Welch degrees of freedom. Returns the dict of :func:`companion.stats.richardson`."""
+    for key in ("big", "small"):
+        if len(rep_u[key]) != len(rep_m[key]):
+            raise ValueError(f"paired_shift needs the same replicates on both sides; got {len(rep_u[key])} and "
+                             f"{len(rep_m[key])} at {key} m")
+    return S.richardson(np.asarray(rep_u["big"]) - rep_m["big"], np.asarray(rep_u["small"]) - rep_m["small"])
+
+
+def equivariant_moments(law: str, d: int, T: int, m: int, seed: int, chunk: int = 1000) -> dict:
+    r"""Per-sequence moments of the population loss on the equivariant red blocks (:func:`companion.mesa.theory.equivariant_c`):
+    :math:`G_n=\mathrm{Re}\sum_t\langle F_{k,t},F_{l,t}\rangle`, :math:`h_n=\mathrm{Re}\sum_t\langle F_{k,t},x_{t+1}\rangle`,
+    :math:`y_n=\sum_t\|x_{t+1}\|^2` for ``m`` sequences (seed stream :data:`~companion.seeds.MESA_EQUIVARIANT_MC`,
+    ``[seed, 9]``, independent of every training and test set; complex128), so that the loss of sequence n at c is
+    exactly :math:`\ell_n(c)=\frac12(c^\top G_nc-2h_n^\top c+y_n)`. Cached on disk (:func:`companion.cache.cached`):
+    the pages of Prop 4.2 and Thm 4.3 use the same moments. Returns G, h, y (per sequence)."""
+    P.memory("m_mc", 16.0 * min(m, chunk) * (T - 2) * d * 5, "the equivariant moments")
+    return _equivariant_moments(str(law), int(d), int(T), int(m), int(seed), int(chunk))
+
+
+@cached
+def _equivariant_moments(law: str, d: int, T: int, m: int, seed: int, chunk: int) -> dict:
+    data = generate(law, m, d, T, 1.0, MESA_EQUIVARIANT_MC.rng(seed), torch.complex128)
+    eye, off = np.eye(d), np.ones((d, d)) - np.eye(d)
+    units = [(A, B) for A in (eye, off) for B in (eye, off)]  # order of theory.equivariant_c
+    G, h, y = np.empty((m, 4, 4)), np.empty((m, 4)), np.empty(m)
+    for i in range(0, m, chunk):
+        sub = data.subset(slice(i, i + chunk))
+        F = []
+        for A, B in units:
+            W_KQ = torch.zeros(2 * d, 2 * d, dtype=torch.complex128)
+            W_PV = torch.zeros(d, 2 * d, dtype=torch.complex128)
+            W_KQ[d:, :d] = torch.from_numpy(A)
+            W_PV[:, :d] = torch.from_numpy(B)
+            F.append(predict_fast(sub, W_KQ, W_PV).reshape(sub.m, -1))
+        F = torch.stack(F, 1)  # (n, 4, positions * d)
+        Y = sub.tables(np.arange(2, T))[2].reshape(sub.m, -1)
+        G[i : i + sub.m] = torch.einsum("nkp,nlp->nkl", F.conj(), F).real.numpy()
+        h[i : i + sub.m] = torch.einsum("nkp,np->nk", F.conj(), Y).real.numpy()
+        y[i : i + sub.m] = (Y.abs() ** 2).sum(1).numpy()
+    return dict(G=G, h=h, y=y)
+
+
+def equivariant_ab(d: int, T: int, a0: float, b0: float, lr: float, epochs: int, moments: dict,
+                   n_groups: int = 20) -> dict:
+    r"""The unmasked population GD from (a0 I, b0 I) beyond Assumption 4.1 (:func:`companion.mesa.theory.equivariant_gd`
+    on the Monte-Carlo moments of :func:`equivariant_moments`, independent sequences): its path (a, a', b, b') per
+    epoch, the diagonal product :math:`ab` at the last epoch (what a trained model's mean :math:`a_jb_j` is compared
+    with), and their Monte-Carlo standard errors by the delete-a-group jackknife of the moments (``n_groups``
+    groups, ``n_groups - 1`` degrees of freedom; :func:`companion.stats.jackknife_se`).
+
+    Returns path, ab, se_ab, se_end (of (a, a', b, b')), dof."""
+    G, h = moments["G"], moments["h"]
+    path = th.equivariant_gd(a0, b0, lr, epochs, G.mean(0), h.mean(0), d)
+    groups = np.array_split(np.arange(len(G)), min(n_groups, len(G)))
+    loo = np.array([th.equivariant_gd(a0, b0, lr, epochs, np.delete(G, ix, 0).mean(0), np.delete(h, ix, 0).mean(0), d)[-1]
+                    for ix in groups])
+    _, se_end = S.jackknife_se(path[-1], loo)
+    _, se_ab = S.jackknife_se(path[-1, 0] * path[-1, 2], loo[:, 0] * loo[:, 2])
+    return dict(path=path, ab=float(path[-1, 0] * path[-1, 2]), se_ab=float(se_ab), se_end=np.asarray(se_end),
+                dof=len(groups) - 1)
 
 
 def one_step_deviation(result, m_eval: int = 300) -> dict:

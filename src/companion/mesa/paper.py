@@ -27,9 +27,9 @@ PROBES = [("rademacher", 1.0, 1e-3), ("sparse_gaussian", 1.0, 1e-3)]  # with ini
 FIG5 = dict(law="gaussian", scale=1.0, lr=1e-4, epochs=300, sigma_ws=[0.01, 0.1])
 APPENDIX_INITS = [(1.5, 0.5), (1.0, 0.2)]  # further diagonal inits (Gaussian sigma = 1, lr 1e-4)
 # replicate training sets (at m_rep and m_rep/4): thm4_1 per (law, scale), its Gaussian middle scale (the one-step-GD
-# deviation), thm4_3 (masked and unmasked); the notebooks' defaults
-# thm4_1's sparse scales: n_rep_sparse at m_rep_sparse and m_rep_sparse/4
-REPLICATES = dict(m_rep=2500, n_rep=3, n_rep_dev=16, n_rep_mask=6, m_rep_sparse=1000, n_rep_sparse=10)
+# deviation), thm4_3 and prop4_2 (masked and unmasked, the same training sets: m_rep_mask and m_rep_mask/4); the
+# notebooks' defaults; thm4_1's sparse scales: n_rep_sparse at m_rep_sparse and m_rep_sparse/4
+REPLICATES = dict(m_rep=2500, n_rep=3, n_rep_dev=16, m_rep_mask=1000, n_rep_mask=10, m_rep_sparse=1000, n_rep_sparse=10)
 T_SWEEP = dict(Ts=[10, 20, 100], m_sweep=10_000, n_rep=10, kappa=0.25)  # the trained T sweep of prop4_1 (middle init)
 
 
@@ -68,8 +68,8 @@ def paper_runs() -> list[dict]:
             if law == "sparse":  # thm4_1's sparse replicates: no moment noise, small sets suffice
                 n, m_r = rep["n_rep_sparse"], rep["m_rep_sparse"]
             out += replicate_kwargs(law, s, d, T, a0, b0, lr, E, m_r, n, seed)
-    for mask in (True, False):  # thm4_3: the masked ab and loss; the unmasked-minus-masked gap and off-diagonals
-        out += replicate_kwargs("full_one", 1.0, d, T, a0, b0, TABLE1["full_one"][0][1], E, rep["m_rep"],
+    for mask in (True, False):  # thm4_3: the masked ab and loss, the gap, the off-diagonals; prop4_2: the unmasked ab
+        out += replicate_kwargs("full_one", 1.0, d, T, a0, b0, TABLE1["full_one"][0][1], E, rep["m_rep_mask"],
                                 rep["n_rep_mask"], seed, mask=mask)
     reps = sweep_replicates(T_SWEEP["n_rep"], T_SWEEP["Ts"])
     for TT in T_SWEEP["Ts"]:
