@@ -96,7 +96,7 @@ def trained_cot(d: int, n: int, k_train: int, k: int, eta: float, *, steps: int,
         :func:`neighbours` under ``"exact"``.
     """
     runs = cached_train_full("cot", d, n, k_train, eta, steps=steps, lr=lr, lr_final=lr_final, batch=64, seed=seed,
-                             eval_every=max(1, steps // 20), eval_batch=500, replicates=replicates)
+                             eval_every=max(1, steps // 20), eval_batch=200, replicates=replicates)
     exact = neighbours(k, eta, d, n)
     errors = replicate_errors("cot", runs, k, eval_batch // replicates, COT_EVAL(seed))
     return dict(trained_vs_prediction(errors, exact["pred"]), runs=runs, exact=exact)
