@@ -37,6 +37,10 @@ LAWS = ("gaussian", "sparse", "rademacher", "sparse_gaussian")
 
 _RECOVERS = "recovers the sequence (loss 0)"
 _NOT_RECOVER = "does not recover (independent coordinates: m24 = m2 m4)"
+#: the competitor where part (ii) holds and part (i) fails (Rademacher): the T -> infinity reading, in which (ii)
+#: alone suffices and the model learns the recovering step 1/kappa = m4/m6; its finite-T loss is the population
+#: loss at the population-GD ab of that theory (alpha -> N m6)
+_STEP_KAPPA = "(ii) alone suffices (T -> infinity reading): the model learns the step 1/kappa = m4/m6"
 
 # the sparse law (Example 4.1) satisfies Assumption 4.2 at every scale: an ordering against the non-recovering
 # theory; the three probe laws that violate it run at scale 1: the population loss they keep
@@ -48,7 +52,8 @@ CLAIMS = (
               falsifier=_NOT_RECOVER),
 ) + tuple(
     ClaimSpec(f"{what}_{law}_{{s:num}}", "statistical", "trained", headline=what == "loss",
-              prediction="companion.mesa.evidence.loss_evidence", falsifier=_RECOVERS)
+              prediction="companion.mesa.evidence.loss_evidence",
+              falsifier=_STEP_KAPPA if law == "rademacher" else _RECOVERS)
     for law in ("gaussian", "rademacher", "sparse_gaussian") for what in ("loss", "last"))
 
 RESULT = ResultSpec(paper="mesa", number="Theorem 4.2", title="capability: recovery iff Assumption 4.2",
@@ -116,15 +121,19 @@ def capability(result, stats, m_test: int | None = None) -> dict:
     r"""Thm 4.2 / Prop 4.1 on the full trained model: its whole-sequence and last-position test losses against
     the population losses at the population-GD ab (:func:`companion.mesa.evidence.loss_evidence`), each with its falsifier: "does not
     recover" (the population loss of the independent-coordinates theory at its own GD ab) when Assumption 4.2
-    holds, "recovers" (0) when it does not. ``stats``: the training-set statistics for the jackknife SE of ab."""
+    holds; where part (ii) holds and part (i) fails (Rademacher), the T -> infinity reading in which (ii) alone
+    suffices: the exact population loss at the population-GD ab of the theory with alpha = N m6, which learns the
+    recovering step 1/kappa = m4/m6 (a close competitor: at d = 5, T = 100 its loss is 21 % above the
+    prediction); "recovers" (0) otherwise. ``stats``: the training-set statistics for the jackknife SE of ab."""
     c = result.config
     law, s, d, T = c["law"], c["scale"], c["d"], c["T"]
     ab = ab_evidence(result, stats)
-    holds = th.assumption_4_2(law, s, d)["holds"]
+    a42 = th.assumption_4_2(law, s, d)
+    holds = a42["holds"]
     mo = th.moments(law, s, d)
     al_f = falsifier_alpha(law, s, d, T)[1]
     _, be = th.alpha_beta(law, s, d, T)
-    cf = ab["falsifier_value"]
+    cf = ab["falsifier_value"]  # population GD with the falsifier's alpha (N m6 where m24 > 0: towards m4/m6)
     out = dict(holds=holds, ab=ab)
     for key, pos in (("whole", None), ("last", [T - 1])):
         q = loss_evidence(result, ab["predicted"], ab["se"], positions=pos, m_test=m_test, dof_ab=ab["dof"])
@@ -134,12 +143,22 @@ def capability(result, stats, m_test: int | None = None) -> dict:
             else:
                 fv = d / 2 * (cf * cf * (mo.m6 + (d - 1) * mo.m2 * mo.m4 / (T - 2)) - 2 * cf * mo.m4 + mo.m2)
             q.update(falsifier="does not recover (independent coordinates: m24 = m2 m4)", falsifier_value=float(fv))
+        elif a42["ii_cauchy_schwarz_equality"] and mo.m24 > 0:  # (ii) holds, (i) fails: the step 1/kappa
+            q.update(falsifier=_STEP_KAPPA, falsifier_value=_loss_at(law, s, d, T, cf, pos))
         else:
-            q.update(falsifier="recovers the sequence (loss 0)", falsifier_value=0.0)
+            q.update(falsifier=_RECOVERS, falsifier_value=0.0)
         # complex64 weights: predictions carry a relative round-off ~1e-7, i.e. 1e-14 of the zero-predictor loss
         q["floor"] = 1e-13 * q["zero_loss"]
         out[key] = q
     return out
+
+
+def _loss_at(law, s: float, d: int, T: int, c: float, positions) -> float:
+    """The exact population loss of the diagonal model at ab = c: the whole sequence (``positions`` None) or the
+    sum over ``positions`` (:func:`companion.mesa.theory.population_loss`, :func:`companion.mesa.theory.position_loss`)."""
+    if positions is None:
+        return float(th.population_loss(law, s, d, T, c))
+    return float(np.sum(th.position_loss(law, s, d, np.atleast_1d(positions).astype(float), c)))
 
 
 # ---- figures
