@@ -37,3 +37,19 @@ def test_sparse_controls_are_exactly_zero_and_dropped():
     assert np.abs(X).max() < 1e-15
     y = np.linspace(0.0, 1.0, 16)
     assert stats.controlled_mean(y, X)[3] == 0 and stats.controlled_mean(y, X)[0] == pytest.approx(0.5)
+
+
+def test_control_coefficients_are_the_population_gd_sensitivity():
+    """Against the closed form at convergence: after many epochs ab_E = c* = N m4 / (N m6 + (d-1) H m24), so
+    g = (dc*/dm4, dc*/dm6) = (N / alpha', -c* N / alpha') at scale 1 (alpha' = alpha / s^6 ...); at scale s the
+    coefficients carry s^-2 (c* ~ s^-2)."""
+    from companion.mesa import theory as th
+
+    d, T, s = 3, 8, 1.5
+    N, H = T - 2, th.harmonic(T - 2)
+    al1 = N * 15 + (d - 1) * H * 3  # scale-1 alpha of the Gaussian
+    c1 = N * 3 / al1
+    al, be = th.alpha_beta("gaussian", s, d, T)
+    lr = 0.2 / al  # well inside the stability bound; 3000 steps converge
+    g = thm4_1.control_coefficients("gaussian", s, d, T, 0.5, 1.5, lr, 3000)
+    assert g == pytest.approx([N / al1 / s**2, -c1 * N / al1 / s**2], rel=1e-5)

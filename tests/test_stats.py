@@ -174,3 +174,17 @@ def test_controlled_richardson_combines_the_two_sizes_like_richardson():
     plain = stats.controlled_richardson(big, small)  # no controls: exactly richardson
     ref = stats.richardson(big, small)
     assert all(plain[key] == pytest.approx(ref[key]) for key in ("measured", "se", "dof"))
+
+
+def test_controlled_mean_with_fixed_coefficients_is_the_mean_of_the_adjusted_replicates():
+    """Fixed coefficients: the mean of y - X coef on R - 1 dof (exactly unbiased for E y since E X = 0); a sign
+    error (y + X coef) or a fit would give another number."""
+    rng = np.random.default_rng(3)
+    x = rng.normal(0, 1, (10, 2))
+    y = 1.0 + x @ np.array([0.5, -0.2]) + rng.normal(0, 0.01, 10)
+    mu, se, dof, k = stats.controlled_mean(y, x, coef=[0.5, -0.2])
+    adj = y - x @ np.array([0.5, -0.2])
+    assert (mu, se, dof, k) == (pytest.approx(adj.mean()), pytest.approx(adj.std(ddof=1) / math.sqrt(10)), 9.0, 2)
+    assert se < 0.01 and abs(mu - 1.0) < 0.02
+    r = stats.controlled_richardson(y, y, x, x, coef=[0.5, -0.2])
+    assert r["measured"] == pytest.approx(adj.mean()) and r["dof"] == pytest.approx(9 * 17**2 / (16**2 + 1))  # Welch

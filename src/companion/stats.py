@@ -242,7 +242,7 @@ def richardson(big, small):
     return dict(measured=(4 * mb - ms) / 3, se=se, dof=dof, mean_big=mb, mean_small=ms)
 
 
-def controlled_mean(y, controls=None, min_dof: int = 9) -> tuple[float, float, float, int]:
+def controlled_mean(y, controls=None, min_dof: int = 9, coef=None) -> tuple[float, float, float, int]:
     r"""The mean of replicates ``y`` (R values) with control variates: ``controls`` (R, k) are statistics of each
     replicate whose expectation is **exactly 0** (e.g. a sample moment minus the law's moment). The regression
     (control-variate) estimator is the intercept of the least-squares fit of y on :math:`[1, X]`,
@@ -257,10 +257,19 @@ def controlled_mean(y, controls=None, min_dof: int = 9) -> tuple[float, float, f
     or no controls (a control without spread is dropped), it is the plain replicate mean (:func:`replicate_se`,
     R - 1 degrees of freedom).
 
+    With fixed coefficients ``coef`` (k values chosen without these replicates) it is the mean of
+    :math:`y-X\,\mathrm{coef}`, exactly unbiased for :math:`E y` whatever the coefficients, on R - 1 degrees of
+    freedom. (The regression estimator's :math:`\hat\gamma` correlates with :math:`\bar X` when the controls are
+    skewed, e.g. sample sixth moments of a Gaussian: its O(1/R) bias can then be comparable to its standard error.)
+
     Returns ``(mean, se, dof, k)``, k the number of controls used (0 for the plain mean).
     """
     y = np.asarray(y, dtype=float).ravel()
     n = len(y)
+    if coef is not None and controls is not None:
+        adj = y - np.asarray(controls, dtype=float).reshape(n, -1) @ np.asarray(coef, dtype=float).ravel()
+        mu, se = replicate_se(adj)
+        return float(mu), float(se), float(n - 1), len(np.atleast_1d(coef))
     X = np.zeros((n, 0)) if controls is None else np.asarray(controls, dtype=float).reshape(n, -1)
     X = X[:, np.ptp(X, axis=0) > 0]  # a control without spread (e.g. exactly 0 for every replicate) explains nothing
     k = X.shape[1]
@@ -276,18 +285,19 @@ def controlled_mean(y, controls=None, min_dof: int = 9) -> tuple[float, float, f
     return float(theta[0]), float(math.sqrt(cov[0, 0])), float(dof), k
 
 
-def controlled_richardson(big, small, controls_big=None, controls_small=None, min_dof: int = 9) -> dict:
+def controlled_richardson(big, small, controls_big=None, controls_small=None, min_dof: int = 9, coef=None) -> dict:
     r""":func:`richardson` with each size's mean replaced by its control-variate mean (:func:`controlled_mean`,
     controls of exactly known mean 0, each size on its own fit): for replicates at m (``big``) and m/4 (``small``)
 
     .. math:: \hat\theta_\infty=\tfrac13\big(4\,\hat\mu(m)-\hat\mu(m/4)\big),\qquad
               \mathrm{se}^2=\tfrac19\big(16\,\mathrm{se}^2(m)+\mathrm{se}^2(m/4)\big),
 
-    with the Welch degrees of freedom of the two residual spreads (:func:`welch`). Returns
+    with the Welch degrees of freedom of the two residual spreads (:func:`welch`); ``coef``: fixed coefficients
+    for both sizes (see :func:`controlled_mean`). Returns
     ``dict(measured, se, dof, mean_big, mean_small, se_big, se_small, k_big, k_small)``.
     """
-    mb, sb, db, kb = controlled_mean(big, controls_big, min_dof)
-    ms, ss, ds, ks = controlled_mean(small, controls_small, min_dof)
+    mb, sb, db, kb = controlled_mean(big, controls_big, min_dof, coef)
+    ms, ss, ds, ks = controlled_mean(small, controls_small, min_dof, coef)
     se, dof = welch((4 * sb / 3, db), (ss / 3, ds))
     return dict(measured=(4 * mb - ms) / 3, se=se, dof=dof, mean_big=mb, mean_small=ms, se_big=sb, se_small=ss,
                 k_big=kb, k_small=ks)

@@ -33,7 +33,8 @@ from companion.plotting import COLORS, legend_outside, new_figure
 from companion.seeds import MESA_TRAIN_DATA
 from companion.text import number_tag
 
-__all__ = ["CLAIMS", "RESULT", "tag", "manifest", "scale_plan", "figure_runs", "replicates", "x1_controls", "noise_numbers",
+__all__ = ["CLAIMS", "RESULT", "tag", "manifest", "scale_plan", "figure_runs", "replicates", "control_coefficients",
+           "x1_controls", "noise_numbers",
            "flow_limit_error", "invariance", "moment_ratio_rel_se", "ab_curves"]
 
 CLAIMS = (
@@ -84,8 +85,9 @@ def replicates(plan, d: int, T: int, a0: float, b0: float, epochs: int, m_rep: i
     ``n_rep_sparse`` at ``m_rep_sparse`` and ``m_rep_sparse/4`` (its ab has no moment noise: small sets suffice).
 
     Each size's mean is the control-variate mean of :func:`companion.stats.controlled_richardson` with the
-    controls :func:`x1_controls` of the replicates' training sets (used where they leave at least 9 residual
-    degrees of freedom). The plain Richardson estimate stays in ``raw``."""
+    controls :func:`x1_controls` of the replicates' training sets and the fixed coefficients
+    :func:`control_coefficients` (exactly unbiased for any coefficients). The plain Richardson estimate stays in
+    ``raw``."""
     out = {}
     for law, s, lr in plan:
         sparse = law == "sparse" and n_rep_sparse is not None
@@ -96,11 +98,39 @@ def replicates(plan, d: int, T: int, a0: float, b0: float, epochs: int, m_rep: i
         kws = replicate_kwargs(law, s, d, T, a0, b0, lr, epochs, mr, n, seed)
         cb = x1_controls(law, s, d, T, [(kw["m"], kw["seed"]) for kw in kws[:n]])
         cs = x1_controls(law, s, d, T, [(kw["m"], kw["seed"]) for kw in kws[n:]])
-        ctl = S.controlled_richardson(q["big"], q["small"], cb, cs)
+        ctl = S.controlled_richardson(q["big"], q["small"], cb, cs,
+                                      coef=control_coefficients(law, s, d, T, a0, b0, lr, epochs))
         q["raw"] = {k: q[k] for k in ("measured", "se", "dof", "mean_big", "mean_small")}
         q.update(ctl, m_rep=mr, n_rep=n)
         out[law, s] = q
     return out
+
+
+def control_coefficients(law, scale: float, d: int, T: int, a0: float, b0: float, lr: float, epochs: int,
+                         rel: float = 1e-4) -> np.ndarray:
+    r"""Fixed coefficients of the controls :func:`x1_controls`: the sensitivity of the population-GD ab after
+    ``epochs`` steps to the scale-1 moments :math:`(m_4, m_6)` of the law, through :math:`\beta=N m_4 s^4` and
+    :math:`\alpha=N m_6 s^6+(d-1)H_{T-2}m_{24}s^6`, by central differences (relative step ``rel``):
+    :math:`g=\partial ab_E/\partial(m_4,m_6)`. It only sets how much of the spread the controls remove: the
+    controlled mean :math:`\overline{ab-Xg}` is unbiased for any fixed g, because :math:`E X=0` exactly.
+    Returns (2,)."""
+    mo = th.moments(law, 1.0, d)
+    N = T - 2
+    H = th.harmonic(N)
+
+    def ab_end(m4: float, m6: float) -> float:
+        al = (N * m6 + (d - 1) * H * mo.m24) * scale**6
+        return float(th.reduced_gd(a0, b0, lr, epochs, al, N * m4 * scale**4)[2][-1])
+
+    g = []
+    for k, base in enumerate((mo.m4, mo.m6)):
+        h = rel * base
+        up = [mo.m4, mo.m6]
+        dn = [mo.m4, mo.m6]
+        up[k] += h
+        dn[k] -= h
+        g.append((ab_end(*up) - ab_end(*dn)) / (2 * h))
+    return np.array(g)
 
 
 def x1_controls(law, scale: float, d: int, T: int, sets) -> np.ndarray:
