@@ -127,11 +127,10 @@ def ood_row(res, Sigma: np.ndarray, eta: float, k_list: list, n: int, num_eval: 
         w_m = cot_inference(p, res.W_KQ, res.W_PV, K)  # replicate-major: replicate r meets its own prompts
         with np.errstate(over="ignore", invalid="ignore"):
             em = np.nan_to_num(((w_m - p.w_star[:, None, :]) ** 2).sum(-1).numpy(), nan=np.inf).reshape(R, -1, K + 1)
-            # exact GD on the same prompts: w_K - w* = -(I - eta S)^K w*
-            A = torch.eye(d, dtype=p.X.dtype) - eta * p.S
+            # exact GD on the same prompts: w_K - w* = -(I - eta S)^K w*, S v = X (X^T v) / n (no d x d matrix per prompt)
             v = -p.w_star
             for _ in range(K):
-                v = torch.einsum("bij,bj->bi", A, v)
+                v = v - (eta / n) * torch.einsum("bdn,bn->bd", p.X, torch.einsum("bdn,bd->bn", p.X, v))
             eg = np.nan_to_num((v**2).sum(-1).numpy(), nan=np.inf).reshape(R, -1)
     S = th.sample_S(d, n, num_mc, rng, Sigma)
     eigs = np.linalg.eigvalsh(S)
