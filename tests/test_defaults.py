@@ -60,7 +60,8 @@ def _plan() -> dict[str, dict[str, tuple[object, str]]]:
             "lr": (paper.FIG5["lr"], "paper.FIG5['lr']"),
             "epochs_fig5": (paper.FIG5["epochs"], "paper.FIG5['epochs']"),
             "a0s": ([a for a, _ in inits + paper.APPENDIX_INITS], "paper.INITS + paper.APPENDIX_INITS"),
-            "b0s": ([b for _, b in inits + paper.APPENDIX_INITS], "paper.INITS + paper.APPENDIX_INITS")},
+            "b0s": ([b for _, b in inits + paper.APPENDIX_INITS], "paper.INITS + paper.APPENDIX_INITS"),
+            **{k: (paper.RATE[k], f"paper.RATE[{k!r}]") for k in ("m_rate", "n_rate")}},
     }
 
 

@@ -6,13 +6,14 @@ rule of :mod:`companion.mesa.stability`, and never a result (the results read it
 
 from __future__ import annotations
 
+import inspect
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 
 from companion.mesa.evidence import first_step_kwargs, replicate_kwargs, sweep_replicates
-from companion.mesa.stability import stable_lr
+from companion.mesa.stability import euler_rate_design, stable_lr
 from companion.mesa.train import run
 
 COMMON = dict(d=5, T=100, m=10_000, m_test=10_000, epochs=200, seed=1)
@@ -26,6 +27,9 @@ TABLE1 = {
 PROBES = [("rademacher", 1.0, 1e-3), ("sparse_gaussian", 1.0, 1e-3)]  # with init (0.5, 1.5)
 FIG5 = dict(law="gaussian", scale=1.0, lr=1e-4, epochs=300, sigma_ws=[0.01, 0.1])
 APPENDIX_INITS = [(1.5, 0.5), (1.0, 0.2)]  # further diagonal inits (Gaussian sigma = 1, lr 1e-4)
+# the appendix's contraction-rate experiment (sparse c = 1, from (1.2, 1.2), kappa x the reduced bound): n_rate
+# replicate training sets at m_rate and at m_rate/4 (companion.mesa.stability.euler_rate_design)
+RATE = dict(m_rate=10_000, n_rate=10)
 # replicate training sets (at m_rep and m_rep/4): thm4_1 per (law, scale), its Gaussian middle scale (the one-step-GD
 # deviation), thm4_3 and prop4_2 (masked and unmasked, the same training sets: m_rep_mask and m_rep_mask/4); the
 # notebooks' defaults; thm4_1's sparse scales: n_rep_sparse at m_rep_sparse and m_rep_sparse/4
@@ -75,6 +79,10 @@ def paper_runs() -> list[dict]:
     for TT in T_SWEEP["Ts"]:
         lrT = stable_lr("gaussian", 1.0, d, TT, [(a0, b0)], T_SWEEP["kappa"], seed)
         out += replicate_kwargs("gaussian", 1.0, d, TT, a0, b0, lrT, E, T_SWEEP["m_sweep"], reps[TT], seed)
+    kappa = inspect.signature(stable_lr).parameters["kappa"].default  # the appendix page's kappa (its default)
+    des = euler_rate_design("sparse", 1.0, d, T, kappa)  # the appendix's contraction rate
+    out += replicate_kwargs("sparse", 1.0, d, T, des["a0"], des["a0"], des["lr"], des["epochs"], RATE["m_rate"],
+                            RATE["n_rate"], seed)
     for a0, b0 in INITS:  # Prop 4.2: one GD epoch of the full-one transformer
         out.append(first_step_kwargs("full_one", d, T, COMMON["m"], a0, b0, TABLE1["full_one"][0][1], seed))
     return out

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from companion import params as P
@@ -25,7 +26,7 @@ from companion.mesa.model import loss_grad_fast
 from companion.mesa.train import init_diagonal
 from companion.seeds import MESA_HESSIAN_DATA
 
-__all__ = ["hessian_max_eig", "stability_bound", "stable_lr", "reduced_stability"]
+__all__ = ["hessian_max_eig", "stability_bound", "stable_lr", "reduced_stability", "RATE_WINDOW", "euler_rate_design"]
 
 
 def hessian_max_eig(data, W_KQ, W_PV, iters: int = 30, eps: float = 1e-6, seed: int = 0) -> float:
@@ -86,3 +87,52 @@ def reduced_stability(law, scale: float, d: int, T: int, lr: float, inits) -> di
     al, be = th.alpha_beta(law, scale, d, T)
     worst = max(max(a0 * a0 + b0 * b0, sum(x * x for x in th.limits(a0, b0, be / al))) for a0, b0 in inits)
     return dict(number=lr * al * worst, lr_max=2.0 / (al * worst))
+
+
+#: the contraction-rate experiment (:func:`euler_rate_design`): the window of deviations from c* in which the
+#: multiplier is read, relative to c* (below the upper end the linear regime holds to about 1 %; above the lower
+#: end the deviation is 1e3 times the complex64 round-off of ab)
+RATE_WINDOW = (1e-4, 1e-2)
+
+
+def _window(dev, lo: float, hi: float) -> tuple[int, int]:
+    """The first epoch with ``dev <= hi`` and the last epoch before ``dev < lo`` (``(k1, k2)``; ``k2 <= k1`` when
+    the window holds fewer than two epochs)."""
+    inside, below = dev <= hi, dev < lo
+    if not inside.any() or not below.any():
+        return 0, -1
+    return int(inside.argmax()), int(below.argmax()) - 1
+
+
+def euler_rate_design(law, scale: float, d: int, T: int, kappa: float, a0: float = 1.2,
+                      window: tuple[float, float] = RATE_WINDOW) -> dict:
+    r"""The contraction-rate experiment of the stability proposition (:prf:ref:`mesa-prop-stability`): GD from the
+    diagonal init :math:`(a_0 I, a_0 I)` at the step :math:`\eta=\kappa\,\eta_{\max}` (``kappa`` times the largest
+    stable step of the reduced system, :func:`reduced_stability`), near the limit :math:`(a_\infty, b_\infty)`.
+
+    Linearised at the limit, the deviation :math:`e_k=a_kb_k-c^*` of forward Euler contracts by
+    :math:`\lambda=1-x` per epoch, :math:`x=\eta\,\alpha\,(a_\infty^2+b_\infty^2)`; gradient flow run for the same time
+    contracts by :math:`e^{-x}`. The multiplier is read as :math:`|e_{k_2}/e_{k_1}|^{1/(k_2-k_1)}` over the epochs
+    whose population deviation lies in ``window`` (relative to :math:`c^*`, :data:`RATE_WINDOW`), on the population GD
+    (``predicted``, nonlinear terms included) and on the gradient flow sampled at :math:`\tau=\eta k` over its own
+    window (``falsifier_value``). ``epochs`` = :math:`2k_2+2`, so a run ends with its deviation squared below
+    the window (its own limit). Returns lr, x, the windows, epochs, predicted and falsifier_value (NaN when a window
+    holds fewer than two epochs)."""
+    al, be = th.alpha_beta(law, scale, d, T)
+    cst = be / al
+    lr = P.real("kappa", kappa, min=0, max=1, min_open=True, max_open=True) * reduced_stability(
+        law, scale, d, T, 1.0, [(a0, a0)])["lr_max"]
+    a_inf, b_inf = th.limits(a0, a0, cst)
+    x = lr * al * (a_inf**2 + b_inf**2)
+    lo, hi = window
+    K = int(min(10**5, 10 + 3 * math.log(lo * cst / max(abs(a0 * a0 - cst), 1e-300)) / math.log(max(abs(1 - x), math.exp(-x)))))
+    _, _, pc = th.reduced_gd(a0, a0, lr, max(K, 10), al, be)
+    k1, k2 = _window(abs(pc - cst) / cst, lo, hi)
+    tau = lr * np.arange(max(K, 10) + 1)
+    _, _, fc = th.gradient_flow(a0, a0, tau, al, be)
+    f1, f2 = _window(abs(fc - cst) / cst, lo, hi)
+    dev, fdev = abs(pc - cst), abs(fc - cst)
+    pred = float((dev[k2] / dev[k1]) ** (1 / (k2 - k1))) if k2 > k1 else math.nan
+    fal = float((fdev[f2] / fdev[f1]) ** (1 / (f2 - f1))) if f2 > f1 else math.nan
+    return dict(lr=lr, x=x, cstar=cst, a0=a0, k1=k1, k2=k2, f1=f1, f2=f2, epochs=2 * max(k2, 1) + 2, predicted=pred,
+                falsifier_value=fal, euler=1 - x, flow=math.exp(-x))

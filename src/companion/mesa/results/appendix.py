@@ -8,12 +8,15 @@ What the page checks, and where:
   the paired test loss against a diagonal init (:func:`fig5_evidence`);
 * from several diagonal inits, the final (a, b) against the population GD, which conserves :math:`a^2-b^2`
   (:func:`init_evidence`);
-* the Table-1 step sizes against the stability bound of the reduced system (:func:`table1_stability`) and the
-  divergence beyond it (:func:`divergence_check`);
+* the Table-1 step sizes against the stability bound of the reduced system (:func:`table1_stability`), the
+  divergence beyond it (:func:`divergence_check`) and, below it, the forward-Euler contraction multiplier of the
+  trained transformer against the gradient flow's (:func:`euler_rate`, the page's headline);
 * Fig. 5 (:func:`fig5_heatmaps`), the (a, b) paths (:func:`init_paths`) and the step sizes (:func:`table1_steps`).
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -23,15 +26,15 @@ from companion.mesa import paper
 from companion.mesa import theory as th
 from companion.mesa.analysis import per_sequence_loss, test_data, weights
 from companion.mesa.empirical import jackknife_ab
-from companion.mesa.evidence import ab_evidence
+from companion.mesa.evidence import ROUNDOFF32, ab_evidence, replicate_kwargs
 from companion.mesa.figures import init_label, plain_log_ticks
 from companion.mesa.results import number_tag
-from companion.mesa.stability import reduced_stability
+from companion.mesa.stability import euler_rate_design, reduced_stability
 from companion.mesa.train import TrainingDiverged, run
 from companion.plotting import COLORS, legend_outside, new_figure
 
 __all__ = ["CLAIMS", "RESULT", "tag", "manifest", "in_fig5_scope", "fig5_evidence", "init_evidence",
-           "table1_stability", "divergence_check", "fig5_heatmaps", "init_paths", "table1_steps"]
+           "table1_stability", "euler_rate", "divergence_check", "fig5_heatmaps", "init_paths", "table1_steps"]
 
 CLAIMS = (
     ClaimSpec("fig5_ab_{sw}", "statistical", "trained", prediction="companion.mesa.evidence.population_ab",
@@ -44,6 +47,9 @@ CLAIMS = (
               falsifier="no conserved a^2 - b^2 (equal factors a = b = sqrt(ab))"),
     ClaimSpec("table1_stable", "bound", "closed_form", prediction="companion.mesa.results.appendix.table1_stability"),
     ClaimSpec("lr_stable", "bound", "closed_form", prediction="companion.mesa.stability.reduced_stability"),
+    ClaimSpec("euler_rate", "statistical", "trained", headline=True,
+              prediction="companion.mesa.stability.euler_rate_design",
+              falsifier="gradient flow for the same time: multiplier exp(-eta alpha (a^2 + b^2))"),
     ClaimSpec("unstable_diverges", "qualitative", "trained", prediction="companion.mesa.stability.reduced_stability",
               falsifier="the bound is not sharp: GD converges beyond it"),
 )
@@ -60,12 +66,13 @@ def manifest(fig5: dict, init_rows: dict) -> list[str]:
     """The claim ids the page's verdict declares for the Fig. 5 scales and the diagonal inits."""
     ids = [f"fig5_{k}_{tag(sw)}" for sw in fig5 for k in ("ab", "same_loss")]
     ids += [f"init_{k}_{tag(a0)}_{tag(b0)}" for a0, b0 in init_rows for k in ("a", "b")]
-    return ids + ["table1_stable", "lr_stable", "unstable_diverges"]
+    return ids + ["table1_stable", "lr_stable", "euler_rate", "unstable_diverges"]
 
 
 def in_fig5_scope(sigma_w: float, d: int, cst: float) -> bool:
-    r"""The stated scope of the coordinate-wise prediction from a Gaussian init: the initial off-manifold mass is
-    small against the final diagonal, :math:`\sigma_w\sqrt{6d^2-2d}\le 0.1\sqrt{2dc^*}`."""
+    r"""The disclosed (not derived: written after runs outside it) scope of the coordinate-wise prediction from a
+    Gaussian init: the initial off-manifold mass is small against the final diagonal,
+    :math:`\sigma_w\sqrt{6d^2-2d}\le 0.1\sqrt{2dc^*}`."""
     return sigma_w * np.sqrt(6 * d * d - 2 * d) <= 0.1 * np.sqrt(2 * d * cst)
 
 
@@ -107,6 +114,37 @@ def table1_stability(d: int, T: int) -> list[dict]:
     inits) at (d, T): rows with law, s, lr, number, lr_max."""
     return [dict(law=law, s=s, lr=lr, **reduced_stability(law, s, d, T, lr, paper.INITS))
             for law, rows in paper.TABLE1.items() for s, lr in rows]
+
+
+def euler_rate(d: int, T: int, m_rate: int, n_rate: int, kappa: float, seed: int) -> dict:
+    r"""The contraction multiplier of GD on the full transformer near its limit, against forward Euler on the reduced
+    system (:prf:ref:`mesa-prop-stability`): sparse law, c = 1, from :math:`(1.2 I, 1.2 I)` at ``kappa`` times the
+    largest stable step (:func:`companion.mesa.stability.euler_rate_design`: step, window, epochs, the population-GD
+    multiplier ``predicted`` and the gradient flow's ``falsifier_value``).
+
+    Per trained run and coordinate j the multiplier :math:`|e_{j,k_2}/e_{j,k_1}|^{1/(k_2-k_1)}` of
+    :math:`e_{j,k}=a_{j,k}b_{j,k}-a_{j,K}b_{j,K}` (its own limit at the last epoch K), averaged over the coordinates
+    (their empirical :math:`\alpha_j` average to the population :math:`\alpha` exactly for this law). Replicate
+    training sets at ``m_rate`` and ``m_rate/4`` (``n_rate`` each, :func:`companion.mesa.evidence.replicate_kwargs`)
+    are extrapolated to m -> infinity for a 1/m bias (:func:`companion.stats.richardson`: the off-manifold feedback is
+    of second order in the O(m^-1/2) fluctuations), the standard error from the replicate spreads (Welch degrees of
+    freedom). Returns the design, the estimate (``measured``, ``se``, ``dof``, ``mean_big``, ``mean_small``) and the
+    per-replicate multipliers ``big``, ``small``."""
+    des = euler_rate_design("sparse", 1.0, d, T, kappa)
+    out = dict(des, m_rate=m_rate, n_rate=n_rate)
+    k1, k2 = des["k1"], des["k2"]
+    if not k2 > k1:
+        return dict(out, measured=math.nan, se=math.nan, dof=math.nan, big=np.array([]), small=np.array([]))
+    kws = replicate_kwargs("sparse", 1.0, d, T, des["a0"], des["a0"], des["lr"], des["epochs"], m_rate, n_rate, seed)
+
+    def rate(kw):
+        ab = run(**kw).ab_diag
+        e = np.abs(ab - ab[-1])
+        return float(np.mean((e[k2] / e[k1]) ** (1.0 / (k2 - k1))))
+
+    big = np.array([rate(kw) for kw in kws[:n_rate]])
+    small = np.array([rate(kw) for kw in kws[n_rate:]])
+    return dict(out, **S.richardson(big, small), big=big, small=small, floor=ROUNDOFF32 * des["predicted"])
 
 
 def divergence_check(d: int, T: int, m: int, seed: int, a0: float = 1.2, factor: float = 1.5, epochs: int = 60) -> dict:
