@@ -3,6 +3,7 @@ standard errors), the OOD one-step formula, the reduced ODE, the restricted flow
 
 from __future__ import annotations
 
+import math
 import os
 
 import numpy as np
@@ -20,13 +21,54 @@ def _no_run_cache(monkeypatch):
     monkeypatch.setenv("COMPANION_CACHE_DIR", "off")
 
 
+# ------------------------------------------------------------- the closed forms: an independent reference
+def closed_moment(p: int, d: int, n: int) -> float:
+    r"""The closed forms (derived by hand, independently of the loop equations) of the Wishart trace moment
+    :math:`m_p = \E\tr S^p`, :math:`S = XX^\T/n`, :math:`x \sim N(0, I_d)`, for :math:`p \le 4`
+    (e.g. :math:`m_2 = d(n+d+1)/n`).
+
+    Args:
+        p: the power, 0..4.  d, n: dimension and examples per prompt.
+    Returns:
+        :math:`m_p` (float).
+    """
+    p = th.integer("p", p, min=0, max=4)
+    d, n = th._dn(d, n)
+    if p == 0:
+        return float(d)
+    if p == 1:
+        return float(d)
+    if p == 2:
+        return d * (n + d + 1) / n
+    if p == 3:
+        return d * (n**2 + d**2 + 3 * n * d + 3 * n + 3 * d + 4) / n**2
+    return d * (n**3 + d**3 + 6 * n**2 * d + 6 * n * d**2 + 6 * n**2 + 6 * d**2 + 17 * n * d + 21 * n + 21 * d + 20) / n**3
+
+
+def closed_gd_error(k: int, eta: float, d: int, n: int) -> float:
+    r"""The error of k GD steps from the closed-form moments, :math:`k \le 2`:
+
+    .. math:: L_k(\eta) = \E\tr(I-\eta S)^{2k} = \sum_{p=0}^{2k}\binom{2k}{p}(-\eta)^p m_p .
+
+    Args:
+        k: steps, 0..2.  eta: step, >= 0.  d, n: dimension and examples per prompt.
+    Returns:
+        :math:`L_k(\eta)` (float).
+    """
+    k = th.integer("k", k, min=0, max=2)
+    eta = th.real("eta", eta, min=0)
+    return float(sum(math.comb(2 * k, p) * (-eta) ** p * closed_moment(p, d, n) for p in range(2 * k + 1)))
+
+
+
 def test_eta_star_and_floor_values_and_relation():
     assert th.eta_star(10, 20) == pytest.approx(0.64516, abs=1e-5)
     assert th.no_cot_floor(10, 20) == pytest.approx(3.5484, abs=1e-4)
     for d, n in [(10, 20), (5, 10), (20, 40), (10, 100)]:
         # floor = d - d * eta* = min_eta E tr (I - eta S)^2
         assert th.no_cot_floor(d, n) == pytest.approx(d - d * th.eta_star(d, n), rel=1e-14)
-        assert th.gd_error_exact(1, th.eta_star(d, n), d, n) == pytest.approx(th.no_cot_floor(d, n), rel=1e-13)
+        assert closed_gd_error(1, th.eta_star(d, n), d, n) == pytest.approx(th.no_cot_floor(d, n), rel=1e-13)
+        assert th.gd_error_wishart(1, th.eta_star(d, n), d, n) == pytest.approx(th.no_cot_floor(d, n), rel=1e-13)
 
 
 def test_wishart_moments_against_monte_carlo():
@@ -36,18 +78,18 @@ def test_wishart_moments_against_monte_carlo():
     for p in range(5):
         per = np.trace(P, axis1=1, axis2=2)
         se = per.std(ddof=1) / np.sqrt(num) if p > 0 else 0.0
-        assert abs(per.mean() - th.wishart_trace_moment(p, d, n)) <= 4 * se + 1e-12, p
+        assert abs(per.mean() - closed_moment(p, d, n)) <= 4 * se + 1e-12, p
         P = P @ S
 
 
-def test_gd_error_exact_against_monte_carlo_and_mp_limit():
+def test_closed_form_gd_error_against_monte_carlo_and_mp_limit():
     d, n = 10, 20
     eigs = th.sample_S_eigs(d, n, 40_000, np.random.default_rng(1))
     for k in (1, 2):
         eta = th.eta_star(d, n)
         est = th.gd_error_mc(k, eta, eigs)
-        assert abs(est.mean - th.gd_error_exact(k, eta, d, n)) <= 4 * est.se
-    assert th.gd_error_exact(2, th.eta_star(10, 20), 10, 20) == pytest.approx(2.1119, abs=1e-4)
+        assert abs(est.mean - closed_gd_error(k, eta, d, n)) <= 4 * est.se
+    assert closed_gd_error(2, th.eta_star(10, 20), 10, 20) == pytest.approx(2.1119, abs=1e-4)
     # MP limit: E tr (I - eta S)^2 / d = 1 - 2 eta + eta^2 (1 + gamma) exactly for the MP law
     g, eta = 0.5, 0.4
     assert th.gd_error_mp(1, eta, g) == pytest.approx(1 - 2 * eta + eta**2 * (1 + g), rel=1e-8)
@@ -61,7 +103,7 @@ def test_wishart_loop_equation_moments():
     for d, n in [(10, 20), (3, 7), (6, 6), (2, 50)]:
         m = th.wishart_trace_moments(4, d, n)
         for p in range(5):
-            assert m[p] / n**p == pytest.approx(th.wishart_trace_moment(p, d, n), rel=1e-14), (d, n, p)
+            assert m[p] / n**p == pytest.approx(closed_moment(p, d, n), rel=1e-14), (d, n, p)
     # d = 1: W is chi-square with n degrees of freedom, E W^p = n (n + 2) ... (n + 2p - 2)
     m = th.wishart_trace_moments(9, 1, 7)
     for p in range(1, 10):
@@ -73,7 +115,7 @@ def test_wishart_loop_equation_moments():
 
 def test_gd_error_wishart_against_closed_form_and_monte_carlo():
     for k in (0, 1, 2):
-        assert th.gd_error_wishart(k, 0.3, 10, 20) == pytest.approx(th.gd_error_exact(k, 0.3, 10, 20), rel=1e-13)
+        assert th.gd_error_wishart(k, 0.3, 10, 20) == pytest.approx(closed_gd_error(k, 0.3, 10, 20), rel=1e-13)
     # k = 3..6 needs the moments up to p = 12: an independent Monte-Carlo sample of spectra (4 SE)
     d, n = 5, 12
     eigs = th.sample_S_eigs(d, n, 100_000, np.random.default_rng(3))

@@ -25,8 +25,6 @@ __all__ = [
     "eta_star",
     "no_cot_floor",
     "no_cot_floor_mp",
-    "wishart_trace_moment",
-    "gd_error_exact",
     "wishart_trace_moments",
     "gd_error_wishart",
     "MCEstimate",
@@ -123,43 +121,6 @@ def no_cot_floor_mp(d: int, n: int) -> float:
     return d * d / (n + d)
 
 
-def wishart_trace_moment(p: int, d: int, n: int) -> float:
-    r"""Exact Wishart trace moment :math:`m_p = \E\tr S^p`, :math:`S = XX^\T/n`, :math:`x \sim N(0, I_d)`, for
-    :math:`p \le 4` ({prf:ref}`cot-thm-3-2`; e.g. :math:`m_2 = d(n+d+1)/n`).
-
-    Args:
-        p: the power, 0..4.  d, n: dimension and examples per prompt.
-    Returns:
-        :math:`m_p` (float).
-    """
-    p = integer("p", p, min=0, max=4)
-    d, n = _dn(d, n)
-    if p == 0:
-        return float(d)
-    if p == 1:
-        return float(d)
-    if p == 2:
-        return d * (n + d + 1) / n
-    if p == 3:
-        return d * (n**2 + d**2 + 3 * n * d + 3 * n + 3 * d + 4) / n**2
-    return d * (n**3 + d**3 + 6 * n**2 * d + 6 * n * d**2 + 6 * n**2 + 6 * d**2 + 17 * n * d + 21 * n + 21 * d + 20) / n**3
-
-
-def gd_error_exact(k: int, eta: float, d: int, n: int) -> float:
-    r"""Error of k GD steps ({prf:ref}`cot-thm-3-2`), exact for :math:`k \le 2`:
-
-    .. math:: L_k(\eta) = \E\tr(I-\eta S)^{2k} = \sum_{p=0}^{2k}\binom{2k}{p}(-\eta)^p m_p .
-
-    Args:
-        k: steps, 0..2.  eta: step, >= 0.  d, n: dimension and examples per prompt.
-    Returns:
-        :math:`L_k(\eta)` (float).
-    """
-    k = integer("k", k, min=0, max=2)
-    eta = real("eta", eta, min=0)
-    return float(sum(comb(2 * k, p) * (-eta) ** p * wishart_trace_moment(p, d, n) for p in range(2 * k + 1)))
-
-
 def wishart_trace_moments(pmax: int, d: int, n: int) -> list[int]:
     r"""Exact trace moments :math:`\E\tr W^p`, :math:`p = 0..` ``pmax``, of the real Wishart matrix :math:`W = XX^\T`
     (:math:`X \in \R^{d\times n}` with i.i.d. :math:`N(0, 1)` entries), as integers; :math:`m_p = \E\tr S^p` is
@@ -175,8 +136,8 @@ def wishart_trace_moments(pmax: int, d: int, n: int) -> list[int]:
 
     with :math:`\tr W^0 = d`; each term has total degree one less, down to :math:`\E[1] = 1`. The recursion runs over
     the multisets of powers (partitions) of total degree at most ``pmax``, so its cost grows like their number
-    (about 1 s at ``pmax`` = 30). The closed forms of :func:`wishart_trace_moment` (:math:`p \le 4`) are its first
-    cases.
+    (about 1 s at ``pmax`` = 30). Its first cases are the closed forms :math:`m_1 = d`,
+    :math:`m_2 = d(n+d+1)/n`, ... (:math:`p \le 4`; ``tests/test_cot_theory.py`` checks them).
 
     Parameters
     ----------
@@ -222,8 +183,8 @@ def gd_error_wishart(k: int, eta: float, d: int, n: int) -> float:
     .. math:: L_k(\eta) = \E\tr(I-\eta S)^{2k} = \sum_{p=0}^{2k}\binom{2k}{p}(-\eta)^p\,\frac{\E\tr W^p}{n^p},
 
     with the exact moments of :func:`wishart_trace_moments`, summed in rational arithmetic (the alternating sum
-    cancels many digits; ``eta`` enters as the exact binary fraction of the float). Equals
-    :func:`gd_error_exact` for :math:`k \le 2`.
+    cancels many digits; ``eta`` enters as the exact binary fraction of the float). For :math:`k = 1`,
+    :math:`L_1(\eta) = d(1 - 2\eta + \eta^2 (n+d+1)/n)`, minimal at :math:`\eta^\star` ({prf:ref}`cot-thm-3-1`).
 
     Parameters
     ----------
@@ -524,8 +485,9 @@ def looped_optimum(k: int, eigs: np.ndarray, bracket=(1e-3, 1.5)) -> tuple[float
 
 def looped_optimum_exact_k2(d: int, n: int) -> tuple[float, float]:
     """Exact c_2 = argmin_c E tr (I - c S)^4 (a quartic in c with Wishart moments) and the loss there."""
-    m = [wishart_trace_moment(p, d, n) for p in range(5)]
-    coef = [comb(4, p) * (-1) ** p * m[p] for p in range(5)]  # sum coef[p] c^p
+    d, n = _dn(d, n)
+    m = [Fraction(w, n**p) for p, w in enumerate(wishart_trace_moments(4, d, n))]
+    coef = [float(comb(4, p) * (-1) ** p * m[p]) for p in range(5)]  # sum coef[p] c^p
     dcoef = [p * coef[p] for p in range(1, 5)]  # derivative, ascending powers
     roots = np.roots(dcoef[::-1])
     roots = roots[np.abs(roots.imag) < 1e-9].real

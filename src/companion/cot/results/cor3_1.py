@@ -62,11 +62,11 @@ def floor_proportional(d: int, n: int) -> float:
 
 def floor_from_moments(d: int, n: int) -> float:
     r"""The minimum of the exact one-step error :math:`L_1(\eta) = \E\tr(I-\eta S)^2`
-    (:func:`companion.cot.theory.gd_error_exact`, a sum over the exact Wishart trace moments), found from the
+    (:func:`companion.cot.theory.gd_error_wishart`, a sum over the exact Wishart trace moments), found from the
     quadratic through :math:`\eta = 0, 1, 2`: with :math:`L_1(\eta) = c + b\eta + a\eta^2`, the minimum
     :math:`c - b^2/(4a)`. An implementation of {prf:ref}`cot-cor-3-1` that uses neither
     :func:`companion.cot.theory.no_cot_floor` nor :func:`companion.cot.theory.eta_star`."""
-    l0, l1, l2 = (th.gd_error_exact(1, e, d, n) for e in (0.0, 1.0, 2.0))
+    l0, l1, l2 = (th.gd_error_wishart(1, e, d, n) for e in (0.0, 1.0, 2.0))
     a = (l2 - 2 * l1 + l0) / 2
     b = l1 - l0 - a
     return float(l0 - b * b / (4 * a))

@@ -185,7 +185,7 @@ def figure(S, model: dict, eta_star: float, eta_mp: float, d: int, n: int):
     L1_mc = [np.mean(np.sum((np.eye(d) - e * S[:5000]) ** 2, axis=(1, 2))) for e in etas_mc]
     res = model["res"]
     fig, (ax0, ax1) = new_figure(ncols=2, width=3.5, height=3.0)
-    ax0.plot(etas, [th.gd_error_exact(1, e, d, n) for e in etas], label=r"exact $d(1-2\eta+\eta^2\frac{n+d+1}{n})$")
+    ax0.plot(etas, [th.gd_error_wishart(1, e, d, n) for e in etas], label=r"exact $d(1-2\eta+\eta^2\frac{n+d+1}{n})$")
     ax0.plot(etas_mc, L1_mc, "o", ms=4, mfc="none", label="Monte Carlo")
     ax0.axvline(eta_star, color="k", lw=0.8, ls="--")
     ax0.plot([model["mean"]], [float(np.mean(res.eval_loss[-1]))], "*", ms=11, color="C1", label="trained LSAs (mean)")
