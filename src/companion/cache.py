@@ -120,7 +120,7 @@ def import_closure(module: str) -> tuple[str, ...]:
     through other package modules, itself included: paths relative to the package, sorted.
 
     Read from the sources' ``import`` statements (module level and inside functions,
-    :func:`module_imports`), so a cache keyed on :func:`source_hash` of this closure changes whenever any
+    ``module_imports``), so a cache keyed on :func:`source_hash` of this closure changes whenever any
     code the computation can run changes."""
     root = Path(__file__).resolve().parent
     pkg = root.name

@@ -630,7 +630,7 @@ class WarmKernel:
     """A Jupyter kernel kept alive between notebook runs in one process (a sweep worker's run server).
 
     :meth:`ready` returns the kernel manager of a live kernel started in ``cwd`` (a new one if there is none,
-    if it died, or if ``cwd`` changed), after running :data:`RESET_CODE` in it: ``%reset -f`` and every
+    if it died, or if ``cwd`` changed), after running ``RESET_CODE`` in it: ``%reset -f`` and every
     figure closed, so a run sees none of the previous run's names. What stays is what makes the next run
     cheap: imported modules, compiled kernels, the run cache's memory. Every notebook seeds its own
     generators from its parameters, so a run in a warm kernel records what a run in a new one records

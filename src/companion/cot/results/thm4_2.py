@@ -118,6 +118,12 @@ def ood_row(res, Sigma: np.ndarray, eta: float, k_list: list, n: int, num_eval: 
     * ``one_mc``, ``one_pred``, ``one_j26``: the one-step error at :math:`V = -\eta^\star I` by Monte Carlo on the
       sample of S, by the one-step formula of {prf:ref}`cot-thm-4-2`, and by its printed form with a factor 2.
     """
+    # beyond the boundary the GD errors and their means overflow to inf, which is what they are
+    with np.errstate(over="ignore", invalid="ignore"):
+        return _ood_row(res, Sigma, eta, k_list, n, num_eval, num_mc, seed, rng, z)
+
+
+def _ood_row(res, Sigma, eta, k_list, n, num_eval, num_mc, seed, rng, z) -> dict:
     d = Sigma.shape[0]
     K = max(k_list)
     R = res.W_KQ.shape[0] if res.W_KQ.dim() == 3 else 1
