@@ -74,7 +74,7 @@ def _dn(d, n, *, n_ge_d: bool = False):
 
 # ----------------------------------------------------------------------------- closed forms
 def eta_star(d: int, n: int) -> float:
-    r"""Optimal one-step size of {prf:ref}`cot-thm-3-1`.
+    r"""Optimal one-step size of :prf:ref:`cot-thm-3-1`.
 
     .. math:: \eta^\star = \frac{n}{n+d+1} = \arg\min_\eta \E\tr(I-\eta S)^2 .
 
@@ -88,7 +88,7 @@ def eta_star(d: int, n: int) -> float:
 
 
 def no_cot_floor(d: int, n: int) -> float:
-    r"""No-CoT error floor of {prf:ref}`cot-cor-3-1`, the minimum of :math:`\E\|\hat w - w^\star\|^2` over one-layer LSAs:
+    r"""No-CoT error floor of :prf:ref:`cot-cor-3-1`, the minimum of :math:`\E\|\hat w - w^\star\|^2` over one-layer LSAs:
 
     .. math:: d - d\eta^\star = \frac{d(d+1)}{n+d+1}.
 
@@ -109,7 +109,7 @@ def no_cot_floor_mp(d: int, n: int) -> float:
 
     .. math:: \frac{d\gamma}{1+\gamma} = \frac{d^2}{n+d},
 
-    the floor of {prf:ref}`cot-cor-3-1` without its finite-size corrections (the competitor of a trained no-CoT
+    the floor of :prf:ref:`cot-cor-3-1` without its finite-size corrections (the competitor of a trained no-CoT
     model's error, :math:`d(d+1)/(n+d+1)` exactly).
 
     Args:
@@ -124,7 +124,7 @@ def no_cot_floor_mp(d: int, n: int) -> float:
 def wishart_trace_moments(pmax: int, d: int, n: int) -> list[int]:
     r"""Exact trace moments :math:`\E\tr W^p`, :math:`p = 0..` ``pmax``, of the real Wishart matrix :math:`W = XX^\T`
     (:math:`X \in \R^{d\times n}` with i.i.d. :math:`N(0, 1)` entries), as integers; :math:`m_p = \E\tr S^p` is
-    :math:`\E\tr W^p / n^p` ({prf:ref}`cot-thm-3-2`).
+    :math:`\E\tr W^p / n^p` (:prf:ref:`cot-thm-3-2`).
 
     Gaussian integration by parts, :math:`\E[X_{ij}F] = \E[\partial F/\partial X_{ij}]`, applied to
     :math:`\tr W^a = \sum_{ij} X_{ij}(X^\T W^{a-1})_{ji}` inside a product :math:`R` of further traces gives the
@@ -178,13 +178,13 @@ def wishart_trace_moments(pmax: int, d: int, n: int) -> list[int]:
 
 
 def gd_error_wishart(k: int, eta: float, d: int, n: int) -> float:
-    r"""Exact error of k GD steps ({prf:ref}`cot-thm-3-2`) for every k,
+    r"""Exact error of k GD steps (:prf:ref:`cot-thm-3-2`) for every k,
 
     .. math:: L_k(\eta) = \E\tr(I-\eta S)^{2k} = \sum_{p=0}^{2k}\binom{2k}{p}(-\eta)^p\,\frac{\E\tr W^p}{n^p},
 
     with the exact moments of :func:`wishart_trace_moments`, summed in rational arithmetic (the alternating sum
     cancels many digits; ``eta`` enters as the exact binary fraction of the float). For :math:`k = 1`,
-    :math:`L_1(\eta) = d(1 - 2\eta + \eta^2 (n+d+1)/n)`, minimal at :math:`\eta^\star` ({prf:ref}`cot-thm-3-1`).
+    :math:`L_1(\eta) = d(1 - 2\eta + \eta^2 (n+d+1)/n)`, minimal at :math:`\eta^\star` (:prf:ref:`cot-thm-3-1`).
 
     Parameters
     ----------
@@ -272,7 +272,7 @@ def sample_S_eigs(d: int, n: int, num: int, rng: np.random.Generator, Sigma=None
 
 
 def gd_error_mc(k: int, eta: float, eigs: np.ndarray) -> MCEstimate:
-    r"""Monte-Carlo :math:`L_k(\eta)` ({prf:ref}`cot-thm-3-2`): the per-prompt error
+    r"""Monte-Carlo :math:`L_k(\eta)` (:prf:ref:`cot-thm-3-2`): the per-prompt error
     :math:`\tr(I-\eta S)^{2k} = \E_{w^\star}\|w_k - w^\star\|^2` averaged over the prompts whose spectra are the rows
     of ``eigs``.
 
@@ -340,7 +340,7 @@ def mp_integral(f, gamma: float) -> float:
 
 def mp_moment(p: int, gamma: float) -> float:
     r"""Moment :math:`\int\lambda^p\,d\mathrm{MP}_\gamma = \sum_{r=0}^{p-1}\frac{\gamma^r}{r+1}\binom pr\binom{p-1}r`
-    (Narayana polynomials; 1 for p = 0), the limit of :math:`m_p/d` ({prf:ref}`cot-thm-3-2`)."""
+    (Narayana polynomials; 1 for p = 0), the limit of :math:`m_p/d` (:prf:ref:`cot-thm-3-2`)."""
     p = integer("p", p, min=0)
     gamma = real("gamma", gamma, min=0, max=1, min_open=True)
     if p == 0:
@@ -349,7 +349,7 @@ def mp_moment(p: int, gamma: float) -> float:
 
 
 def gd_error_mp(k: int, eta: float, gamma: float) -> float:
-    r"""Large-d limit of :math:`L_k(\eta)/d` ({prf:ref}`cot-thm-3-2`):
+    r"""Large-d limit of :math:`L_k(\eta)/d` (:prf:ref:`cot-thm-3-2`):
 
     .. math:: \lim_{d\to\infty,\ d/n\to\gamma} \tfrac1d\,\E\tr(I-\eta S)^{2k} = \int (1-\eta\lambda)^{2k}\,d\mathrm{MP}_\gamma(\lambda),
               \qquad 0 < \gamma \le 1 .
@@ -374,7 +374,7 @@ def mp_rate(eta: float, gamma: float) -> float:
 # ----------------------------------------------------------------------------- OOD, one-step predictors
 def one_step_ood_error(V, Sigma, n: int, factor: float = 1.0) -> float:
     r"""Error of the one-step predictor :math:`\hat w = -VS\wstar`, :math:`x \sim N(0, \Sigma)`, :math:`\wstar \sim N(0, I)`
-    ({prf:ref}`cot-thm-4-2`, eq. ``cot-ood-one-step``):
+    (:prf:ref:`cot-thm-4-2`, eq. ``cot-ood-one-step``):
 
     .. math:: \E\|\hat w-\wstar\|^2 = \|I+V\Sigma\|_F^2 + \tfrac{c}{n}\bigl[\tr(V\Sigma^2V^\T)+\tr(V\Sigma V^\T)\tr\Sigma\bigr],
 
@@ -645,7 +645,7 @@ def symmetrised_S_sample(S: np.ndarray, U: np.ndarray) -> np.ndarray:
 # ----------------------------------------------------------------------------- rates and stage times (Theorem 4.1)
 def fixed_point_rate(eta: float, k: int, lam=1.0) -> float:
     r"""Slowest local rate :math:`\mu` of the reduced flow at its zero :math:`(v, w) = (-\eta, 1)`
-    ({prf:ref}`cot-thm-4-1`): the smallest eigenvalue of the Hessian
+    (:prf:ref:`cot-thm-4-1`): the smallest eigenvalue of the Hessian
 
     .. math:: H = \sum_{i<k}\E_\lambda\bigl[\lambda^2\,g_i g_i^\T\bigr],\qquad g_i = (a_i - 1,\ -\eta a_i),
 
@@ -663,7 +663,7 @@ def fixed_point_rate(eta: float, k: int, lam=1.0) -> float:
 
 def reduced_flow_converged(eta: float, k: int, sigma: float, tol: float, lam=1.0, enter: float = 1e-3,
                            margin: float = 100.0, num_t: int = 801):
-    r"""The reduced flow integrated to a horizon that follows from its rate ({prf:ref}`cot-thm-4-1`).
+    r"""The reduced flow integrated to a horizon that follows from its rate (:prf:ref:`cot-thm-4-1`).
 
     The flow is integrated until its distance to :math:`(-\eta, 1)` falls below ``enter`` (time :math:`t_2`, the
     end of stage 2's approach), then for :math:`\log(\mathrm{enter}\cdot\mathrm{margin}/\mathrm{tol})/\mu` more, with
@@ -761,7 +761,7 @@ def looped_is_loss(c, k: int, eigs: np.ndarray, weights: np.ndarray):
 
 
 def looped_is_optimum(k: int, eigs: np.ndarray, weights: np.ndarray, bracket=(1e-3, 1.5)):
-    r"""Heavy-tail-aware looped optimum :math:`c_k = \arg\min_c \E\tr(I-cS)^{2k}` ({prf:ref}`cot-prop-looped`) on an
+    r"""Heavy-tail-aware looped optimum :math:`c_k = \arg\min_c \E\tr(I-cS)^{2k}` (:prf:ref:`cot-prop-looped`) on an
     importance-weighted spectrum sample (:func:`wishart_is_sample`), with the delta-method standard error
     :math:`\mathrm{SE}(\hat c) = \mathrm{SE}(\hat F'(c))/\hat F''(c)` from the weighted per-sample derivatives.
 

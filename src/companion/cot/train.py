@@ -19,7 +19,7 @@ and plain GD is :math:`\theta_s = \theta_{s-1} - \alpha_s g_s`; the operations a
 ``torch.optim.Adam`` / ``SGD`` with ``ExponentialLR``, so both give the same parameters up to round-off. The
 autograd + ``torch.optim`` path is kept as the tests' reference in :mod:`companion.cot.reference`.
 
-The restricted gradient flow of {prf:ref}`cot-thm-4-1` is theory and lives in :mod:`companion.cot.theory`."""
+The restricted gradient flow of :prf:ref:`cot-thm-4-1` is theory and lives in :mod:`companion.cot.theory`."""
 
 from __future__ import annotations
 
@@ -260,7 +260,7 @@ def _train_full(engine, objective, d, n, k, eta, steps, lr, batch, seed, init_sc
 def train_looped_isotropic(d: int, n: int, k: int, *, steps: int, lr: float, lr_final: float = 1.0, batch: int = 64,
                            seed: int = 0, replicates: int = 1) -> tuple[np.ndarray, np.ndarray]:
     r"""Train the looped LSA on its isotropic sparse parameters, :math:`V_{31} = vI`, :math:`W_{13} = wI`,
-    :math:`W_{24} = -1` (part (b) of {prf:ref}`cot-prop-looped`), by Adam on fresh minibatches of ``batch`` prompts, from
+    :math:`W_{24} = -1` (part (b) of :prf:ref:`cot-prop-looped`), by Adam on fresh minibatches of ``batch`` prompts, from
     a random start :math:`v \sim N(0, 0.1^2)`, :math:`w \sim N(1, 0.1^2)`; ``replicates`` independent runs side by side
     (replicate r from :func:`replicate_seed` (seed, r)).
 

@@ -1,6 +1,6 @@
 """One-layer linear causal self-attention, evaluated at all prediction positions in one pass.
 
-The model ({prf:ref}`mesa-def-data`, {ref}`mesa-setup`) is ``yhat_t = W_PV E_t E_t^H W_KQ e_t / rho_t`` with ``rho_t = t - 1``, for
+The model (:prf:ref:`mesa-def-data`, :ref:`mesa-setup`) is ``yhat_t = W_PV E_t E_t^H W_KQ e_t / rho_t`` with ``rho_t = t - 1``, for
 t = 2..T-1 (targets x_3..x_T). A direct implementation loops over the prefixes E_t; here every
 position is evaluated independently in closed form, vectorised over sequences and positions.
 

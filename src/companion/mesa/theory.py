@@ -1,6 +1,6 @@
 """Exact population theory of the mesa paper, as formulated and verified in this book
-({prf:ref}`mesa-thm-4-1`, {prf:ref}`mesa-thm-4-2`, {prf:ref}`mesa-prop-4-1`, {prf:ref}`mesa-prop-4-2`,
-{prf:ref}`mesa-thm-4-3`).
+(:prf:ref:`mesa-thm-4-1`, :prf:ref:`mesa-thm-4-2`, :prf:ref:`mesa-prop-4-1`, :prf:ref:`mesa-prop-4-2`,
+:prf:ref:`mesa-thm-4-3`).
 
 Notation: N = T - 2 prediction positions, H = H_{T-2} = sum_{s<=T-2} 1/s, per-coordinate moments
 m2 = E x_j^2, m4 = E x_j^4, m6 = E x_j^6, m24 = E x_j^2 x_k^4 (j != k) of the initial token, and
@@ -72,12 +72,12 @@ class Moments:
 
 
 def moments(law: str, scale: float = 1.0, d: int = 5) -> Moments:
-    """Exact moments of the built-in laws (the table of {ref}`mesa-thm4-1`).
+    """Exact moments of the built-in laws (the table of :ref:`mesa-thm4-1`).
 
     Args:
         law: one of ``EXACT_LAWS``; scale: sigma or c; d: dimension.
     Returns:
-        :class:`Moments` with m2, m4, m6, m24 and the odd cross moments of {prf:ref}`mesa-prop-4-2`.
+        :class:`Moments` with m2, m4, m6, m24 and the odd cross moments of :prf:ref:`mesa-prop-4-2`.
     """
     law = P.choice("law", law, list(EXACT_LAWS))
     s = P.real("scale", scale, min=0, min_open=True)
@@ -125,7 +125,7 @@ def _mom(law_or_moments, scale, d) -> Moments:
 
 
 def alpha_beta(law, scale: float, d: int, T: int) -> tuple[float, float]:
-    r"""The coefficients of the reduced loss ({prf:ref}`mesa-thm-4-1`).
+    r"""The coefficients of the reduced loss (:prf:ref:`mesa-thm-4-1`).
 
     .. math:: \alpha = N m_6 + (d-1) H_{T-2}\, m_{24},\qquad \beta = N m_4,\qquad N = T-2 .
 
@@ -140,7 +140,7 @@ def alpha_beta(law, scale: float, d: int, T: int) -> tuple[float, float]:
 
 
 def c_star(law, scale: float, d: int, T: int) -> float:
-    r"""The limit of ab ({prf:ref}`mesa-thm-4-1`).
+    r"""The limit of ab (:prf:ref:`mesa-thm-4-1`).
 
     .. math:: c^* = \frac{\beta}{\alpha} = \frac{m_4}{m_6 + (d-1) H_{T-2} m_{24}/(T-2)} .
     """
@@ -149,7 +149,7 @@ def c_star(law, scale: float, d: int, T: int) -> float:
 
 
 def masked_full_one_c_star(d: int, T: int) -> float:
-    r"""The masked limit for :math:`x_1=\mathbf 1` ({prf:ref}`mesa-thm-4-3`).
+    r"""The masked limit for :math:`x_1=\mathbf 1` (:prf:ref:`mesa-thm-4-3`).
 
     .. math:: c^* = \frac{T-2}{(T-2) + (d-1) H_{T-2}} .
     """
@@ -208,7 +208,7 @@ def gradient_flow(a0: float, b0: float, tau, alpha: float, beta: float, rtol: fl
 
 def population_loss(law, scale: float, d: int, T: int, c) -> np.ndarray:
     r"""The population AR loss on the diagonal manifold at ab = c, summed over t = 2..T-1
-    ({prf:ref}`mesa-thm-4-1`).
+    (:prf:ref:`mesa-thm-4-1`).
 
     .. math:: L(c) = \frac d2\big(\alpha c^2 - 2\beta c + N m_2\big) .
     """
@@ -219,7 +219,7 @@ def population_loss(law, scale: float, d: int, T: int, c) -> np.ndarray:
 
 
 def position_loss(law, scale: float, d: int, t, c) -> np.ndarray:
-    r"""Population loss at prediction position t (context x_1..x_t, {prf:ref}`mesa-prop-4-1`).
+    r"""Population loss at prediction position t (context x_1..x_t, :prf:ref:`mesa-prop-4-1`).
 
     .. math:: \ell_t(c) = \frac d2\Big[c^2\Big(m_6 + \frac{(d-1)m_{24}}{t-1}\Big) - 2c\,m_4 + m_2\Big] .
 
@@ -265,7 +265,7 @@ def check_stability(lr: float, alpha: float, beta: float, a0: float, b0: float) 
 def offdiag_gradient(law, scale: float, d: int, T: int, a: float, b: float) -> tuple[float, float]:
     r"""Population gradient on an off-diagonal red-block entry (j != k) at the diagonal point (aI, bI).
 
-    {prf:ref}`mesa-prop-4-2`:
+    :prf:ref:`mesa-prop-4-2`:
 
     .. math:: \partial L/\partial W^{PV}_{jk} = a^2 b H\,E[x_j^3x_k^3],\qquad
               \partial L/\partial (W^{KQ}_{21})_{jk} = ab^2\big(H(E[x_j^3x_k^3]+E[x_jx_k^5])
@@ -324,10 +324,10 @@ def equivariant_c(a, ap, b, bp) -> np.ndarray:
 
 def equivariant_gd(a0: float, b0: float, lr: float, epochs: int, G, h, d: int, masked: bool = False):
     r"""Population GD of the full model from the diagonal init (a0 I, b0 I) when x_1 is exchangeable (e.g.
-    :math:`x_1=\mathbf 1`, {prf:ref}`mesa-thm-4-3`): it stays on the equivariant red blocks of
+    :math:`x_1=\mathbf 1`, :prf:ref:`mesa-thm-4-3`): it stays on the equivariant red blocks of
     :func:`equivariant_c` (the law is invariant under permuting coordinates, so the gradient at an equivariant
     point is equivariant, and every other block has zero population gradient by the degree argument of
-    {prf:ref}`mesa-thm-4-1`). With :math:`L(c)=\frac12(c^\top Gc-2h^\top c+E\|Y\|^2)`, GD on the d diagonal and
+    :prf:ref:`mesa-thm-4-1`). With :math:`L(c)=\frac12(c^\top Gc-2h^\top c+E\|Y\|^2)`, GD on the d diagonal and
     d(d-1) off-diagonal entries moves
 
     .. math:: a \leftarrow a-\frac{\eta}{d}\,\partial_a L,\qquad a'\leftarrow a'-\frac{\eta}{d(d-1)}\,\partial_{a'}L

@@ -1,4 +1,4 @@
-r"""Corollary 3.1 ({prf:ref}`cot-cor-3-1`, notebook ``cot/cor3_1_floor``): the no-CoT error floor
+r"""Corollary 3.1 (:prf:ref:`cot-cor-3-1`, notebook ``cot/cor3_1_floor``): the no-CoT error floor
 :math:`d(d+1)/(n+d+1) = \Theta(d^2/n)`.
 
 The headline claims, one per trained pair :math:`(d, n)`: the error of R independently seeded full no-CoT LSAs
@@ -50,7 +50,7 @@ def manifest(pairs, trained_pairs) -> list[str]:
 
 
 def floor_proportional(d: int, n: int) -> float:
-    r"""The sceptic's floor ({prf:ref}`cot-cor-3-1`): the minimum over :math:`\eta` of
+    r"""The sceptic's floor (:prf:ref:`cot-cor-3-1`): the minimum over :math:`\eta` of
     :math:`d(1 - 2\eta + \eta^2(1 + d/n))`, the one-step error with the proportional-limit (Marchenko–Pastur)
     moment :math:`\E\tr S^2/d \to 1 + d/n` in place of the exact :math:`(n+d+1)/n`:
 
@@ -64,7 +64,7 @@ def floor_from_moments(d: int, n: int) -> float:
     r"""The minimum of the exact one-step error :math:`L_1(\eta) = \E\tr(I-\eta S)^2`
     (:func:`companion.cot.theory.gd_error_wishart`, a sum over the exact Wishart trace moments), found from the
     quadratic through :math:`\eta = 0, 1, 2`: with :math:`L_1(\eta) = c + b\eta + a\eta^2`, the minimum
-    :math:`c - b^2/(4a)`. An implementation of {prf:ref}`cot-cor-3-1` that uses neither
+    :math:`c - b^2/(4a)`. An implementation of :prf:ref:`cot-cor-3-1` that uses neither
     :func:`companion.cot.theory.no_cot_floor` nor :func:`companion.cot.theory.eta_star`."""
     l0, l1, l2 = (th.gd_error_wishart(1, e, d, n) for e in (0.0, 1.0, 2.0))
     a = (l2 - 2 * l1 + l0) / 2
@@ -74,7 +74,7 @@ def floor_from_moments(d: int, n: int) -> float:
 
 def floor_mc(d: int, n: int, num: int, rng: np.random.Generator, eta: float | None = None) -> tuple[float, float]:
     r"""Monte-Carlo :math:`\E\tr(I-\eta S)^2` (default :math:`\eta = \eta^\star`, i.e. the no-CoT floor of
-    {prf:ref}`cot-cor-3-1`) from ``num`` independent S, with its standard error over the sample."""
+    :prf:ref:`cot-cor-3-1`) from ``num`` independent S, with its standard error over the sample."""
     eta = th.eta_star(d, n) if eta is None else eta
     S = th.sample_S(d, n, num, rng)
     per = d - 2 * eta * np.trace(S, axis1=1, axis2=2) + eta**2 * np.einsum("bij,bji->b", S, S)
@@ -85,7 +85,7 @@ def trained_floor(d: int, n: int, *, lr: float, lr_final: float, path: float, re
                   seed: int, batch: int = 64, z: float = 4.0) -> dict:
     r"""``replicates`` full no-CoT LSAs trained from random weights in one batch under the stopping rule
     (:func:`companion.cot.results.thm3_1.train_until_converged`), replicate r evaluated on its own ``eval_batch``
-    fresh prompts, against the floor of {prf:ref}`cot-cor-3-1`.
+    fresh prompts, against the floor of :prf:ref:`cot-cor-3-1`.
 
     Returns
     -------

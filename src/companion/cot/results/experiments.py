@@ -1,4 +1,4 @@
-r"""Experiments: training with and without CoT ({prf:ref}`cot-prop-experiments`, notebook ``cot/experiments``;
+r"""Experiments: training with and without CoT (:prf:ref:`cot-prop-experiments`, notebook ``cot/experiments``;
 Figure 2 of the paper).
 
 At each n (:func:`cot_vs_no_cot`): independently seeded CoT models trained side by side against the Monte-Carlo
@@ -43,7 +43,7 @@ def manifest(n_list) -> list[str]:
 def cot_vs_no_cot(d: int, n: int, eta: float, k: int, *, steps: int, lr: float, lr_final: float, lr_no_cot: float,
                   lr_final_no_cot: float, replicates: int, eval_batch: int, num_mc: int, seed: int,
                   rng: np.random.Generator) -> dict:
-    r"""Figure 2 of the paper at one n ({prf:ref}`cot-prop-experiments`): ``replicates`` CoT models (k teacher-forced
+    r"""Figure 2 of the paper at one n (:prf:ref:`cot-prop-experiments`): ``replicates`` CoT models (k teacher-forced
     GD steps of size ``eta``) trained side by side and one no-CoT model, all for ``steps`` Adam steps on fresh
     prompts (through the run cache; the training curves on 200 fixed prompts); the ``eval_batch`` evaluation prompts
     split among the CoT replicates, each on its own (:func:`companion.cot.stats.replicate_errors`; the expected

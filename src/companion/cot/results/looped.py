@@ -1,4 +1,4 @@
-r"""Looped transformers ({prf:ref}`cot-prop-looped`, notebook ``cot/looped``): the same layer applied k times.
+r"""Looped transformers (:prf:ref:`cot-prop-looped`, notebook ``cot/looped``): the same layer applied k times.
 
 Part (a): the optimal loop step :math:`c_k = \arg\min_c\E\tr(I-cS)^{2k}` with :math:`W_{13} = I`, on an
 importance-weighted spectrum sample, against the exact quartic optimum at k = 2. Part (b): the optimum
@@ -58,7 +58,7 @@ def loop_counts(k_check: int, k_max: int) -> np.ndarray:
 
 def best_polynomial_loss(k: int, d: int, n: int) -> float:
     r"""The smallest error of any estimate :math:`\hat w = (I - q(S))\wstar` with q a polynomial of degree at most k,
-    :math:`q(0) = 1` ({prf:ref}`cot-prop-looped`): :math:`\min_q \E\tr q(S)^2`, a quadratic in the coefficients of q
+    :math:`q(0) = 1` (:prf:ref:`cot-prop-looped`): :math:`\min_q \E\tr q(S)^2`, a quadratic in the coefficients of q
     whose matrix :math:`M_{ij} = \E\tr S^{i+j}` holds the exact moments of
     :func:`companion.cot.theory.wishart_trace_moments`.
 
@@ -74,7 +74,7 @@ def best_polynomial_loss(k: int, d: int, n: int) -> float:
 
 
 def looped_optima(ks, eigs: np.ndarray, eis: np.ndarray, wis: np.ndarray) -> tuple[dict, dict]:
-    """Parts (a) and (b) of {prf:ref}`cot-prop-looped` for every k in ``ks``: (a) on the importance-weighted sample
+    """Parts (a) and (b) of :prf:ref:`cot-prop-looped` for every k in ``ks``: (a) on the importance-weighted sample
     (``eis``, ``wis``: :func:`companion.cot.theory.looped_is_optimum`, ``(c_k, se, loss, se)``), (b) on the plain
     sample ``eigs`` (:func:`companion.cot.theory.looped_two_param_optimum`, ``(c, b, loss)``)."""
     return ({int(k): th.looped_is_optimum(int(k), eis, wis) for k in ks},
@@ -95,7 +95,7 @@ def looped_sparse_simulation(d: int, n: int, k: int, c: float, b: float, eigs: n
 
 def looped_trained_vs_optimum(d: int, n: int, k: int, eigs: np.ndarray, *, steps: int, lr: float, lr_final: float,
                               replicates: int, num: int, seed: int) -> dict:
-    r"""The trained looped model against its predicted optimum (part (b) of {prf:ref}`cot-prop-looped`).
+    r"""The trained looped model against its predicted optimum (part (b) of :prf:ref:`cot-prop-looped`).
 
     ``replicates`` looped models on the isotropic sparse parameters are trained from random starts
     (:func:`companion.cot.train.train_looped_isotropic`); each is run as a real looped LSA

@@ -1,4 +1,4 @@
-r"""The setting ({prf:ref}`cot-def-losses`, notebook ``cot/setup``): the implementation identities every later
+r"""The setting (:prf:ref:`cot-def-losses`, notebook ``cot/setup``): the implementation identities every later
 page relies on.
 
 CoT inference with the construction :math:`W_{13} = I`, :math:`W_{24} = -1`, :math:`V_{31} = -\eta I` against the GD
@@ -52,7 +52,7 @@ def roundoff_bound(d: int, n: int, k: int) -> float:
 
 
 def setup_identities(d: int, n: int, k: int, eta: float, batch: int, seed: int) -> dict:
-    r"""The implementation identities of the setting ({prf:ref}`cot-def-losses`).
+    r"""The implementation identities of the setting (:prf:ref:`cot-def-losses`).
 
     CoT inference with the construction against GD and against the closed form :math:`-(I-\eta S)^k w^*`; the
     fast teacher-forced loss and its gradient against the per-position definition (random weights, 4 prompts);

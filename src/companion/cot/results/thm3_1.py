@@ -1,4 +1,4 @@
-r"""Theorem 3.1 ({prf:ref}`cot-thm-3-1`, notebook ``cot/thm3_1_no_cot``): without CoT, the best one-layer LSA is one
+r"""Theorem 3.1 (:prf:ref:`cot-thm-3-1`, notebook ``cot/thm3_1_no_cot``): without CoT, the best one-layer LSA is one
 GD step with :math:`\eta^\star = n/(n+d+1)`.
 
 The headline claim: the effective step :math:`\eta_{\rm eff} = \tr(A)/d` (:func:`no_cot_eta_eff`) of R
@@ -54,7 +54,7 @@ def manifest() -> list[str]:
 
 
 def eta_proportional(d: int, n: int) -> float:
-    r"""The sceptic's step ({prf:ref}`cot-thm-3-1`): the minimiser of :math:`d(1 - 2\eta + \eta^2(1 + d/n))`, the
+    r"""The sceptic's step (:prf:ref:`cot-thm-3-1`): the minimiser of :math:`d(1 - 2\eta + \eta^2(1 + d/n))`, the
     one-step error with the proportional-limit (Marchenko–Pastur) moment :math:`\E\tr S^2/d \to 1 + d/n` in
     place of the exact :math:`(n+d+1)/n`:
 
@@ -93,7 +93,7 @@ def last_quarter_drift(steps: np.ndarray, values: np.ndarray) -> np.ndarray:
     step nearest to :math:`3T/4` (``values`` of shape (len(steps), ...), e.g. one column per replicate; the result
     has the shape of ``values[0]``). With the learning rate still decaying, a monotone approach moves less after
     T than over the last quarter, so its absolute value estimates the optimisation error left (the stopping rule
-    of {prf:ref}`cot-thm-3-1` and {prf:ref}`cot-cor-3-1`)."""
+    of :prf:ref:`cot-thm-3-1` and :prf:ref:`cot-cor-3-1`)."""
     steps = np.asarray(steps)
     v = np.asarray(values, dtype=float)
     i = int(np.argmin(np.abs(steps - 0.75 * steps[-1])))
@@ -102,7 +102,7 @@ def last_quarter_drift(steps: np.ndarray, values: np.ndarray) -> np.ndarray:
 
 def train_until_converged(d: int, n: int, *, lr: float, lr_final: float, path: float, replicates: int, seed: int,
                           batch: int = 64):
-    r"""The stopping rule of {prf:ref}`cot-thm-3-1` and {prf:ref}`cot-cor-3-1`: train ``replicates`` full no-CoT
+    r"""The stopping rule of :prf:ref:`cot-thm-3-1` and :prf:ref:`cot-cor-3-1`: train ``replicates`` full no-CoT
     LSAs in one batch (through the run cache) for :func:`adam_horizon` (lr, lr_final, path) steps; a replicate has
     converged when its evaluation loss (on the run's fixed evaluation prompts) fell over the last quarter by at
     most :data:`CONVERGED` times the floor. While one has not, train again from the same seeds with twice the
@@ -128,7 +128,7 @@ def train_until_converged(d: int, n: int, *, lr: float, lr_final: float, path: f
 
 
 def eta_argmin_mc(S: np.ndarray) -> tuple[float, float]:
-    r"""Monte-Carlo argmin of :math:`L_1(\eta) = \E\tr(I-\eta S)^2` ({prf:ref}`cot-thm-3-1`), with its delta-method
+    r"""Monte-Carlo argmin of :math:`L_1(\eta) = \E\tr(I-\eta S)^2` (:prf:ref:`cot-thm-3-1`), with its delta-method
     standard error over the S sample:
 
     .. math:: \hat\eta = \overline{\tr S}\,/\,\overline{\tr S^2}.
@@ -155,7 +155,7 @@ def no_cot_eta_eff(W_KQ, W_PV, d: int) -> float:
 def trained_eta_eff(d: int, n: int, *, lr: float, lr_final: float, path: float, replicates: int, seed: int,
                     batch: int = 64) -> dict:
     r"""``replicates`` full no-CoT LSAs trained from random weights in one batch under the stopping rule
-    (:func:`train_until_converged`), and their effective steps :math:`\eta_{\rm eff}` ({prf:ref}`cot-thm-3-1`).
+    (:func:`train_until_converged`), and their effective steps :math:`\eta_{\rm eff}` (:prf:ref:`cot-thm-3-1`).
 
     Returns
     -------

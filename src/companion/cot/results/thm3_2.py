@@ -1,4 +1,4 @@
-r"""Theorem 3.2 ({prf:ref}`cot-thm-3-2`, notebook ``cot/thm3_2_construction``): with CoT, one LSA layer runs k steps
+r"""Theorem 3.2 (:prf:ref:`cot-thm-3-2`, notebook ``cot/thm3_2_construction``): with CoT, one LSA layer runs k steps
 of gradient descent, error :math:`L_k(\eta) = \E\tr(I-\eta S)^{2k}`.
 
 The decisive claim: ``replicates`` full CoT transformers trained from random weights by the book's trainer, their
@@ -79,12 +79,12 @@ def neighbours(k: int, eta: float, d: int, n: int) -> dict:
 
 def trained_cot(d: int, n: int, k_train: int, k: int, eta: float, *, steps: int, lr: float, lr_final: float,
                 replicates: int, eval_batch: int, seed: int) -> dict:
-    r"""The decisive test of {prf:ref}`cot-thm-3-2` on trained transformers.
+    r"""The decisive test of :prf:ref:`cot-thm-3-2` on trained transformers.
 
     ``replicates`` full-parameter CoT LSAs (all :math:`2(2d+2)^2` entries) are trained side by side from random
     weights on the teacher-forced CoT loss (6) with ``k_train`` positions and data step ``eta``
     (:func:`companion.cot.train.train_full` through the run cache, so a page that trains the same models shares
-    the run). By {prf:ref}`cot-thm-4-1` training converges to the
+    the run). By :prf:ref:`cot-thm-4-1` training converges to the
     construction with the *data's* step, so the prediction is :math:`L_k(\eta)` at that ``eta``, computed exactly
     (:func:`neighbours`), never from the learned weights. Each replicate runs k autoregressive CoT steps on its own
     ``eval_batch // replicates`` fresh prompts (stream ``COT_EVAL``); the errors are compared with the prediction by
@@ -115,13 +115,13 @@ def trained_cot(d: int, n: int, k_train: int, k: int, eta: float, *, steps: int,
 
 def learned_steps(runs, d: int) -> np.ndarray:
     r"""The step each trained replicate implements, read off its weights, :math:`-\tr(V_{31}W_{13})/d` (invariant
-    under the rescaling symmetry): a diagnostic of {prf:ref}`cot-thm-3-2`, never the prediction's step."""
+    under the rescaling symmetry): a diagnostic of :prf:ref:`cot-thm-3-2`, never the prediction's step."""
     return np.array([-np.trace(cot_effective_blocks(runs.replicate(r).W_KQ, runs.replicate(r).W_PV, d)["V31W13"]) / d
                      for r in range(runs.replicates)])
 
 
 def construction_errors(d: int, n: int, eta: float, K: int, num: int, seed: int) -> np.ndarray:
-    """Per-prompt squared errors of CoT inference with the construction of {prf:ref}`cot-thm-3-2` after
+    """Per-prompt squared errors of CoT inference with the construction of :prf:ref:`cot-thm-3-2` after
     0..K steps on ``num`` fresh prompts, shape (num, K+1)."""
     with threads1(), torch.no_grad():
         prompts = sample_prompts(num, d, n, make_generator(COT_PROMPTS(seed)))
@@ -175,7 +175,7 @@ def mp_limit_fit(k: int, eta: float, d: int, n: int, levels: int, num: int, rng:
     r"""Monte-Carlo :math:`\frac1d\E\tr(I-\eta S)^{2k}` at :math:`(2^j d, 2^j n)`, :math:`j <` ``levels``, from
     ``num / 4^j`` draws (so :math:`\gamma = d/n` is exact at every level), and the weighted least-squares fit
     :math:`a + b/d` (the finite-d correction of a real Wishart linear statistic is :math:`O(1/d)`). The intercept
-    :math:`a` estimates the Marchenko--Pastur limit of {prf:ref}`cot-thm-3-2`; its standard error propagates the
+    :math:`a` estimates the Marchenko--Pastur limit of :prf:ref:`cot-thm-3-2`; its standard error propagates the
     Monte-Carlo errors.
 
     Returns

@@ -1,4 +1,4 @@
-r"""Theorem 4.1 ({prf:ref}`cot-thm-4-1`, notebook ``cot/thm4_1_dynamics``): gradient flow learns the CoT
+r"""Theorem 4.1 (:prf:ref:`cot-thm-4-1`, notebook ``cot/thm4_1_dynamics``): gradient flow learns the CoT
 construction, in two stages.
 
 The reduced (v, w) flow for :math:`n \to \infty` and at finite n (:func:`stage_analysis`: the stage-1 separation
@@ -86,7 +86,7 @@ def separation_parameter(eta: float, k: int, sigma: float, lam=1.0, num: int = 6
 
 
 def stage_analysis(eta: float, k: int, sigma: float, lam=1.0, tol: float = TOL, stages: bool = True) -> dict:
-    r"""The two stages of the reduced flow ({prf:ref}`cot-thm-4-1`) measured on the ODE and predicted.
+    r"""The two stages of the reduced flow (:prf:ref:`cot-thm-4-1`) measured on the ODE and predicted.
 
     * stage 1: the relaxation time of v, :math:`t_1 = \ln(10^3)/\kappa(\sigma)` (v within 0.1 % of
       :math:`v_{\rm eq}`); the ODE's :math:`w(t_1)`; the time :math:`t_{1/2}` at which w reaches 1/2, measured and
@@ -126,7 +126,7 @@ def stage_analysis(eta: float, k: int, sigma: float, lam=1.0, tol: float = TOL, 
 
 def matrix_flow(d: int, n: int, num_S: int, eta: float, k: int, sigma: float, rng: np.random.Generator,
                 tol: float = TOL, enter: float = 1e-3, margin: float = MARGIN, num_t: int = 121) -> dict:
-    r"""The restricted matrix flow of {prf:ref}`cot-thm-4-1` from the Assumption 4.1 initialisation, on a fixed
+    r"""The restricted matrix flow of :prf:ref:`cot-thm-4-1` from the Assumption 4.1 initialisation, on a fixed
     S sample symmetrised by Hadamard sign flips in the initial eigenbasis U, integrated to a horizon that follows
     from its own rate: :math:`\mu` is the smallest eigenvalue of the Hessian of the sample loss at
     :math:`(-\eta I, I)` in the U-diagonal coordinates (central differences of the exact gradient); the flow runs
@@ -183,7 +183,7 @@ def matrix_flow(d: int, n: int, num_S: int, eta: float, k: int, sigma: float, rn
 
 
 def regime_errors(d_list, c_n: float, c_k: float, num: int, rng: np.random.Generator) -> list[dict]:
-    r"""The regime of {prf:ref}`cot-thm-4-1`, :math:`n = \lceil c_n d\ln d\rceil`, :math:`k = \lceil c_k\ln d\rceil`, with the
+    r"""The regime of :prf:ref:`cot-thm-4-1`, :math:`n = \lceil c_n d\ln d\rceil`, :math:`k = \lceil c_k\ln d\rceil`, with the
     step :math:`\eta = 2/(\lambda_+ + \lambda_-)` that balances the Marchenko--Pastur edges (:math:`\gamma = d/n`):
     per d, the Monte-Carlo per-coordinate k-step GD error :math:`\frac1d\E\tr(I-\eta S)^{2k}` with its standard error,
     and the edge bound :math:`\rho_{\rm MP}^{2k}`."""
@@ -222,7 +222,7 @@ def trained_weights(res, d: int, eta: float) -> dict:
 
 def figures(ode: dict, fin: dict, flow: dict, runs, pred_mean: float, regime: list, *, eta_ode: float, k_ode: int,
           eta: float, d: int, n: int, d_flow: int):
-    r"""``fig_cot_thm41_ode``, ``_flow``, ``_weights``, ``_regime``: the four figures of {prf:ref}`cot-thm-4-1`.
+    r"""``fig_cot_thm41_ode``, ``_flow``, ``_weights``, ``_regime``: the four figures of :prf:ref:`cot-thm-4-1`.
 
     In order: the reduced flow and the distance to the construction; the restricted matrix flow and
     full-parameter training (one line per seed); the trained weights of replicate 0, rescaled by

@@ -1,4 +1,4 @@
-r"""Theorem 4.2 ({prf:ref}`cot-thm-4-2`, notebook ``cot/thm4_2_ood``): out-of-distribution generalisation of the
+r"""Theorem 4.2 (:prf:ref:`cot-thm-4-2`, notebook ``cot/thm4_2_ood``): out-of-distribution generalisation of the
 trained CoT model and its limits.
 
 The model trained on :math:`\Sigma = I` is run on test covariances :math:`\Sigma`. Per covariance (:func:`ood_row`):
@@ -91,7 +91,7 @@ def _fraction_se(p: float, num: int) -> float:
 
 def ood_row(res, Sigma: np.ndarray, eta: float, k_list: list, n: int, num_eval: int, num_mc: int,
             seed: int, rng: np.random.Generator, z: float = 4.0) -> dict:
-    r"""Everything {prf:ref}`cot-thm-4-2` says about one test covariance :math:`\Sigma`; :math:`K` = max(``k_list``).
+    r"""Everything :prf:ref:`cot-thm-4-2` says about one test covariance :math:`\Sigma`; :math:`K` = max(``k_list``).
 
     The trained model (``res``; R replicate models when trained with ``replicates=R``, each on its own
     ``num_eval // R`` prompts :math:`x \sim N(0, \Sigma)`) gives per-prompt errors :math:`\|\hat w_k - w^\star\|^2`;
@@ -116,7 +116,7 @@ def ood_row(res, Sigma: np.ndarray, eta: float, k_list: list, n: int, num_eval: 
     * ``cond``, ``rho``: the spectral sufficient condition :math:`\eta\lambda_{\max}(\Sigma)(1+\sqrt{d/n})^2 < 2` and its
       rate :math:`\rho_\Sigma = \max(|1-\eta\lambda_{\min}(\Sigma)(1-\sqrt{d/n})^2|, |1-\eta\lambda_{\max}(\Sigma)(1+\sqrt{d/n})^2|)`;
     * ``one_mc``, ``one_pred``, ``one_j26``: the one-step error at :math:`V = -\eta^\star I` by Monte Carlo on the
-      sample of S, by the one-step formula of {prf:ref}`cot-thm-4-2`, and by its printed form with a factor 2.
+      sample of S, by the one-step formula of :prf:ref:`cot-thm-4-2`, and by its printed form with a factor 2.
     """
     # beyond the boundary the GD errors and their means overflow to inf, which is what they are
     with np.errstate(over="ignore", invalid="ignore"):
