@@ -450,7 +450,7 @@ def test_thm4_1_memory_covers_the_one_step_prefix_sums(monkeypatch):
     """At m = 160, m_test = 10, T = 1000, d = 8 the largest allocation is the one-step-GD check's prefix sums
     (300 sequences, three (T, d, d) complex128 arrays: 0.9 GB), not the position tables (0.08 GB)."""
     monkeypatch.setenv("COMPANION_MAX_BYTES", str(5 * 10**8))
-    err, _ = _validate("mesa/thm4_1_emergence", dict(m=160, m_rep=160, m_test=10, T=1000, d=8))
+    err, _ = _validate("mesa/thm4_1_emergence", dict(m=160, m_rep=160, m_rep_sparse=160, m_test=10, T=1000, d=8))
     assert err is not None and err.name == "m, T, d" and "0.858 GiB" in str(err), err
 
 
