@@ -11,11 +11,15 @@ with standard errors from :mod:`companion.stats`. The noise models:
 * *Monte Carlo*: the independent sample behind a prediction, combined in quadrature
   (:func:`companion.stats.combine`, :func:`companion.stats.welch`);
 * *seeds*: independent training runs (:func:`companion.stats.replicate_se`), where a page trains replicates.
+
+The competitor of a claim at k CoT steps, one step short or long, is chosen the same way wherever it is used
+(:func:`nearer_neighbour`).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import numpy as np
 import torch
@@ -26,7 +30,7 @@ from .data import make_generator, sample_prompts
 from .model import cot_inference, looped_predict, no_cot_predict, per_prompt_error
 from .train import replicate_seed, threads1
 
-__all__ = ["model_errors", "replicate_errors", "trained_vs_prediction", "replicate_median"]
+__all__ = ["model_errors", "replicate_errors", "trained_vs_prediction", "replicate_median", "nearer_neighbour"]
 
 
 def model_errors(objective: str, res, prompts, k: int) -> np.ndarray:
@@ -97,3 +101,40 @@ def replicate_median(errors: np.ndarray, z: float = 4.0) -> tuple[float, float, 
         return float(np.mean(m)), float("inf"), math.inf
     se, dof = wider(z, (replicate_se(m)[1], len(m) - 1), (floor, math.inf))
     return float(m.mean()), se, dof
+
+
+def nearer_neighbour(k: int, pred: float, values: Mapping[int, float]) -> tuple[int, float]:
+    r"""The competitor of a claim at k steps: of the values one step short and one step long, the one nearer the
+    prediction.
+
+    A model that has learned the algorithm but not exactly k steps of it makes :math:`L_{k-1}` or :math:`L_{k+1}`
+    instead of :math:`L_k` (``pred``); the claims take the harder of the two to reject,
+
+    .. math::
+
+        k' = \arg\min_{j \in \{k-1,\,k+1\},\ j \ge 0} |L_j - L_k|,
+
+    with a tie going to :math:`k + 1`. There is no step count below 0: at :math:`k = 0` the competitor is
+    :math:`k + 1`. Shared by :prf:ref:`cot-thm-3-2` (:func:`companion.cot.results.thm3_2.neighbours`, exact
+    :math:`L_j`) and :prf:ref:`cot-thm-4-2` (:func:`companion.cot.results.thm4_2.model_claim`, Monte-Carlo means or
+    medians).
+
+    Parameters
+    ----------
+    k : int
+        The steps of the claim, :math:`k \ge 0`.
+    pred : float
+        The prediction at k.
+    values : mapping
+        The value at each neighbour: ``values[k + 1]`` and, for :math:`k \ge 1`, ``values[k - 1]``.
+
+    Returns
+    -------
+    tuple
+        ``(k', values[k'])``.
+    """
+    up = values[k + 1]
+    if k < 1:
+        return k + 1, up
+    down = values[k - 1]
+    return (k + 1, up) if abs(up - pred) <= abs(down - pred) else (k - 1, down)

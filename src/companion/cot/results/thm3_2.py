@@ -26,7 +26,7 @@ from companion.stats import combine, median_se
 from .. import theory as th
 from ..data import make_generator, sample_prompts
 from ..model import construction, cot_effective_blocks, cot_inference
-from ..stats import replicate_errors, trained_vs_prediction
+from ..stats import nearer_neighbour, replicate_errors, trained_vs_prediction
 from ..train import cached_train_full, threads1
 
 __all__ = ["CLAIMS", "RESULT", "neighbours", "trained_cot", "learned_steps", "construction_errors", "law_medians", "median_pair", "mp_quadrature_pair",
@@ -65,7 +65,8 @@ def manifest(k_list, k_eval: int) -> list[str]:
 
 def neighbours(k: int, eta: float, d: int, n: int) -> dict:
     r"""The exact :math:`L_{k-1}(\eta)`, :math:`L_k(\eta)`, :math:`L_{k+1}(\eta)`
-    (:func:`companion.cot.theory.gd_error_wishart`) and the competitor of the claims at k: the nearer neighbour.
+    (:func:`companion.cot.theory.gd_error_wishart`, :math:`k \ge 1`) and the competitor of the claims at k: the
+    nearer neighbour (:func:`companion.cot.stats.nearer_neighbour`, the rule :prf:ref:`cot-thm-4-2` uses too).
 
     Returns
     -------
@@ -73,8 +74,8 @@ def neighbours(k: int, eta: float, d: int, n: int) -> dict:
         ``dict(pred, km1, kp1, near, near_k)``.
     """
     km1, pred, kp1 = (th.gd_error_wishart(j, eta, d, n) for j in (k - 1, k, k + 1))
-    near_k = k + 1 if abs(kp1 - pred) <= abs(km1 - pred) else k - 1
-    return dict(pred=pred, km1=km1, kp1=kp1, near=kp1 if near_k == k + 1 else km1, near_k=near_k)
+    near_k, near = nearer_neighbour(k, pred, {k - 1: km1, k + 1: kp1})
+    return dict(pred=pred, km1=km1, kp1=kp1, near=near, near_k=near_k)
 
 
 def trained_cot(d: int, n: int, k_train: int, k: int, eta: float, *, steps: int, lr: float, lr_final: float,

@@ -6,12 +6,15 @@ its mean error after :math:`K` steps against the expectation :math:`\E\tr(I-\eta
 sample (a paired control-variate design: the model minus exact GD on the same prompts); its median against the median
 of the GD law near the boundary; beyond it, the fraction of prompts whose error has grown after :math:`K` steps
 against the GD law's; the geometric bound under the spectral sufficient condition; the one-step formula against
-Monte Carlo. The phase diagram (:func:`phase_diagram`) maps the stability boundary.
+Monte Carlo. Which of these a claim compares, and with which numbers, is decided here (:func:`regime`,
+:func:`model_claim`, :func:`growth_claim`, :func:`condition_claim`), not on the page. The phase diagram
+(:func:`phase_diagram`) maps the stability boundary.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -24,11 +27,12 @@ from companion.text import id_part
 from .. import theory as th
 from ..data import Prompts, make_generator, sample_prompts
 from ..model import cot_inference
-from ..stats import replicate_median
+from ..stats import nearer_neighbour, replicate_median
 from ..train import replicate_seed, threads1
 
 __all__ = ["CLAIMS", "RESULT", "NEAR_STEP", "NO_BOUNDARY", "parse_spectrum", "spectrum_name", "ood_row", "regime",
-           "in_distribution_growth", "phase_diagram", "figure", "manifest"]
+           "ClaimNumbers", "model_claim", "growth_claim", "condition_claim", "in_distribution_growth", "phase_diagram",
+           "figure", "manifest"]
 
 #: the falsifier of the model claims: GD one step short or long (whichever expectation is nearer the prediction)
 NEAR_STEP = "the construction one CoT step short or long (K - 1 or K + 1 GD steps), the nearer"
@@ -111,6 +115,7 @@ def ood_row(res, Sigma: np.ndarray, eta: float, k_list: list, n: int, num_eval: 
       law's on the independent sample (binomial error); with the model's and the law's median errors at K, whose
       ratio measures how far the trained model follows GD's divergence;
     * ``ks``: per k of ``k_list``, the model's and the law's medians (the figure);
+    * ``K``, ``R``, ``d``: the test steps, the number of replicate models and the dimension;
     * ``unstable``: the fraction of the independent spectra with :math:`\eta\lambda_{\max}(S_\Sigma) > 2`;
     * ``stated``: the independent mean of the stated bound :math:`d\max_j|1-\eta\lambda_j|^{2K}`;
     * ``cond``, ``rho``: the spectral sufficient condition :math:`\eta\lambda_{\max}(\Sigma)(1+\sqrt{d/n})^2 < 2` and its
@@ -145,7 +150,7 @@ def _ood_row(res, Sigma, eta, k_list, n, num_eval, num_mc, seed, rng, z) -> dict
     one = np.sum((np.eye(d) - eta1 * S) ** 2, axis=(1, 2))
     lo, hi = np.linalg.eigvalsh(Sigma)[[0, -1]]
     eps = math.sqrt(d / n)
-    out = dict(K=K, R=R, unstable=float(np.mean(eta * eigs[:, -1] > 2)), one_mc=mean_se(one),
+    out = dict(K=K, R=R, d=d, unstable=float(np.mean(eta * eigs[:, -1] > 2)), one_mc=mean_se(one),
                one_pred=th.one_step_ood_error(-eta1 * np.eye(d), Sigma, n),
                one_j26=th.one_step_ood_error(-eta1 * np.eye(d), Sigma, n, factor=2.0),
                cond=float(eta * hi * (1 + eps) ** 2),
@@ -236,3 +241,86 @@ def regime(row: dict) -> str:
     ``"near"`` when some but fewer than half have, ``"beyond"`` when half or more have (the median prompt diverges)."""
     u = row["unstable"]
     return "inside" if u == 0 else ("near" if u < 0.5 else "beyond")
+
+
+@dataclass(frozen=True)
+class ClaimNumbers:
+    r"""The numbers one claim of one test covariance hands to the verdict (:func:`model_claim`,
+    :func:`growth_claim`, :func:`condition_claim`).
+
+    ``form`` says what is compared: ``"mean"``, ``"median"``, ``"fraction"`` or ``"bound"``; empty where the claim
+    is not applicable. ``predicted`` is the prediction (for a bound: the bound), ``measured`` the trained model's
+    value, ``se`` and ``dof`` their combined standard error and its degrees of freedom (``math.inf``: normal),
+    ``falsifier_value`` the competitor's value and ``falsifier_k`` its number of steps (the model claims only)."""
+
+    form: str
+    predicted: float = math.nan
+    measured: float = math.nan
+    se: float = math.nan
+    dof: float = math.inf
+    falsifier_value: float = math.nan
+    falsifier_k: int | None = None
+
+    @property
+    def applicable(self) -> bool:
+        """Whether the claim is tested (otherwise it is recorded as not applicable)."""
+        return bool(self.form)
+
+
+def model_claim(row: dict) -> ClaimNumbers:
+    r"""The numbers of the claim ``cot42_model_*`` of one test covariance (``row``: :func:`ood_row`), at
+    :math:`K` = ``row["K"]`` steps, by :func:`regime`:
+
+    * inside the boundary, when the paired differences are finite: the mean (``"mean"``), the control-variate
+      mean :math:`\bar e_{\rm model} - \bar e_{\rm GD} + \hat L_K` against :math:`\hat L_K = \hat\E\tr(I-\eta
+      S_\Sigma)^{2K}`, with the standard error and degrees of freedom of :func:`ood_row`;
+    * near the boundary (or inside with an overflowed difference): the medians (``"median"``), the model's
+      :math:`m_{\rm model} \pm s_{\rm model}` (:math:`\nu` degrees of freedom) against the median :math:`m_{\rm law}
+      \pm s_{\rm law}` of the K-step GD law, with the Welch combination
+      :math:`s = \sqrt{s_{\rm law}^2 + s_{\rm model}^2}` and :math:`\nu_s = s^4 / (s_{\rm model}^4/\nu)`
+      (:func:`companion.stats.welch`; the law's sample counts as normal);
+    * beyond it (half or more of the spectra diverge): not applicable (empty ``form``).
+
+    The competitor is the same quantity one step short or long, whichever is nearer the prediction
+    (:func:`companion.cot.stats.nearer_neighbour`, the rule of :prf:ref:`cot-thm-3-2` too): ``falsifier_value`` and
+    ``falsifier_k``.
+    """
+    K, m, md = row["K"], row["mean"], row["median"]
+    where = regime(row)
+    if where == "inside" and m["finite"]:
+        k, near = nearer_neighbour(K, m["pred"], {K - 1: m["prev"], K + 1: m["next"]})
+        return ClaimNumbers("mean", predicted=m["pred"], measured=m["measured"], se=m["se"], dof=m["dof"],
+                            falsifier_value=near, falsifier_k=k)
+    if where in ("inside", "near"):
+        (mm, ms, mdof), (lm, ls) = md["model"], md["law"]
+        k, near = nearer_neighbour(K, lm, {K - 1: md["prev"], K + 1: md["next"]})
+        se, dof = welch((ls, math.inf), (ms, mdof))
+        return ClaimNumbers("median", predicted=lm, measured=mm, se=se, dof=dof, falsifier_value=near, falsifier_k=k)
+    return ClaimNumbers("")
+
+
+def growth_claim(row: dict, id_growth: float) -> ClaimNumbers:
+    r"""The numbers of the claim ``cot42_growth_*`` of one test covariance (``row``: :func:`ood_row`): where any
+    spectrum of the independent sample has :math:`\eta\lambda_{\max}(S_\Sigma) > 2`, the model's fraction of prompts
+    whose error after K steps exceeds :math:`\|w^\star\|^2` (``"fraction"``) against the GD law's, their standard
+    errors combined (Welch, :func:`companion.stats.welch`: the law's binomial error as normal, the model's on its
+    degrees of freedom); the competitor ``id_growth`` is the fraction at :math:`\Sigma = I`
+    (:func:`in_distribution_growth`). Where no spectrum is beyond the boundary, not applicable."""
+    if row["unstable"] > 0:
+        g = row["growth"]
+        se, dof = welch((g["law_se"], math.inf), (g["se"], g["dof"]))
+        return ClaimNumbers("fraction", predicted=g["law"], measured=g["model"], se=se, dof=dof,
+                            falsifier_value=id_growth)
+    return ClaimNumbers("")
+
+
+def condition_claim(row: dict) -> ClaimNumbers:
+    r"""The numbers of the claim ``cot42_condition_*`` of one test covariance (``row``: :func:`ood_row`): where the
+    spectral sufficient condition :math:`\eta\lambda_{\max}(\Sigma)(1+\sqrt{d/n})^2 < 2` holds, the bound
+    :math:`d\rho_\Sigma^{2K}` (``"bound"``, in ``predicted``) on the model's median error after K steps, with the
+    median's standard error and degrees of freedom (:func:`companion.cot.stats.replicate_median`). Where the
+    condition fails the theorem states nothing: not applicable."""
+    if row["cond"] < 2:
+        mm, ms, mdof = row["median"]["model"]
+        return ClaimNumbers("bound", predicted=row["d"] * row["rho"] ** (2 * row["K"]), measured=mm, se=ms, dof=mdof)
+    return ClaimNumbers("")

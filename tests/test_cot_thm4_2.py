@@ -1,0 +1,95 @@
+"""The claim bookkeeping of Theorem 4.2 (companion.cot.results.thm4_2.model_claim, growth_claim, condition_claim)
+and the competitor rule it shares with Theorem 3.2 (companion.cot.stats.nearer_neighbour).
+
+Each test is meant to fail on a plausible bug: the farther neighbour as the competitor, a step count below 0, the
+mean compared where the median should be, the Welch terms dropped, a claim tested where the theorem says nothing."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from companion.cot import theory as th
+from companion.cot.results import thm3_2, thm4_2
+from companion.cot.stats import nearer_neighbour
+from companion.stats import welch
+
+
+@pytest.mark.parametrize("prev, nxt, want", [(1.5, 0.8, (4, 0.8)), (1.1, 0.5, (2, 1.1)), (0.7, 1.3, (4, 1.3)),
+                                             (math.inf, 0.9, (4, 0.9))])
+def test_nearer_neighbour_is_the_nearer_of_k_minus_1_and_k_plus_1(prev, nxt, want):
+    assert nearer_neighbour(3, 1.0, {2: prev, 4: nxt}) == want
+
+
+def test_nearer_neighbour_ties_go_to_k_plus_1_and_never_below_0():
+    assert nearer_neighbour(3, 1.0, {2: 1.25, 4: 0.75}) == (4, 0.75)
+    # at k = 0 there is no k - 1: a step count -1 (or k - 1 clipped to k itself, the prediction) is never chosen
+    assert nearer_neighbour(0, 1.0, {-1: 1.0, 0: 1.0, 1: 0.4}) == (1, 0.4)
+    assert nearer_neighbour(0, 1.0, {1: 0.4}) == (1, 0.4)
+    assert nearer_neighbour(1, 1.0, {0: 1.1, 2: 0.5}) == (0, 1.1)
+
+
+def test_thm3_2_neighbours_take_the_nearer_exact_value():
+    for k, eta in ((3, 0.3), (2, 1.2), (5, 0.05)):
+        ex = thm3_2.neighbours(k, eta, 4, 12)
+        km1, pred, kp1 = (th.gd_error_wishart(j, eta, 4, 12) for j in (k - 1, k, k + 1))
+        assert (ex["pred"], ex["km1"], ex["kp1"]) == (pred, km1, kp1)
+        want = min((kp1, k + 1), (km1, k - 1), key=lambda t: abs(t[0] - pred))
+        assert (ex["near"], ex["near_k"]) == want
+
+
+def _row(unstable=0.0, finite=True, cond=1.5, K=4):
+    return dict(K=K, R=10, d=5, unstable=unstable, cond=cond, rho=0.6,
+                mean=dict(pred=2.0, measured=2.01, se=0.03, dof=9.0, prev=2.9, next=1.6, finite=finite),
+                median=dict(model=(1.2, 0.02, 9.0), law=(1.19, 0.01), prev=1.5, next=1.1),
+                growth=dict(model=0.3, se=0.02, dof=9.0, law=0.28, law_se=0.005))
+
+
+def test_model_claim_inside_compares_the_mean_with_the_nearer_competitor():
+    c = thm4_2.model_claim(_row())
+    assert c.form == "mean" and c.applicable
+    assert (c.predicted, c.measured, c.se, c.dof) == (2.0, 2.01, 0.03, 9.0)
+    assert (c.falsifier_k, c.falsifier_value) == (5, 1.6)  # |1.6 - 2| < |2.9 - 2|: K + 1, not the farther K - 1
+    r = _row()
+    r["mean"].update(prev=2.3)
+    assert (thm4_2.model_claim(r).falsifier_k, thm4_2.model_claim(r).falsifier_value) == (3, 2.3)
+
+
+@pytest.mark.parametrize("unstable, finite", [(0.0, False), (0.2, True)])
+def test_model_claim_near_the_boundary_compares_medians_with_welch(unstable, finite):
+    c = thm4_2.model_claim(_row(unstable, finite))
+    assert c.form == "median"
+    assert (c.predicted, c.measured) == (1.19, 1.2)
+    assert (c.se, c.dof) == welch((0.01, math.inf), (0.02, 9.0))
+    assert c.se == pytest.approx(math.hypot(0.01, 0.02)) and 9.0 < c.dof < math.inf
+    assert (c.falsifier_k, c.falsifier_value) == (5, 1.1)  # the medians' neighbours, nearer the law's median 1.19
+
+
+def test_model_claim_beyond_the_boundary_is_not_applicable_and_growth_claims_only_there():
+    assert not thm4_2.model_claim(_row(0.5)).applicable and thm4_2.model_claim(_row(0.5)).form == ""
+    assert not thm4_2.growth_claim(_row(0.0), 0.01).applicable
+    g = thm4_2.growth_claim(_row(0.5), 0.01)
+    assert g.form == "fraction" and (g.predicted, g.measured, g.falsifier_value) == (0.28, 0.3, 0.01)
+    assert (g.se, g.dof) == welch((0.005, math.inf), (0.02, 9.0))
+
+
+def test_condition_claim_is_the_geometric_bound_where_the_condition_holds():
+    c = thm4_2.condition_claim(_row())
+    assert c.form == "bound" and c.predicted == 5 * 0.6 ** 8 and (c.measured, c.se, c.dof) == (1.2, 0.02, 9.0)
+    assert not thm4_2.condition_claim(_row(cond=2.0)).applicable
+
+
+def test_model_claim_of_the_construction_against_ood_row():
+    from companion.cot import construction
+
+    class R:  # the exact construction as a "trained" model
+        W_KQ, W_PV = construction(3, 0.3)
+
+    row = thm4_2.ood_row(R, np.diag([0.5, 1.0, 1.5]), 0.3, [4], 9, 2000, 4000, 7, np.random.default_rng(1))
+    m, c = row["mean"], thm4_2.model_claim(row)
+    assert thm4_2.regime(row) == "inside" and c.form == "mean" and c.measured == m["measured"]
+    # GD decays geometrically: L_{K+1} is nearer L_K than L_{K-1} is
+    assert (c.falsifier_k, c.falsifier_value) == (5, m["next"]) and abs(m["next"] - m["pred"]) < abs(m["prev"] - m["pred"])
+    assert thm4_2.condition_claim(row).predicted == 3 * row["rho"] ** 8
