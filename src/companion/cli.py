@@ -71,7 +71,7 @@ def cmd_run(args) -> int:
         result = run_notebook(args.notebook, typed, args.output, text_parameters=text, log_output=args.log,
                               overwrite=args.overwrite)
     except NotebookFailed as exc:
-        if exc.ename == "ParameterError":
+        if exc.refused:
             _err(f"{exc.notebook}: {exc.evalue}")
             return 2
         _err(f"{exc.notebook} raised {exc.ename}: {exc.evalue}")

@@ -26,6 +26,8 @@ from typing import Any
 
 __all__ = [
     "ParameterError",
+    "TrainingDiverged",
+    "PARAMETER_ERRORS",
     "integer",
     "real",
     "choice",
@@ -50,6 +52,26 @@ class ParameterError(ValueError):
 
     def __reduce__(self):  # rebuilt from (name, message) when it crosses a process boundary
         return (self.__class__, (self.name, self.message))
+
+
+class TrainingDiverged(ParameterError):
+    """GD blew up (non-finite or exploding loss); names the step size ``lr``.
+
+    Raised by both papers' trainers (:func:`companion.mesa.train.train`, :func:`companion.cot.train.train_full`,
+    :func:`companion.cot.train.train_looped_isotropic`), so that a caller tells a diverged run from other bad input by
+    its type; as a :class:`ParameterError` it is still the one-line refusal of bad input."""
+
+    def __init__(self, message: str):
+        super().__init__("lr", message)
+
+    def __reduce__(self):
+        return (self.__class__, (self.message,))
+
+
+#: the names of :class:`ParameterError` and its subclasses: a notebook that raises one of them refused its input,
+#: and ``companion run`` prints its one line and exits with status 2 (the runner sees only the name of a kernel's
+#: exception, :attr:`companion.runner.NotebookFailed.refused`)
+PARAMETER_ERRORS = frozenset({"ParameterError", "TrainingDiverged"})
 
 
 def _assigned_names(source: str, annotated_only: bool) -> list[str]:

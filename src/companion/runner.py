@@ -34,6 +34,7 @@ import nbformat
 import yaml
 
 from . import notebooks as nbs
+from .params import PARAMETER_ERRORS
 from .text import slug
 
 __all__ = [
@@ -84,6 +85,12 @@ class NotebookFailed(RuntimeError):
         self.notebook, self.ename, self.evalue, self.executed = notebook, ename, evalue, executed
         where = f" (executed notebook kept at {executed})" if executed else ""
         super().__init__(f"{notebook} failed: {ename}: {evalue}{where}")
+
+    @property
+    def refused(self) -> bool:
+        """The notebook refused its input: it raised a :class:`companion.params.ParameterError` (or a subclass such as
+        :class:`companion.params.TrainingDiverged`; :data:`companion.params.PARAMETER_ERRORS`)."""
+        return self.ename in PARAMETER_ERRORS
 
 
 @dataclass
@@ -529,7 +536,7 @@ def run_notebook(
     else:
         result.error = f"{type(error).__name__}: {error}"
 
-    if isinstance(error, NotebookFailed) and error.ename == "ParameterError":
+    if isinstance(error, NotebookFailed) and error.refused:
         shutil.rmtree(work, ignore_errors=True)  # refused by the notebook's range checks: nothing ran
         raise error
     final = out
@@ -732,7 +739,7 @@ def _serve_one(notebook: str, params_file: str, output: str, kernel: WarmKernel)
     try:
         result = run_notebook(notebook, load_param_file(params_file), output, overwrite=True, kernel=kernel)
     except NotebookFailed as exc:
-        if exc.ename == "ParameterError":
+        if exc.refused:
             return 2, f"{exc.notebook}: {exc.evalue}"
         return 1, f"{exc.notebook} raised {exc.ename}: {exc.evalue}"
     except InputError as exc:

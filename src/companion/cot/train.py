@@ -32,7 +32,7 @@ import torch
 
 from companion import replicate_seed
 from companion.cache import cached
-from companion.params import ParameterError, choice, integer, real
+from companion.params import TrainingDiverged, choice, integer, real
 from companion.seeds import COT_PROMPTS, COT_TRAIN_EVAL
 
 from .data import Prompts, make_generator, sample_prompts
@@ -181,8 +181,8 @@ def train_full(objective: str, d: int, n: int, k: int, eta: float = 0.3, *, step
 
     ``objective``: ``"cot"`` (teacher-forced loss (6), k positions, GD step ``eta`` in the data),
     ``"no_cot"`` (one layer, target w*) or ``"looped"`` (f applied k times, target w*). The learning rate
-    decays geometrically from ``lr`` to ``lr * lr_final``. Raises :class:`ParameterError` naming ``lr``
-    if the training loss becomes non-finite or grows by more than ``blowup`` over its initial value.
+    decays geometrically from ``lr`` to ``lr * lr_final``. Raises :class:`~companion.params.TrainingDiverged` (a
+    :class:`~companion.params.ParameterError` naming ``lr``) if the training loss becomes non-finite or grows by more than ``blowup`` over its initial value.
     Gradients in closed form (:mod:`companion.cot.grads`), the optimiser :class:`Optimizer`.
 
     ``replicates=R > 1`` trains R independent models side by side in one vectorised run (a leading replicate
@@ -247,8 +247,8 @@ def _train_full(engine, objective, d, n, k, eta, steps, lr, batch, seed, init_sc
         if first is None:
             first = val
         if not math.isfinite(val) or val > blowup * max(first, 1e-12):
-            raise ParameterError(
-                "lr", f"training diverged at step {step} (loss {val:.3g}, initial {first:.3g}) with lr = {lr:g}; "
+            raise TrainingDiverged(
+                f"training diverged at step {step} (loss {val:.3g}, initial {first:.3g}) with lr = {lr:g}; "
                 "use a smaller lr (or a smaller eta, see the stability condition eta * lambda_max(S) < 2)")
         train_loss[step] = val
         opt.step([g_KQ * R, g_PV * R] if R > 1 else [g_KQ, g_PV])
@@ -268,7 +268,8 @@ def train_looped_isotropic(d: int, n: int, k: int, *, steps: int, lr: float, lr_
     :math:`\hat w \leftarrow \hat w + vS(w\hat w - w^\star)` from :math:`\hat w = 0`, which is what is differentiated here
     (in closed form, :func:`companion.cot.grads.looped_isotropic_grads`); the loss is
     :math:`\tfrac12\|\hat w_k - w^\star\|^2` (the training loss of :func:`train_full`'s ``"looped"``
-    objective restricted to these parameters).
+    objective restricted to these parameters). Raises :class:`~companion.params.TrainingDiverged` (naming ``lr``) if
+    the loss becomes non-finite.
 
     Returns:
         ``(v, w)``: arrays of shape (replicates,).
@@ -293,7 +294,7 @@ def _train_looped_isotropic(engine: _Engine, d, n, k, steps, lr, lr_final, batch
             p = _stack_prompts([sample_prompts(batch, d, n, g) for g in gens])
             loss, g_v, g_w = engine.isotropic(p.S.reshape(R, batch, d, d), p.w_star.reshape(R, batch, d), v, w, k)
             if not math.isfinite(float(loss)):
-                raise ParameterError("lr", f"looped training diverged at step {step} with lr = {lr:g}; use a smaller lr")
+                raise TrainingDiverged(f"looped training diverged at step {step} with lr = {lr:g}; use a smaller lr")
             opt.step([g_v, g_w])
     return v.numpy(), w.numpy()
 

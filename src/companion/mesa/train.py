@@ -26,6 +26,7 @@ from companion.cache import import_closure as _import_closure
 from companion.mesa import kernels, theory, torch_epoch
 from companion.mesa.data import ARData, check_law, generate
 from companion.mesa.model import loss_fast, loss_grad_fast, ratio_entries
+from companion.params import TrainingDiverged  # re-exported: companion.mesa.train.TrainingDiverged
 from companion.seeds import MESA_INIT, MESA_TEST_DATA, MESA_TRAIN_DATA
 
 __all__ = [
@@ -41,16 +42,6 @@ __all__ = [
     "last_position_ratio",
     "test_loss",
 ]
-
-
-class TrainingDiverged(P.ParameterError):
-    """GD blew up (non-finite or exploding loss); names the step size ``lr``."""
-
-    def __init__(self, message: str):
-        super().__init__("lr", message)
-
-    def __reduce__(self):
-        return (self.__class__, (self.message,))
 
 
 @dataclass(frozen=True)

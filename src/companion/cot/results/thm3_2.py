@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from companion.claims import ClaimSpec, ResultSpec
-from companion.params import ParameterError
+from companion.params import TrainingDiverged
 from companion.plotting import legend_outside, new_figure
 from companion.seeds import COT_EVAL, COT_PROMPTS
 from companion.stats import combine, median_se
@@ -93,8 +93,9 @@ def trained_cot(d: int, n: int, k_train: int, k: int, eta: float, *, steps: int,
 
     Near the stability edge the teacher-forced targets (the GD trajectory) grow like :math:`|1-\eta\lambda|^{k}` on
     the prompts with :math:`\eta\lambda_{\max}(S) > 2`, and the training loss is dominated by them: when the trainer
-    stops a diverging run, there is no trained model to test, and the result says so (``diverged``: the trainer's
-    message; the page records the trained claim as not applicable with it) instead of stopping the page.
+    stops a diverging run (:class:`companion.params.TrainingDiverged`), there is no trained model to test, and the
+    result says so (``diverged``: the trainer's message; the page records the trained claim as not applicable with
+    it) instead of stopping the page. Any other bad input still stops the page.
 
     Returns
     -------
@@ -106,9 +107,7 @@ def trained_cot(d: int, n: int, k_train: int, k: int, eta: float, *, steps: int,
     try:
         runs = cached_train_full("cot", d, n, k_train, eta, steps=steps, lr=lr, lr_final=lr_final, batch=64,
                                  seed=seed, eval_every=max(1, steps // 20), eval_batch=200, replicates=replicates)
-    except ParameterError as exc:
-        if "diverged" not in str(exc):
-            raise
+    except TrainingDiverged as exc:
         return dict(diverged=exc.message, exact=exact)
     errors = replicate_errors("cot", runs, k, eval_batch // replicates, COT_EVAL(seed))
     return dict(trained_vs_prediction(errors, exact["pred"]), runs=runs, exact=exact)
