@@ -1,5 +1,6 @@
-"""The paper's run plan is defined once (companion.mesa.paper): every default of a mesa notebook's parameters cell
-that the plan defines equals the plan's value, and every other default is named here as the page's own.
+"""Each paper's run plan is defined once (companion.mesa.paper, companion.cot.paper): every default of a notebook's
+parameters cell that its paper's plan defines equals the plan's value, and every other default is named here as the
+page's own.
 
 The parameters cell stays literal ``name: type = value  # help`` lines (papermill injects parameters there), so the
 plan cannot be imported into it; this test keeps the two in step instead. It reads the cell with the runner's own
@@ -12,6 +13,7 @@ import inspect
 import pytest
 
 from companion import notebooks as nbs
+from companion.cot import paper as cot_paper
 from companion.mesa import paper
 from companion.mesa.stability import stable_lr
 
@@ -20,7 +22,7 @@ def _lr(law: str, scale: float) -> float:
     return dict(paper.TABLE1[law])[scale]
 
 
-def _plan() -> dict[str, dict[str, tuple[object, str]]]:
+def _mesa_plan() -> dict[str, dict[str, tuple[object, str]]]:
     """Per mesa notebook: parameter -> (the plan's value, where the plan states it)."""
     C, inits = paper.COMMON, paper.INITS
     common = {k: (C[k], f"paper.COMMON[{k!r}]") for k in ("d", "T", "m", "m_test", "epochs", "seed")}
@@ -65,6 +67,38 @@ def _plan() -> dict[str, dict[str, tuple[object, str]]]:
     }
 
 
+def _cot_plan() -> dict[str, dict[str, tuple[object, str]]]:
+    """Per cot notebook: parameter -> (the plan's value, where the plan states it)."""
+    C, T, N = cot_paper.COMMON, cot_paper.COT_TRAIN, cot_paper.NO_COT_TRAIN
+
+    def common(*keys, **renamed):  # renamed: the page's name -> the plan's key
+        out = {k: (C[k], f"cot.paper.COMMON[{k!r}]") for k in keys}
+        return out | {k: (C[v], f"cot.paper.COMMON[{v!r}]") for k, v in renamed.items()}
+
+    def cot_train(*keys):
+        return {k: (T[k], f"cot.paper.COT_TRAIN[{k!r}]") for k in keys}
+
+    def no_cot_train(*keys):
+        return {k: (N[k], f"cot.paper.NO_COT_TRAIN[{k!r}]") for k in keys}
+
+    shared = ("steps", "lr", "lr_final", "replicates")  # the pages that train CoT models with the plan's optimiser
+    return {
+        "cot/setup": common("d", "n", "k", "eta", "seed"),
+        "cot/thm3_1_no_cot": {**common("d", "n", "seed"), **no_cot_train("lr", "lr_final", "path", "batch", "replicates")},
+        "cot/cor3_1_floor": {**common("seed"), **no_cot_train("lr", "lr_final", "path", "replicates")},
+        "cot/thm3_2_construction": {**common("d", "n", "eta", "seed", k_train="k"), **cot_train(*shared)},
+        "cot/experiments": {**common("d", "seed"), **cot_train(*shared)},
+        "cot/thm4_1_dynamics": {**common("d", "n", "k", "eta", "seed", eta_ode="eta", k_ode="k"),
+                                **cot_train(*shared, "batch")},
+        "cot/thm4_2_ood": {**common("d", "n", "eta", "seed", k_train="k"), **cot_train(*shared)},
+        "cot/looped": common("d", "n", "eta", "seed"),
+    }
+
+
+def _plan() -> dict[str, dict[str, tuple[object, str]]]:
+    return {**_mesa_plan(), **_cot_plan()}
+
+
 #: the defaults that are a page's own (not part of the run plan): the page's parameters cell is their one home
 PAGE_OWN = {
     "mesa/setup": {"law", "scale", "m", "a", "b", "m_direct"},  # the set-up checks train nothing
@@ -72,19 +106,37 @@ PAGE_OWN = {
     "mesa/prop4_2_beyond": {"a_check", "b_check", "m_mc", "n_groups", "m_mom"},
     "mesa/thm4_3_masking": {"m_mc"},
     "mesa/appendix_experiments": {"m_div", "n_batches"},
+    "cot/setup": {"batch"},  # the identity checks train nothing
+    "cot/thm3_1_no_cot": {"num_mc"},
+    "cot/cor3_1_floor": {"d_list", "ratios", "num_mc", "train_d", "train_ratio", "eval_batch"},
+    "cot/thm3_2_construction": {"k_list", "ratios", "num_model", "num_mc", "mp_levels", "k_eval", "eval_batch"},
+    "cot/experiments": {"n_list", "eta_list", "k", "lr_no_cot", "lr_final_no_cot", "eval_batch", "num_mc"},
+    "cot/thm4_1_dynamics": {"sigma", "num_eig", "d_flow", "n_flow", "k_flow", "num_S", "d_regime", "c_n", "c_k",
+                            "eval_batch", "num_mc"},
+    "cot/thm4_2_ood": {"k_list", "spectra", "eval_batch", "num_mc", "grid"},
+    # the looped models have their own optimiser settings (full-parameter and isotropic)
+    "cot/looped": {"k_max", "num_eig", "num_check", "k_check", "steps", "lr", "lr_final", "iso_steps", "iso_lr",
+                   "replicates"},
 }
 RUNNER = {"results_dir"}  # set by the runner and the sweep
+PLAN_MODULE = {"mesa": "companion.mesa.paper", "cot": "companion.cot.paper"}
 
 
-def _mesa_notebooks() -> list[str]:
-    return [n for n in nbs.all_notebooks(toc_only=True) if n.startswith("mesa/")]
+def _notebooks(paper_name: str | None = None) -> list[str]:
+    return [n for n in nbs.all_notebooks(toc_only=True) if paper_name is None or n.startswith(f"{paper_name}/")]
 
 
-def test_every_mesa_notebook_has_a_plan():
-    assert set(_plan()) == set(_mesa_notebooks())
+@pytest.mark.parametrize("paper_name", sorted(PLAN_MODULE))
+def test_every_notebook_has_a_plan(paper_name):
+    plans = _mesa_plan() if paper_name == "mesa" else _cot_plan()
+    assert set(plans) == set(_notebooks(paper_name))
 
 
-@pytest.mark.parametrize("name", _mesa_notebooks())
+def test_every_notebook_is_of_a_paper_with_a_plan():
+    assert {n.split("/")[0] for n in _notebooks()} == set(PLAN_MODULE)
+
+
+@pytest.mark.parametrize("name", _notebooks())
 def test_defaults_equal_the_run_plan(name):
     defaults = {k: p.default_value for k, p in nbs.parameters(name).items()}
     plan = _plan()[name]
@@ -93,6 +145,9 @@ def test_defaults_equal_the_run_plan(name):
     assert not wrong, f"{name}: " + "; ".join(wrong)
     missing = sorted(set(plan) - set(defaults))
     assert not missing, f"{name}: the plan defines {missing}, the parameters cell has no such parameter"
-    unknown = sorted(set(defaults) - set(plan) - PAGE_OWN.get(name, set()) - RUNNER)
-    assert not unknown, (f"{name}: the defaults of {unknown} come from nowhere: define them in companion.mesa.paper "
-                         "(and check them here) or list them in PAGE_OWN")
+    own = PAGE_OWN.get(name, set())
+    stale = sorted((own - set(defaults)) | (own & set(plan)))
+    assert not stale, f"{name}: PAGE_OWN lists {stale}, which is no parameter of the page or is in the plan"
+    unknown = sorted(set(defaults) - set(plan) - own - RUNNER)
+    assert not unknown, (f"{name}: the defaults of {unknown} come from nowhere: define them in "
+                         f"{PLAN_MODULE[name.split('/')[0]]} (and check them here) or list them in PAGE_OWN")

@@ -104,7 +104,7 @@ def implementation_section(text: str) -> str | None:
 
 # the aliases under which the notebooks import the modules whose functions the note must name
 # (mesa: R is the page's result module, companion.mesa.results.<name> of the registry)
-NOTE_ALIASES = {"cot": {"checks": "checks", "th": "theory", "figures": "figures"},
+NOTE_ALIASES = {"cot": {"checks": "checks", "th": "theory", "figures": "figures", "D": "domain"},
                 "mesa": {"R": "results.{result}", "th": "theory", "F": "figures", "D": "domain"}}
 
 

@@ -7,6 +7,8 @@
 * :mod:`companion.cot.theory` -- closed forms, Monte Carlo, Marchenko--Pastur, the reduced ODE and its rates, the
   restricted matrix flow, the (importance-weighted) looped optimum;
 * :mod:`companion.cot.stats`  -- per-prompt errors of trained models and their standard errors (shared by the results);
+* :mod:`companion.cot.paper`  -- the run plan: the settings that several pages share (their defaults);
+* :mod:`companion.cot.domain` -- the parameter domains that several pages share (one validation, one message);
 * :mod:`companion.cot.results` -- one module per result (notebook): its evidence, figures and ``CLAIMS`` manifest
   (imported on demand: they need matplotlib).
 """
