@@ -1,13 +1,20 @@
-"""The registry of mesa results (companion.mesa.results) agrees with _toc.yml, the notebooks and their verdicts.
+"""Each paper's result registry (companion.mesa.results, companion.cot.results) agrees with _toc.yml, the notebooks
+and their verdict records. Every check is written once and runs for both papers.
 
-Fast lane. The claim ids a notebook's manifest produces at its smoke point are read from
-``tests/fixtures/mesa_smoke_claims.json``: the verdict records (claim id, kind, headline) of every mesa notebook
-run at its smoke point (``tests/smoke/mesa.yaml``, ``COMPANION_CACHE_DIR=off``) before the checks moved into the
-result modules. The slow lane checks the same against the records of this build's own smoke runs.
+Fast lane: nothing is executed. The claim ids a notebook records come from the fixtures of the smoke runs:
+``tests/fixtures/mesa_smoke_claims.json`` (claim, kind, headline of every verdict record of each mesa notebook run
+at its smoke point, ``tests/smoke/mesa.yaml``, ``COMPANION_CACHE_DIR=off``) and ``tests/fixtures/cot_smoke_claims.json``
+(claim, kind, headline, falsifier, ``tests/smoke/cot.yaml``), saved when the checks moved into the result modules. A
+claim added to a notebook without a manifest line fails the smoke run itself (the Verdict's manifest is the module's
+``manifest()``), and this test then names the missing line. The slow lane checks the same against the records of
+this build's own smoke runs.
 """
+
+from __future__ import annotations
 
 import ast
 import importlib
+import inspect
 import json
 import re
 import subprocess
@@ -15,116 +22,182 @@ import sys
 
 import pytest
 
-from companion.claims import KINDS, TARGETS
-from companion.mesa import results as registry
+from companion.claims import KINDS, TARGETS, ResultSpec
 
 from _util import FIXTURES, ROOT, read_run
 
-SMOKE_CLAIMS = FIXTURES / "mesa_smoke_claims.json"
-TOC_NOTEBOOKS = [n for n in re.findall(r"file: notebooks/(\S+)", (ROOT / "_toc.yml").read_text()) if n.startswith("mesa/")]
-SPECS = registry.results()
-BY_NOTEBOOK = {spec.notebook: spec for spec in SPECS}
+PAPERS = ("mesa", "cot")
+REGISTRY = {p: importlib.import_module(f"companion.{p}.results") for p in PAPERS}
+TOC = {p: re.findall(rf"file: notebooks/({p}/\S+)", (ROOT / "_toc.yml").read_text()) for p in PAPERS}
+RESULTS = {p: REGISTRY[p].results() for p in PAPERS}
+BY_NOTEBOOK = {r.notebook: r for p in PAPERS for r in RESULTS[p]}
+#: how a notebook imports its result module (mesa: as R, the alias its Implementation note is checked under)
+IMPORT = {"mesa": "companion.mesa.results import {name} as R", "cot": "companion.cot.results import {name}"}
+#: the papers whose every claim names its prediction (a mesa claim may name none: an invariant, an equality of losses)
+PREDICTION_REQUIRED = {"cot"}
+#: the papers whose manifests may let an exact claim id take precedence over a pattern it also fits (mesa: every
+#: recorded claim fits exactly one line)
+EXACT_FIRST = {"cot"}
+#: the result modules of both papers, as (paper, module name)
+MODULES = [(p, name) for p in PAPERS for name in REGISTRY[p].MODULES]
+IDS = [f"{p}.{name}" for p, name in MODULES]
 
 
-def _resolves(dotted: str) -> bool:
-    module, _, attr = dotted.rpartition(".")
-    try:
-        return hasattr(importlib.import_module(module), attr)
-    except ImportError:
-        return False
+def _fixture_records() -> dict[str, list[dict]]:
+    """notebook -> its smoke-point records as dicts (claim, kind, headline and, where the fixture has it, falsifier)."""
+    out = json.loads((FIXTURES / "mesa_smoke_claims.json").read_text())
+    cot = json.loads((FIXTURES / "cot_smoke_claims.json").read_text())["notebooks"]
+    for notebook, rows in cot.items():
+        out[notebook] = [dict(claim=c, kind=k, headline=h, falsifier=f) for c, k, h, f in rows]
+    return out
 
 
-def test_every_toc_notebook_has_exactly_one_result_and_vice_versa():
-    notebooks = [spec.notebook for spec in SPECS]
+RECORDS = _fixture_records()
+
+
+def _matching(spec: ResultSpec, claim: str):
+    """The manifest lines a recorded claim id belongs to: the line with exactly that id if there is one (an exact
+    id takes precedence over a pattern it also fits), else every pattern it fits."""
+    exact = [c for c in spec.claims if c.id == claim]
+    return exact or [c for c in spec.claims if c.matches(claim)]
+
+
+@pytest.mark.parametrize("paper", PAPERS)
+def test_every_toc_notebook_has_exactly_one_result_in_book_order(paper):
+    notebooks = [r.notebook for r in RESULTS[paper]]
     assert len(notebooks) == len(set(notebooks)), "two results name one notebook"
-    assert notebooks == TOC_NOTEBOOKS, "the registry (in book order) and the mesa chapters of _toc.yml differ"
-    assert len(registry.MODULES) == len(set(registry.MODULES)) == len(SPECS)
+    assert notebooks == TOC[paper], f"the registry (in book order) and the {paper} chapters of _toc.yml differ"
+    assert len(REGISTRY[paper].MODULES) == len(set(REGISTRY[paper].MODULES)) == len(RESULTS[paper])
 
 
-@pytest.mark.parametrize("name", registry.MODULES)
-def test_result_module_names_itself_and_its_notebook(name):
-    mod = importlib.import_module(f"companion.mesa.results.{name}")
-    spec = mod.RESULT
-    assert spec.module == mod.__name__ == f"companion.mesa.results.{name}"
-    assert spec.paper == "mesa" and spec.claims is mod.CLAIMS and spec.number and spec.title
-    text = (ROOT / "notebooks" / f"{spec.notebook}.md").read_text()
-    assert re.search(rf"^:label: {re.escape(spec.label)}$", text, flags=re.M), f"{spec.notebook}: no label {spec.label}"
-    assert re.search(r"```\{prf:[a-z]+\}[^\n]*\n:label: " + re.escape(spec.label), text), "the label of a statement"
-    assert f"companion.mesa.results import {name} as R" in text, "the notebook calls its result module"
-    for fig in spec.figures:
-        assert re.search(rf"^```\{{glue:figure\}} {re.escape(fig)}$", text, flags=re.M), f"figure {fig} not on the page"
-    if spec.sweep:
-        assert f"## {spec.sweep}\n" in (ROOT / "book" / "sweeps.md").read_text(), f"no section {spec.sweep!r}"
+@pytest.mark.parametrize("paper, name", MODULES, ids=IDS)
+def test_result_module_names_itself_and_its_notebook(paper, name):
+    mod = importlib.import_module(f"companion.{paper}.results.{name}")
+    r = mod.RESULT
+    assert r.module == mod.__name__ == f"companion.{paper}.results.{name}"
+    assert r.paper == paper and r.number and r.title
+    assert r.claims is mod.CLAIMS and r.claims, "RESULT.claims is the module's CLAIMS"
+    text = (ROOT / "notebooks" / f"{r.notebook}.md").read_text()
+    assert re.search(rf"^:label: {re.escape(r.label)}$", text, flags=re.M), f"{r.notebook}: no statement labelled {r.label}"
+    assert re.search(r"```\{prf:[a-z]+\}[^\n]*\n:label: " + re.escape(r.label), text), "the label of a statement"
+    assert IMPORT[paper].format(name=name) in text, f"{r.notebook} does not call its result module"
+    for fig in r.figures:
+        assert re.search(rf"^```\{{glue:figure\}} {re.escape(fig)}$", text, flags=re.M), f"{r.notebook}: figure {fig} is not shown"
+    shown = set(re.findall(r"```\{glue:figure\} (\S+)", text))
+    assert shown == set(r.figures), f"{r.notebook}: figures shown {sorted(shown)}, declared {r.figures}"
+    if r.sweep:
+        assert f"## {r.sweep}\n" in (ROOT / "book" / "sweeps.md").read_text(), f"no section {r.sweep!r} on the Sweeps page"
 
 
-@pytest.mark.parametrize("name", registry.MODULES)
-def test_claim_manifest_is_well_formed(name):
-    spec = importlib.import_module(f"companion.mesa.results.{name}").RESULT
-    ids = [c.id for c in spec.claims]
-    assert ids and len(ids) == len(set(ids)), f"{name}: a claim pattern twice"
-    for c in spec.claims:
+@pytest.mark.parametrize("paper, name", MODULES, ids=IDS)
+def test_claim_manifest_is_well_formed(paper, name):
+    r = importlib.import_module(f"companion.{paper}.results.{name}").RESULT
+    ids = [c.id for c in r.claims]
+    assert ids and len(ids) == len(set(ids)), f"{name}: a claim pattern twice: {ids}"
+    for c in r.claims:
         assert c.kind in KINDS and c.target in TARGETS
-        assert not c.prediction or _resolves(c.prediction), f"{name}: {c.id}: prediction {c.prediction!r} does not exist"
+        assert c.prediction or paper not in PREDICTION_REQUIRED, f"{name}: {c.id}: names no prediction"
+        module, _, func = c.prediction.rpartition(".")
+        assert not c.prediction or (module and callable(getattr(importlib.import_module(module), func, None))), (
+            f"{name}: {c.id}: prediction {c.prediction!r} does not exist")
         if c.kind == "statistical":
             assert c.falsifier, f"{name}: {c.id}: a statistical claim names its falsifier"
 
 
-def _check_records(notebook: str, records) -> None:
-    spec = BY_NOTEBOOK[notebook]
-    assert records, notebook
-    for r in records:
-        matches = [c for c in spec.claims if c.matches(r["claim"])]
-        assert len(matches) == 1, f"{notebook}: claim {r['claim']!r} matches {[c.id for c in matches]}"
-        assert matches[0].kind == r["kind"], f"{notebook}: {r['claim']} is {r['kind']}, its spec says {matches[0].kind}"
-        if r.get("headline"):
-            assert matches[0].headline, f"{notebook}: {r['claim']} is a headline claim, its spec {matches[0].id} is not"
+def _check_records(notebook: str, records, *, every_line: bool = False) -> None:
+    """Every record belongs to exactly one manifest line (:func:`_matching`, the order
+    :meth:`companion.claims.ResultSpec.spec_of` follows, where the paper is in :data:`EXACT_FIRST`; else exactly one
+    line fits it) of its kind, a headline only to a headline line, and its
+    falsifier (where recorded) is the line's; ``every_line``: every line of the manifest is used."""
+    r = BY_NOTEBOOK[notebook]
+    assert records, f"{notebook}: no records"
+    used = set()
+    for rec in records:
+        claim = rec["claim"]
+        lines = _matching(r, claim) if r.paper in EXACT_FIRST else [c for c in r.claims if c.matches(claim)]
+        assert len(lines) == 1, f"{notebook}: claim {claim!r} matches {[c.id for c in lines]} of CLAIMS"
+        spec = lines[0]
+        assert r.spec_of(claim) is spec, f"{claim}: ResultSpec.spec_of must find {spec.id} (order exact ids first)"
+        assert spec.kind == rec["kind"], f"{notebook}: {claim} is {rec['kind']}, its spec says {spec.kind}"
+        assert spec.headline or not rec.get("headline"), f"{notebook}: {claim} is a headline claim, its spec {spec.id} is not"
+        if rec.get("falsifier"):
+            assert spec.falsifier == rec["falsifier"], f"{claim}: falsifier {rec['falsifier']!r}, manifest {spec.falsifier!r}"
+        used.add(spec.id)
+    unused = [c.id for c in r.claims if c.id not in used]
+    assert not every_line or not unused, f"{notebook}: manifest lines no smoke record matches: {unused}"
 
 
-def test_every_smoke_claim_matches_exactly_one_spec_of_its_kind():
-    recorded = json.loads(SMOKE_CLAIMS.read_text())
-    assert sorted(recorded) == sorted(TOC_NOTEBOOKS)
-    for notebook, records in recorded.items():
-        _check_records(notebook, records)
+@pytest.mark.parametrize("paper", PAPERS)
+def test_registry_and_fixture_cover_the_same_notebooks(paper):
+    assert sorted(n for n in RECORDS if n.startswith(f"{paper}/")) == sorted(TOC[paper])
+
+
+@pytest.mark.parametrize("notebook", [n for p in PAPERS for n in TOC[p]])
+def test_every_smoke_claim_has_exactly_one_manifest_line_of_its_kind(notebook):
+    _check_records(notebook, RECORDS[notebook], every_line=True)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("notebook", TOC_NOTEBOOKS)
+@pytest.mark.parametrize("notebook", [n for p in PAPERS for n in TOC[p]])
 def test_this_builds_smoke_records_match_the_manifest(notebook, smoke_runs):
     code, stderr, out = smoke_runs[notebook]
     assert code == 0, stderr
     _check_records(notebook, read_run(out)["records"])
 
 
-def _imports(path) -> set[str]:
-    """Every module a source file imports, at module level and inside functions."""
+@pytest.mark.parametrize("paper, name", [(p, n) for p, n in MODULES if not inspect.signature(
+    importlib.import_module(f"companion.{p}.results.{n}").manifest).parameters], ids=lambda v: str(v))
+def test_fixed_manifests_are_the_recorded_ids(paper, name):
+    """A manifest that depends on no parameter is exactly the claim ids recorded at the smoke point, in order."""
+    mod = importlib.import_module(f"companion.{paper}.results.{name}")
+    assert mod.manifest() == [rec["claim"] for rec in RECORDS[mod.RESULT.notebook]]
+
+
+def _imports(path, package: str) -> set[str]:
+    """Every module a source file of ``package`` imports, at module level and inside functions (relative imports
+    resolved: ``from .thm3_1 import x`` in ``companion.cot.results`` is ``companion.cot.results.thm3_1``)."""
     out = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             out |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            out.add(node.module)
-            out |= {f"{node.module}.{a.name}" for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1]) if node.level else ""
+            module = ".".join(p for p in (base, node.module or "") if p)
+            out.add(module)
+            out |= {f"{module}.{a.name}" for a in node.names}
     return out
 
 
-def test_results_sit_above_the_science_layer():
-    """The run plan (paper.py) and the shared evidence import no result; a result imports no other result (the
-    registry's claim-id helpers, ``companion.mesa.results.init_tag`` and the like, are not results)."""
-    mesa = ROOT / "src" / "companion" / "mesa"
+#: the results that import another result because the paper derives them from it (CONTRIBUTING.md, "A result is a
+#: module"): cot Corollary 3.1 trains and stops as Theorem 3.1 does; the experiments page's falsifier is Theorem 4.1's
+DERIVED = {"cot": {"cor3_1": {"thm3_1"}, "experiments": {"thm4_1"}}, "mesa": {}}
 
-    def results_imported(path):
-        return {m for m in _imports(path) if m.startswith("companion.mesa.results.") and m.split(".")[3] in registry.MODULES}
 
-    for path in mesa.glob("*.py"):
-        bad = results_imported(path) | {m for m in _imports(path) if m == "companion.mesa.results"}
+@pytest.mark.parametrize("paper", PAPERS)
+def test_results_sit_above_the_science_layer(paper):
+    """The science modules (the run plan paper.py, the shared evidence) import no result; a result imports no other
+    result but those of :data:`DERIVED` (the registry's claim-id helpers, ``companion.mesa.results.init_tag`` and the
+    like, are not results)."""
+    src = ROOT / "src" / "companion" / paper
+    prefix, modules = f"companion.{paper}.results", REGISTRY[paper].MODULES
+
+    def results_imported(path, package):
+        return {m.split(".")[3] for m in _imports(path, package)
+                if m.startswith(prefix + ".") and m.split(".")[3] in modules}
+
+    for path in src.glob("*.py"):
+        bad = results_imported(path, f"companion.{paper}") | {m for m in _imports(path, f"companion.{paper}") if m == prefix}
         assert not bad, f"{path.name} imports {bad}"
-    for name in registry.MODULES:
-        bad = results_imported(mesa / "results" / f"{name}.py")
+    for name in modules:
+        bad = results_imported(src / "results" / f"{name}.py", prefix) - DERIVED[paper].get(name, set())
         assert not bad, f"results/{name}.py imports {bad}"
+    assert "companion.cot.results.thm3_1" in _imports(ROOT / "src/companion/cot/results/cor3_1.py", "companion.cot.results")
 
 
-def test_importing_one_result_imports_no_other():
-    code = ("import sys, companion.mesa.results.thm4_2; "
-            "print(sorted(m for m in sys.modules if m.startswith('companion.mesa.results.')))")
+@pytest.mark.parametrize("paper", PAPERS)
+def test_importing_one_result_imports_no_other(paper):
+    prefix = f"companion.{paper}.results."
+    code = (f"import sys, {prefix}thm4_2; "
+            f"print(sorted(m for m in sys.modules if m.startswith({prefix!r})))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "['companion.mesa.results.thm4_2']"
+    assert out.strip() == f"['{prefix}thm4_2']"
