@@ -146,7 +146,7 @@ class Record:
     reason: str
     se: float | None = None  # standard error measured from the data (statistical claims)
     z: float | None = None  # the stated number of standard errors
-    floor: float | None = None  # the round-off floor added to z * se
+    floor: float | None = None  # systematic terms added to crit * se (round-off; measured systematic errors)
     falsifier: str | None = None  # the plausible wrong answer this claim rules out
     falsifier_value: float | None = None
     z_theory: float | None = None  # distance measured - predicted in units of tolerance / crit

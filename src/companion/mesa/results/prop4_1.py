@@ -66,13 +66,15 @@ def t_sweep(Ts, n_rep: int, d: int, a0: float, b0: float, epochs: int, m_sweep: 
     """The trained T sweep (Gaussian, sigma = 1, init (a0, b0)): at each T the step size at ``kappa`` of the
     full-parameter stability bound, and replicate training sets at ``m_sweep`` and ``m_sweep/4``
     (:func:`companion.mesa.evidence.sweep_replicates`: ``n_rep`` at the shortest T, fewer, at least 3, where the gap
-    to 1/5 is unresolvable) extrapolated in m. Returns ``(sweep, reps)``: the evidence per T and the replicates
+    to 1/5 is unresolvable) extrapolated in m, with what the extrapolation leaves of the off-manifold feedback
+    (``off``: :func:`companion.mesa.evidence.offmanifold_residual`, a measured systematic error). Returns ``(sweep, reps)``: the evidence per T and the replicates
     per T."""
     reps = sweep_replicates(n_rep, Ts)
     sweep = {}
     for TT in Ts:
         lrT = stable_lr("gaussian", 1.0, d, TT, [(a0, b0)], kappa, seed)
-        sweep[TT] = extrapolated_ab("gaussian", 1.0, d, TT, a0, b0, lrT, epochs, m_sweep, reps[TT], seed)
+        sweep[TT] = extrapolated_ab("gaussian", 1.0, d, TT, a0, b0, lrT, epochs, m_sweep, reps[TT], seed,
+                                    offmanifold=True)
     return sweep, reps
 
 

@@ -7,7 +7,8 @@ The theorem: from the diagonal initialisation the gradient flow stays on the dia
 * the exact invariance of the manifold (:func:`invariance`);
 * trained :math:`ab` extrapolated in m against the population GD (:func:`replicates`, which runs
   :func:`companion.mesa.evidence.extrapolated_ab` per law and scale, with the control variates of
-  :func:`x1_controls`) and the one-step-GD deviation;
+  :func:`x1_controls`), with what the extrapolation leaves of the off-manifold feedback as a measured systematic
+  error (:func:`companion.mesa.evidence.offmanifold_residual`), and the one-step-GD deviation;
 * the noise model's numbers quoted on the page (:func:`noise_numbers`, :func:`moment_ratio_rel_se`);
 * Fig. 1a/1c (:func:`ab_curves`).
 """
@@ -94,7 +95,7 @@ def replicates(plan, d: int, T: int, a0: float, b0: float, epochs: int, m_rep: i
         n = n_rep_sparse if sparse else n_rep_dev if (law, s) == ("gaussian", s_mid) else n_rep
         mr = m_rep_sparse if sparse and m_rep_sparse is not None else m_rep
         q = extrapolated_ab(law, s, d, T, a0, b0, lr, epochs, mr, n, seed,
-                            m_eval=m_eval if (law, s) == ("gaussian", s_mid) else 0)
+                            m_eval=m_eval if (law, s) == ("gaussian", s_mid) else 0, offmanifold=True)
         kws = replicate_kwargs(law, s, d, T, a0, b0, lr, epochs, mr, n, seed)
         cb = x1_controls(law, s, d, T, [(kw["m"], kw["seed"]) for kw in kws[:n]])
         cs = x1_controls(law, s, d, T, [(kw["m"], kw["seed"]) for kw in kws[n:]])
