@@ -162,54 +162,60 @@ def _prefix_mask(k: int, n: int) -> np.ndarray:
     return np.tril(np.ones((k, k))) / n
 
 
-def _mm(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """The stacked product ``a @ b`` of the large (replicate-batched) matrices by torch on the arrays' memory: torch
-    keeps to the threads it is given (one during training), whereas NumPy's OpenBLAS threads these sizes over
-    every core and its spinning threads slow a loaded machine down several times."""
-    if out is None:
-        out = np.empty(a.shape[:-1] + (b.shape[-1],))
-    torch.matmul(torch.from_numpy(a), torch.from_numpy(b), out=torch.from_numpy(out))
-    return out
+#: the largest product (multiply-adds m * n * k) OpenBLAS runs on one thread; :func:`_pieces` keeps each stacked
+#: product of a training step under it
+_ONE_THREAD_MNK = 2**18
 
 
-def _column(A_in: np.ndarray, A_tgt: np.ndarray, G: np.ndarray, K: np.ndarray, V: np.ndarray, n: int):
+def _pieces(per_replicate: int, cost: int) -> int:
+    """Into how many pieces (a divisor of ``per_replicate``, the prompts of one replicate) the rows of each replicate
+    are cut so that one piece's product, ``cost`` multiply-adds per prompt, stays under :data:`_ONE_THREAD_MNK`:
+    OpenBLAS runs such a product on one thread, whereas it threads a larger one over every core, and its spinning
+    threads slow a loaded machine (two notebooks on two cores) down several times."""
+    for c in range(1, per_replicate + 1):
+        if per_replicate % c == 0 and per_replicate // c * cost <= _ONE_THREAD_MNK:
+            return c
+    return per_replicate
+
+
+def _column(A: np.ndarray, delta: np.ndarray, G: np.ndarray, K: np.ndarray, V: np.ndarray, n: int):
     r"""Loss :math:`\frac1B \sum_b \sum_i \tfrac12 \|t_i + W_{PV} G_i W_{KQ} t_i - \tau_i\|^2` and its gradients
     (R, D, D), for tokens :math:`t_i = (0, 0, a_i)` and targets :math:`\tau_i = (0, 0, a^{\rm tgt}_i)` given by
-    their :math:`\mathcal T` parts ``A_in``, ``A_tgt`` (B, k, d+1), the data Gram matrices ``G`` (B, d+1, d+1) and
-    the prefix Gram matrices :math:`\frac1n \sum_{j\le i} a_j a_j^\top`; ``K``, ``V``: W_KQ, W_PV as (R, D, D)."""
-    B, k, m = A_in.shape  # m = d + 1: the E rows come first, the T rows after them
-    R = K.shape[0]
-    A = _buf("A", (B, k, m))
-    np.copyto(A, A_in)
-    Ar, At = A.reshape(R, -1, m), A.transpose(0, 2, 1)
-    mask = _prefix_mask(k, n)  # j <= i, with the 1/n of the prefix Gram matrix
-    UE, UT = _buf("UE", (R, B // R * k, m)), _buf("UT", (R, B // R * k, m))
-    _mm(Ar, K[:, :m, m:].transpose(0, 2, 1), out=UE)  # u_i = W_KQ t_i: its E rows ...
-    _mm(Ar, K[:, m:, m:].transpose(0, 2, 1), out=UT)  # ... and its T rows
-    H, P = _buf("H", (B, k, 2 * m)), _buf("P", (B, k, k))  # h_i = G_i u_i
-    np.matmul(UE.reshape(B, k, m), G, out=H[..., :m])
-    np.matmul(UT.reshape(B, k, m), At, out=P)
+    ``A`` (B, k, d+1), the :math:`\mathcal T` parts :math:`a_i`, and ``delta`` (B, k, d+1),
+    :math:`a_i - a^{\rm tgt}_i`; the data Gram matrices ``G`` (B, d+1, d+1) and the prefix Gram matrices
+    :math:`\frac1n \sum_{j\le i} a_j a_j^\top`; ``K``, ``V``: W_KQ, W_PV as (R, D, D).
+
+    Row i of a prompt's (k, ·) arrays is position i; the products with the weights act on every replicate's
+    rows at once (one stacked product per replicate, cut by :func:`_pieces`), those with a prompt's own G and
+    tokens on one prompt at a time."""
+    B, k, m = A.shape  # m = d + 1: the E rows come first, the T rows after them
+    R, D = K.shape[0], 2 * m
+    c = _pieces(B // R, k * D * D)
+
+    def rows(a):  # (B, k, p) -> (R, c, rows, p): a replicate's rows, in c pieces
+        return a.reshape(R, c, -1, a.shape[-1])
+
+    At, mask = A.transpose(0, 2, 1), _prefix_mask(k, n)  # mask: j <= i, with the 1/n of the prefix Gram matrix
+    U, H, P = _buf("U", (B, k, D)), _buf("H", (B, k, D)), _buf("P", (B, k, k))
+    np.matmul(rows(A), K[:, None, :, m:].swapaxes(-1, -2), out=rows(U))  # u_i = W_KQ t_i (t_i^E = 0)
+    np.matmul(U[..., :m], G, out=H[..., :m])  # h_i = G_i u_i: G_xy u_i^E ...
+    np.matmul(U[..., m:], At, out=P)  # ... and sum_{j<=i} a_j (a_j^T u_i^T) / n
     P *= mask
     np.matmul(P, A, out=H[..., m:])
-    Hr = H.reshape(R, -1, 2 * m)
-    r = _buf("r", Hr.shape)  # r_i = W_PV h_i + t_i - tau_i
-    _mm(Hr, V.transpose(0, 2, 1), out=r)
-    delta = _buf("delta", A.shape)
-    np.subtract(A, A_tgt, out=delta)
-    r[..., m:] += delta.reshape(R, -1, m)
-    loss = 0.5 * float(np.einsum("i,i->", r.ravel(), r.ravel())) / B
-    gE, gT = UE, UT  # g_i = W_PV^T r_i (E rows, T rows), in the arrays of u_i
-    _mm(r, V[:, :, :m], out=gE)
-    _mm(r, V[:, :, m:], out=gT)
-    q = _buf("q", H.shape)  # q_i = G_i g_i
-    np.matmul(gE.reshape(B, k, m), G, out=q[..., :m])
-    np.matmul(gT.reshape(B, k, m), At, out=P)
+    r = _buf("r", (B, k, D))  # r_i = W_PV h_i + t_i - tau_i
+    np.matmul(rows(H), V[:, None].swapaxes(-1, -2), out=rows(r))
+    r[..., m:] += delta
+    loss = 0.5 * float(np.vdot(r, r)) / B
+    g, q = U, _buf("q", (B, k, D))  # g_i = W_PV^T r_i, in the array of u_i; q_i = G_i g_i
+    np.matmul(rows(r), V[:, None], out=rows(g))
+    np.matmul(g[..., :m], G, out=q[..., :m])
+    np.matmul(g[..., m:], At, out=P)
     P *= mask
     np.matmul(P, A, out=q[..., m:])
-    g_PV = _mm(r.transpose(0, 2, 1), Hr)  # sum_i r_i h_i^T over each replicate's prompts
+    g_PV = np.matmul(rows(r).swapaxes(-1, -2), rows(H)).sum(1)  # sum_i r_i h_i^T over each replicate's prompts
     g_PV /= B
     g_KQ = np.zeros_like(K)
-    g_KQ[:, :, m:] = _mm(q.reshape(R, -1, 2 * m).transpose(0, 2, 1), Ar)  # sum_i q_i t_i^T
+    g_KQ[:, :, m:] = np.matmul(rows(q).swapaxes(-1, -2), rows(A)).sum(1)  # sum_i q_i t_i^T
     g_KQ /= B
     return loss, g_KQ, g_PV
 
@@ -249,7 +255,8 @@ def teacher_forced_loss_grads(prompts: Prompts, W_traj: torch.Tensor, W_KQ: torc
     S = X @ X.transpose(0, 2, 1) / n
     a = _tails(_np(W_traj[:, : k + 1]))
     G = _gram_xy(S, w_star, np.einsum("bij,bj->bi", S, w_star))
-    return _torch(*_column(a[:, :k], a[:, 1:], G, _stacked(W_KQ), _stacked(W_PV), n), W_KQ)
+    A = np.ascontiguousarray(a[:, :k])
+    return _torch(*_column(A, A - a[:, 1:], G, _stacked(W_KQ), _stacked(W_PV), n), W_KQ)
 
 
 def cot_step_grads(prompts: Prompts, eta: float, k: int, W_KQ: torch.Tensor,
@@ -262,13 +269,19 @@ def cot_step_grads(prompts: Prompts, eta: float, k: int, W_KQ: torch.Tensor,
     _check_params(W_KQ, W_PV, d, B)
     X, w_star = _np(prompts.X), _np(prompts.w_star)
     S = X @ X.transpose(0, 2, 1) / n
-    Sw = np.einsum("bij,bj->bi", S, w_star)
-    W = _buf("W", (B, k + 1, d))
-    W[:, 0] = 0.0
+    # the errors e_i = w_i - w* (e_0 = -w*, e_{i+1} = e_i - eta S e_i): the tokens' T parts are a_i = (w* + e_i, 1)
+    # and the teacher-forcing differences a_i - a_{i+1} = (eta S e_i, 0), the GD steps themselves
+    A, delta = _buf("A", (B, k, d + 1)), _buf("delta", (B, k, d + 1))
+    e, step = -w_star, np.empty_like(w_star)
     for i in range(k):
-        W[:, i + 1] = W[:, i] - eta * (np.einsum("bij,bj->bi", S, W[:, i]) - Sw)
-    a = _tails(W)
-    return _torch(*_column(a[:, :k], a[:, 1:], _gram_xy(S, w_star, Sw), _stacked(W_KQ), _stacked(W_PV), n), W_KQ)
+        np.add(w_star, e, out=A[:, i, :d])
+        np.multiply(np.einsum("bij,bj->bi", S, e), eta, out=step)
+        delta[:, i, :d] = step
+        e = e - step
+    A[..., d] = 1.0
+    delta[..., d] = 0.0
+    G = _gram_xy(S, w_star, np.einsum("bij,bj->bi", S, w_star))
+    return _torch(*_column(A, delta, G, _stacked(W_KQ), _stacked(W_PV), n), W_KQ)
 
 
 def outcome_loss_grads(prompts: Prompts, W_KQ: torch.Tensor, W_PV: torch.Tensor, k: int,
@@ -295,7 +308,7 @@ def outcome_loss_grads(prompts: Prompts, W_KQ: torch.Tensor, W_PV: torch.Tensor,
         S = X @ X.transpose(0, 2, 1) / n
         G = _gram_xy(S, w_star, np.einsum("bij,bj->bi", S, w_star))
         a0 = _tails(np.zeros_like(a_tgt[..., :-1]))  # t_0 = (0, 0, 0, 1)
-        return _torch(*_column(a0, a_tgt, G, K, V, n), W_KQ)
+        return _torch(*_column(a0, a0 - a_tgt, G, K, V, n), W_KQ)
     k = integer("k", k, min=1)
     return _torch(*_looped(_np(embed(prompts)), a_tgt[:, 0], K, V, k, n), W_KQ)
 
