@@ -310,37 +310,68 @@ def outcome_loss_grads(prompts: Prompts, W_KQ: torch.Tensor, W_PV: torch.Tensor,
         a0 = _tails(np.zeros_like(a_tgt[..., :-1]))  # t_0 = (0, 0, 0, 1)
         return _torch(*_column(a0, a0 - a_tgt, G, K, V, n), W_KQ)
     k = integer("k", k, min=1)
-    return _torch(*_looped(_np(embed(prompts)), a_tgt[:, 0], K, V, k, n), W_KQ)
+    X = np.ascontiguousarray(_np(embed(prompts)).transpose(0, 2, 1))  # the columns of Z0 as rows
+    return _torch(*_looped(X, a_tgt[:, 0], K, V, k, n), W_KQ)
 
 
-def _looped(Z: np.ndarray, a_tgt: np.ndarray, K: np.ndarray, V: np.ndarray, k: int, n: int):
-    """Loss and gradients (R, D, D) of the looped model, by the backpropagation of the module docstring."""
-    B, D, N = Z.shape
+def _looped(X: np.ndarray, a_tgt: np.ndarray, K: np.ndarray, V: np.ndarray, k: int, n: int):
+    r"""Loss and gradients (R, D, D) of the looped model, by the backpropagation of the module docstring, on the
+    prompts' columns as rows, ``X`` = :math:`Z^{(0)\top}` (B, N, D) (so :math:`Z^\top W^\top` is one stacked
+    product with the weights, and the (N x N) matrices A, C are per prompt).
+
+    Only the last column of :math:`Z^{(k)}` enters the loss, so the last layer is computed for that column alone,
+    and its backward step has :math:`\bar Y = \bar y\, e_N^\top`: then :math:`M = \mu e_N^\top` with
+    :math:`\mu = W_{PV}^\top \bar y`, :math:`C = c\, e_N^\top` with :math:`c = Z^\top \mu`, and
+
+    .. math::
+
+        \frac{\partial L}{\partial W_{PV}} \mathrel{+}= \frac1n \bar y\, (Z A e_N)^\top, \qquad
+        \frac{\partial L}{\partial W_{KQ}} \mathrel{+}= \frac1n (Z c)\, z_N^\top, \qquad
+        \bar Z = \bar y\, e_N^\top + \frac1n \left(\mu\, (A e_N)^\top + u_N c^\top
+        + W_{KQ}^\top Z c\, e_N^\top\right),
+
+    with :math:`u_N = W_{KQ} z_N` and :math:`A e_N = Z^\top u_N`."""
+    B, N, D = X.shape
     R = K.shape[0]
-    Z = Z.reshape(R, B // R, D, N)  # each replicate's prompts against its own (1, D, D) weights
-    Kb, Vb = K[:, None], V[:, None]
+    c = _pieces(B // R, N * D * D)
 
-    def T(M):
-        return M.swapaxes(-1, -2)
+    def rows(a):  # (B, p, q) -> (R, c, rows, q): a replicate's rows, in c pieces
+        return a.reshape(R, c, -1, a.shape[-1])
 
+    def times(a, W):  # every row of a times W (R, D, D) of its replicate: (B, p, D)
+        return np.matmul(rows(a), W[:, None]).reshape(a.shape)
+
+    def summed(a, b):  # sum over each replicate's rows of a_j b_j^T: (R, D, D)
+        return np.matmul(rows(a).swapaxes(-1, -2), rows(b)).sum(1)
+
+    Kt, Vt = K.swapaxes(-1, -2), V.swapaxes(-1, -2)
     saved = []
-    for _ in range(k):
-        A = T(Z) @ (Kb @ Z)  # Z^T W_KQ Z  (N x N)
-        ZA = Z @ A
-        saved.append((Z, A, ZA))
-        Z = Z + Vb @ ZA / n
-    r = Z[..., -1].copy()  # final column - (0, 0, w*, 1)
-    r[..., D - a_tgt.shape[-1] :] -= a_tgt.reshape(R, -1, a_tgt.shape[-1])
+    for _ in range(k - 1):
+        U = times(X, Kt)  # rows u_j = W_KQ z_j
+        A = X @ U.swapaxes(1, 2)  # A = Z^T W_KQ Z
+        ZAt = A.swapaxes(1, 2) @ X  # (Z A)^T
+        saved.append((X, U, A, ZAt))
+        X = X + times(ZAt, Vt) / n
+    uN = times(X[:, -1:], Kt)  # the last layer, for the last column: u_N, A e_N, (Z A e_N)^T
+    aN = X @ uN.swapaxes(1, 2)
+    s = aN.swapaxes(1, 2) @ X
+    r = X[:, -1] + times(s, Vt)[:, 0] / n  # final column - (0, 0, w*, 1)
+    r[:, D - a_tgt.shape[-1] :] -= a_tgt
     loss = 0.5 * float(np.vdot(r, r)) / B
-    Ybar = np.zeros_like(Z)
-    Ybar[..., -1] = r / B
-    g_KQ, g_PV = np.zeros_like(K), np.zeros_like(V)
-    for Z, A, ZA in reversed(saved):
-        M = T(Vb) @ Ybar  # W_PV^T Ybar
-        C = T(Z) @ M
-        g_PV += (Ybar @ T(ZA)).sum(1) / n
-        g_KQ += (Z @ C @ T(Z)).sum(1) / n
-        Ybar = Ybar + (M @ T(A) + Kb @ (Z @ T(C)) + T(Kb) @ (Z @ C)) / n
+    ybar = (r / B)[:, None]  # (B, 1, D)
+    mu = times(ybar, V)  # mu^T = ybar^T W_PV
+    cv = X @ mu.swapaxes(1, 2)  # c = Z^T mu  (B, N, 1)
+    Zc = cv.swapaxes(1, 2) @ X  # (Z c)^T
+    g_PV = summed(ybar, s) / n
+    g_KQ = summed(Zc, X[:, -1:]) / n
+    Xbar = (cv * uN + aN * mu) / n
+    Xbar[:, -1:] += ybar + times(Zc, K) / n
+    for X, U, A, ZAt in reversed(saved):
+        Mt = times(Xbar, V)  # M^T = Ybar^T W_PV
+        C = X @ Mt.swapaxes(1, 2)  # C = Z^T M
+        g_PV += summed(Xbar, ZAt) / n  # Ybar (Z A)^T / n
+        g_KQ += summed(X, C @ X) / n  # Z C Z^T / n
+        Xbar = Xbar + (A @ Mt + C @ U + C.swapaxes(1, 2) @ times(X, K)) / n
     return loss, g_KQ, g_PV
 
 
