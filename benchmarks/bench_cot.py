@@ -83,16 +83,22 @@ def bench_loss(d=10, n=20, k=20, batch=64, eta=0.3, repeats=5):
     return t_slow / t_fast
 
 
-#: the training runs of the book (the cot notebooks' parameter cells): (label, objective, d, n, k, R)
-BOOK_RUNS = [
-    ("thm4_1/thm4_2 CoT", "cot", 10, 20, 20, 8),
-    ("experiments CoT n=20", "cot", 10, 20, 10, 8),
-    ("experiments CoT n=40", "cot", 10, 40, 10, 8),
-    ("thm3_1/experiments no-CoT", "no_cot", 10, 20, 1, 1),
-    ("cor3_1 no-CoT d=10", "no_cot", 10, 40, 1, 1),
-    ("looped full", "looped", 10, 20, 3, 1),
-    ("looped isotropic", "isotropic", 10, 20, 3, 8),
-]
+def _book_runs() -> list:
+    """The training runs of the book (the cot notebooks' parameter cells and companion.cot.paper's run plan):
+    (label, objective, d, n, k, R)."""
+    from companion.cot.paper import COMMON, COT_TRAIN, NO_COT_TRAIN
+
+    d, n, k, R_cot, R_noc = COMMON["d"], COMMON["n"], COMMON["k"], COT_TRAIN["replicates"], NO_COT_TRAIN["replicates"]
+    return [
+        ("thm4_1/thm4_2 CoT", "cot", d, n, k, R_cot),
+        ("experiments CoT n=20", "cot", d, 20, 10, R_cot),
+        ("experiments CoT n=40", "cot", d, 40, 10, R_cot),
+        ("thm3_1 no-CoT", "no_cot", d, n, 1, R_noc),
+        ("cor3_1 no-CoT d=10 n=40", "no_cot", 10, 40, 1, R_noc),
+        ("experiments no-CoT", "no_cot", d, 20, 1, 1),
+        ("looped full", "looped", d, n, 3, 1),
+        ("looped isotropic", "isotropic", d, n, 3, 8),
+    ]
 
 
 def _step_times(objective, d, n, k, R, batch, eta, repeats, inner) -> dict:
@@ -149,7 +155,7 @@ def bench_train_step(batch=64, eta=0.3, repeats=7, inner=10):
     print(f"  {'run':28s} {'d':>3s} {'n':>3s} {'k':>3s} {'R':>2s}   {'grad+update ms':>21s} {'ratio':>6s}   "
           f"{'whole step ms':>19s} {'ratio':>6s}")
     ratios = []
-    for label, objective, d, n, k, R in BOOK_RUNS:
+    for label, objective, d, n, k, R in _book_runs():
         t = _step_times(objective, d, n, k, R, batch, eta, repeats, inner)
         r, rw = t["ag", False] / t["cf", False], t["ag", True] / t["cf", True]
         ratios.append(r)
