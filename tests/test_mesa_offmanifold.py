@@ -5,7 +5,11 @@ After one epoch from a diagonal init the full model's diagonal update *is* the r
 diagonal gradient at a diagonal point is the restricted gradient), so the two ab agree to complex64 round-off:
 this fails if the restricted GD reads another training set (seed stream), rescales its statistics with the wrong
 powers of the scale, or starts from another init or step. After many epochs the off-manifold parameters have
-fitted the sample and the two differ."""
+fitted the sample and the two differ.
+
+The same for the masked training of Theorem 4.3 (x_1 = 1, off-diagonal red entries clipped): the mask changes
+neither prediction nor loss, so the restricted masked GD is the restricted GD on the same (Q, P), cross terms
+k != l included (fails if they are dropped), and its feedback comes from the other blocks alone."""
 
 from __future__ import annotations
 
@@ -17,9 +21,9 @@ from companion.mesa import train
 from companion.mesa.evidence import offmanifold_residual, restricted_ab
 
 
-def _run(epochs: int, seed: int, law: str = "gaussian", scale: float = 1.7, m: int = 200):
+def _run(epochs: int, seed: int, law: str = "gaussian", scale: float = 1.7, m: int = 200, mask: bool = False):
     return train.run(law=law, scale=scale, d=3, T=8, m=m, m_test=10, a0=0.5, b0=1.5, lr=2e-4 / scale**6 * 8,
-                     epochs=epochs, seed=seed)
+                     epochs=epochs, seed=seed, mask=mask)
 
 
 @pytest.mark.parametrize("law", ["gaussian", "sparse"])
@@ -39,3 +43,22 @@ def test_the_off_manifold_feedback_grows_with_training_and_its_residual_is_the_r
     ref = S.richardson(o_big, o_small)
     assert out["measured"] == pytest.approx(ref["measured"], rel=1e-12)
     assert out["ratio"] == pytest.approx(o_small.mean() / o_big.mean(), rel=1e-12)
+
+
+@pytest.mark.parametrize("law", ["full_one", "gaussian"])
+def test_one_epoch_of_the_masked_model_is_the_restricted_masked_step(law):
+    r = _run(1, 3, law, mask=True)
+    assert r.config["mask"]
+    assert restricted_ab(r) == pytest.approx(float(r.ab[-1]), rel=2e-6)
+    assert restricted_ab(r) != pytest.approx(float(r.ab[0]), rel=1e-4)  # the step moved ab
+
+
+def test_the_masked_feedback_is_the_other_blocks_alone_and_grows_with_training():
+    masked = _run(200, 5, "full_one", m=400, mask=True)
+    unmasked = _run(200, 5, "full_one", m=400)
+    assert restricted_ab(masked) == restricted_ab(unmasked)  # the mask leaves the restricted GD alone
+    assert masked.offdiag_kq[-1] == 0 and masked.offdiag_pv[-1] == 0  # clipped: only the other blocks moved
+    assert masked.other_max[-1] > 0
+    o = masked.ab[-1] - restricted_ab(masked)
+    assert abs(o) > 1e-4 * abs(masked.ab[-1])  # not round-off: the other blocks' feedback exists
+    assert abs(unmasked.ab[-1] - masked.ab[-1]) > abs(o)  # for x_1 = 1 the off-diagonal red entries do more

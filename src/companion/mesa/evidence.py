@@ -205,7 +205,7 @@ def extrapolated_ab(law, scale: float, d: int, T: int, a0: float, b0: float, lr:
     m^-1/2 law would give 2; the combination 2 ab(m) - ab(m/4) of an earlier version left -4 % at T = 10).
     Seeds: :func:`replicate_kwargs`, all independent training sets. With ``m_eval > 0`` also the one-step-GD
     deviation of every replicate (:func:`one_step_deviation`); with ``m_loss > 0`` also their whole-sequence test
-    loss extrapolated in m (``_extrapolated_loss``); with ``offmanifold`` (unmasked runs only) the measured
+    loss extrapolated in m (``_extrapolated_loss``); with ``offmanifold`` (masked or not) the measured
     residual of the extrapolation under ``off`` (:func:`offmanifold_residual`). Returns the estimate, its standard
     error and its Welch degrees of freedom (``dof``), the replicates and the population/falsifier GD at the last
     epoch.
@@ -234,8 +234,6 @@ def extrapolated_ab(law, scale: float, d: int, T: int, a0: float, b0: float, lr:
     if m_loss:
         out["loss"] = _extrapolated_loss(runs_big, runs_small, m_loss, seed)
     if offmanifold:
-        if mask:
-            raise ValueError("offmanifold: the restricted GD of the masked loss is not implemented")
         out["off"] = offmanifold_residual(runs_big, runs_small, big, small)
     off = ~np.eye(d, dtype=bool)
     for key, blk in (("offdiag_kq", lambda r: r.W_KQ[d:, :d]), ("offdiag_pv", lambda r: r.W_PV[:, :d])):
@@ -249,10 +247,35 @@ def restricted_ab(result) -> float:
     r"""ab after the run's epochs of GD **restricted to the diagonal red-block manifold** on the run's own
     training set (:func:`companion.mesa.empirical.diagonal_gd` on the statistics :func:`training_stats`, exact
     rescalings of the scale-1 set), from the run's diagonal init with its step size: the trained model with its
-    off-manifold parameters held at 0. (Unmasked loss only.)"""
+    off-manifold parameters held at 0. Masked runs (``mask=True``, :prf:ref:`mesa-thm-4-3`) included.
+
+    *The masked loss on the manifold.* The mask (the "clip" option of :func:`companion.mesa.train.train`)
+    changes neither the prediction nor the loss: it is the projection :math:`\Pi` that zeroes the off-diagonal
+    entries of :math:`W^{KQ}_{21}` and :math:`W^{PV}_{11}` after each step,
+    :math:`\theta\leftarrow\Pi(\theta-\eta\nabla L(\theta))`. The manifold
+    :math:`\mathcal M=\{W^{KQ}_{21}=\mathrm{diag}(a),\ W^{PV}_{11}=\mathrm{diag}(b),\ \text{all else }0\}` lies in
+    the range of :math:`\Pi`, and on it the prediction is
+    :math:`\hat y_{t,j}=b_j\sum_k a_kF_{t,jk}` with
+    :math:`F_{t,jk}=\frac1{t-1}\sum_{i<t}x_{i+1,j}\bar x_{i,k}x_{t,k}` for either training, so the masked loss
+    restricted to :math:`\mathcal M` is the unmasked one,
+
+    .. math:: L(a,b)=\tfrac12\sum_j\big[b_j^2\,a^\top Q_ja-2b_j\,a^\top P_j\big]+\mathrm{const},\qquad
+              Q_{j,kl}=\tfrac1m\sum_{n,t}\mathrm{Re}\,F_{t,jk}\bar F_{t,jl},\quad
+              P_{j,k}=\tfrac1m\sum_{n,t}\mathrm{Re}\,\bar F_{t,jk}x_{t+1,j},
+
+    with the same statistics (:func:`companion.mesa.empirical.diagonal_stats`; the cross terms
+    :math:`k\neq l` of :math:`Q_j` stay: the mask removes parameters, not the coupling of the diagonal ones
+    through the data). Since the entries :math:`a_j=(W^{KQ}_{21})_{jj}`, :math:`b_j=(W^{PV}_{11})_{jj}` are
+    coordinates of the full model, at a point of :math:`\mathcal M` the full gradient's diagonal red entries are
+    :math:`\partial_{a_j}L`, :math:`\partial_{b_j}L`, and :math:`\Pi` leaves them alone: one epoch of the masked
+    (or unmasked) model from a diagonal init *is* the restricted step. What differs is only what is held at 0:
+    for a masked run the off-manifold parameters that move are the blocks outside the red ones, so
+    ``ab - restricted_ab`` is their feedback alone (their population gradient on :math:`\mathcal M` is 0 for
+    every law, :prf:ref:`mesa-thm-4-3`, so the masked manifold is invariant in the population, also for
+    :math:`x_1=\mathbf 1`, where the unmasked one is not)."""
     c = result.config
     s = c["scale"]
-    Q, Pm = training_stats(c["law"], c["m"], c["d"], c["T"], c["seed"], 1)
+    Q, Pm = training_stats(c["law"], c["m"], c["d"], c["T"], c["seed"], 1)  # the same for c["mask"] True or False
     return float(diagonal_gd(c["a0"], c["b0"], c["lr"], c["epochs"], Q[0] * s**6, Pm[0] * s**4)[-1])
 
 
@@ -262,7 +285,8 @@ def offmanifold_residual(runs_big, runs_small, big=None, small=None) -> dict:
     Split each trained ab into the GD restricted to the diagonal manifold on the *same* training set
     (:func:`restricted_ab`) and the rest, :math:`o_k = ab_k - ab^{\rm diag}_k`, the feedback of the
     off-manifold parameters fitted to the sample. In the population the manifold is invariant
-    (:prf:ref:`mesa-thm-4-1`; checked exactly on the page by the population gradient), so GD on the empirical loss
+    (:prf:ref:`mesa-thm-4-1`; checked exactly on the page by the population gradient; for masked runs
+    :prf:ref:`mesa-thm-4-3`, any law of identically distributed coordinates), so GD on the empirical loss
     of :math:`m\to\infty` sequences stays on it: :math:`E\,o(m)\to0`. Whatever the Richardson combination
     leaves of it,
 

@@ -4,7 +4,10 @@ For :math:`x_1=\mathbf 1`, training with the off-diagonal red-block gradients ma
 one-step-GD point :math:`ab=c^*`, whose loss the unmasked transformer beats. What the page checks, and where:
 
 * masked ab and test loss, extrapolated in m, against the population GD
-  (:func:`companion.mesa.evidence.extrapolated_ab` with ``mask=True``);
+  (:func:`companion.mesa.evidence.extrapolated_ab` with ``mask=True``), with what the extrapolation leaves of the
+  freely trained blocks' feedback as a measured systematic error of ab
+  (:func:`companion.mesa.evidence.offmanifold_residual`: the masked population dynamics stay on the diagonal
+  manifold, so that feedback vanishes as m -> infinity);
 * the unmasked-minus-masked test-loss gap (:func:`extrapolated_gap`) against the 4-parameter equivariant
   population GD (:func:`masking_gap` with the Monte-Carlo moments
   :func:`companion.mesa.evidence.equivariant_moments`), and the unmasked off-diagonal entries;
