@@ -123,3 +123,26 @@ def test_training_imports_no_torch_dynamo():
             "print('torch._dynamo' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+@pytest.mark.parametrize("objective,k", [("cot", 3), ("no_cot", 1), ("looped", 1), ("looped", 3)])
+def test_gradients_with_rows_cut_into_pieces_equal_autograd(monkeypatch, objective, k):
+    """The stacked products cut each replicate's rows into pieces (one OpenBLAS thread each) at the book's sizes only;
+    force several pieces at test sizes (a piece summed twice or dropped, or rows of another replicate, would show)."""
+    import companion.cot.grads as grads
+
+    d, n, B, R = 3, 5, 6, 2
+    monkeypatch.setattr(grads, "_ONE_THREAD_MNK", 1)
+    assert grads._pieces(B, 10) == B  # one prompt per piece
+    monkeypatch.setattr(grads, "_ONE_THREAD_MNK", 2 * (k * (2 * d + 2) ** 2 if objective != "looped" else
+                                                       (n + 1) * (2 * d + 2) ** 2))
+    assert grads._pieces(B, 1) == 1 and grads._pieces(B, grads._ONE_THREAD_MNK // 2) == 3  # two prompts per piece
+    p = sample_prompts(B * R, d, n, make_generator(11 + k))
+    W_KQ, W_PV = _weights(d, R, 3 + k, scale=0.25)
+    if objective == "cot":
+        loss = teacher_forced_loss(p, gd_trajectory(p, 0.4, k), W_KQ, W_PV, k)
+        closed = cot_step_grads(p, 0.4, k, W_KQ.detach(), W_PV.detach())
+    else:
+        loss = outcome_loss(p, W_KQ, W_PV, k, objective)
+        closed = outcome_loss_grads(p, W_KQ.detach(), W_PV.detach(), k, objective)
+    _assert_grads(closed, loss, [W_KQ, W_PV])
