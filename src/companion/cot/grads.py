@@ -307,11 +307,34 @@ def outcome_loss_grads(prompts: Prompts, W_KQ: torch.Tensor, W_PV: torch.Tensor,
         X = _np(prompts.X)
         S = X @ X.transpose(0, 2, 1) / n
         G = _gram_xy(S, w_star, np.einsum("bij,bj->bi", S, w_star))
-        a0 = _tails(np.zeros_like(a_tgt[..., :-1]))  # t_0 = (0, 0, 0, 1)
-        return _torch(*_column(a0, a0 - a_tgt, G, K, V, n), W_KQ)
+        return _torch(*_no_cot(G, w_star, K, V, n), W_KQ)
     k = integer("k", k, min=1)
     X = np.ascontiguousarray(_np(embed(prompts)).transpose(0, 2, 1))  # the columns of Z0 as rows
     return _torch(*_looped(X, a_tgt[:, 0], K, V, k, n), W_KQ)
+
+
+def _no_cot(G: np.ndarray, w_star: np.ndarray, K: np.ndarray, V: np.ndarray, n: int):
+    r""":func:`_column` for the no-CoT loss, with its one token :math:`t_0 = e_D` written in: :math:`u = W_{KQ} e_D`
+    is the last column of W_KQ for every prompt, :math:`h = (G_{xy} u^{\mathcal E}, (W_{KQ})_{DD}\, e / n)` (e: the
+    last T coordinate), :math:`q = G_0 g = (G_{xy} g^{\mathcal E}, g_D\, e / n)`, and only the last column of
+    :math:`\nabla_{W_{KQ}} = \frac1B \sum_b q\, t_0^\top` is non-zero. ``G`` (B, d+1, d+1), ``w_star`` (B, d);
+    ``K``, ``V`` (R, D, D). No product is per prompt but the two with :math:`G_{xy}`."""
+    B, m, _ = G.shape
+    R, D = K.shape[0], 2 * m
+    Gr = G.reshape(R, -1, m, m)
+    h = np.empty((R, B // R, D))
+    h[..., :m] = np.einsum("rbij,rj->rbi", Gr, K[:, :m, D - 1])  # G_xy u^E
+    h[..., m:] = 0.0
+    h[..., D - 1] = (K[:, D - 1, D - 1] / n)[:, None]  # sum_j a_j (a_j^T u^T) / n with a_0 = e
+    r = h @ V.swapaxes(-1, -2)  # r = W_PV h + t_0 - tau,  t_0 - tau = (0, 0, -w*, 0)
+    r[..., m : D - 1] -= w_star.reshape(R, -1, m - 1)
+    loss = 0.5 * float(np.vdot(r, r)) / B
+    g = r @ V  # g = W_PV^T r
+    g_PV = r.swapaxes(-1, -2) @ h / B
+    g_KQ = np.zeros_like(K)
+    g_KQ[:, :m, D - 1] = np.einsum("rbij,rbj->ri", Gr, g[..., :m]) / B  # sum_b G_xy g^E
+    g_KQ[:, D - 1, D - 1] = g[..., D - 1].sum(1) / (n * B)  # sum_b g_D / n
+    return loss, g_KQ, g_PV
 
 
 def _looped(X: np.ndarray, a_tgt: np.ndarray, K: np.ndarray, V: np.ndarray, k: int, n: int):
