@@ -305,25 +305,28 @@ def outcome_loss_grads(prompts: Prompts, W_KQ: torch.Tensor, W_PV: torch.Tensor,
     K, V = _stacked(W_KQ), _stacked(W_PV)
     if objective == "no_cot":
         X = _np(prompts.X)
-        S = X @ X.transpose(0, 2, 1) / n
-        G = _gram_xy(S, w_star, np.einsum("bij,bj->bi", S, w_star))
-        return _torch(*_no_cot(G, w_star, K, V, n), W_KQ)
+        E = np.empty((B, d + 1, n))  # the data rows (X; y), y = w*^T X
+        E[:, :d] = X
+        np.matmul(w_star[:, None, :], X, out=E[:, d:])
+        return _torch(*_no_cot(E, w_star, K, V, n), W_KQ)
     k = integer("k", k, min=1)
     X = np.ascontiguousarray(_np(embed(prompts)).transpose(0, 2, 1))  # the columns of Z0 as rows
     return _torch(*_looped(X, a_tgt[:, 0], K, V, k, n), W_KQ)
 
 
-def _no_cot(G: np.ndarray, w_star: np.ndarray, K: np.ndarray, V: np.ndarray, n: int):
+def _no_cot(E: np.ndarray, w_star: np.ndarray, K: np.ndarray, V: np.ndarray, n: int):
     r""":func:`_column` for the no-CoT loss, with its one token :math:`t_0 = e_D` written in: :math:`u = W_{KQ} e_D`
     is the last column of W_KQ for every prompt, :math:`h = (G_{xy} u^{\mathcal E}, (W_{KQ})_{DD}\, e / n)` (e: the
     last T coordinate), :math:`q = G_0 g = (G_{xy} g^{\mathcal E}, g_D\, e / n)`, and only the last column of
-    :math:`\nabla_{W_{KQ}} = \frac1B \sum_b q\, t_0^\top` is non-zero. ``G`` (B, d+1, d+1), ``w_star`` (B, d);
-    ``K``, ``V`` (R, D, D). No product is per prompt but the two with :math:`G_{xy}`."""
-    B, m, _ = G.shape
+    :math:`\nabla_{W_{KQ}} = \frac1B \sum_b q\, t_0^\top` is non-zero. :math:`G_{xy}` is applied as
+    :math:`G_{xy} v = E (E^\top v) / n` from the data rows ``E`` = (X; y) (B, d+1, n), without forming it;
+    ``w_star`` (B, d); ``K``, ``V`` (R, D, D)."""
+    B, m, _ = E.shape
     R, D = K.shape[0], 2 * m
-    Gr = G.reshape(R, -1, m, m)
+    Er = E.reshape(R, -1, m, n)
     h = np.empty((R, B // R, D))
-    h[..., :m] = np.einsum("rbij,rj->rbi", Gr, K[:, :m, D - 1])  # G_xy u^E
+    z = np.matmul(K[:, None, None, :m, D - 1], Er)  # E^T u^E  (R, B/R, 1, n)
+    h[..., :m] = np.matmul(Er, z.swapaxes(-1, -2))[..., 0] / n  # G_xy u^E
     h[..., m:] = 0.0
     h[..., D - 1] = (K[:, D - 1, D - 1] / n)[:, None]  # sum_j a_j (a_j^T u^T) / n with a_0 = e
     r = h @ V.swapaxes(-1, -2)  # r = W_PV h + t_0 - tau,  t_0 - tau = (0, 0, -w*, 0)
@@ -332,7 +335,8 @@ def _no_cot(G: np.ndarray, w_star: np.ndarray, K: np.ndarray, V: np.ndarray, n: 
     g = r @ V  # g = W_PV^T r
     g_PV = r.swapaxes(-1, -2) @ h / B
     g_KQ = np.zeros_like(K)
-    g_KQ[:, :m, D - 1] = np.einsum("rbij,rbj->ri", Gr, g[..., :m]) / B  # sum_b G_xy g^E
+    z = np.matmul(g[:, :, None, :m], Er)  # E^T g^E
+    g_KQ[:, :m, D - 1] = np.matmul(Er, z.swapaxes(-1, -2))[..., 0].sum(1) / (n * B)  # sum_b G_xy g^E
     g_KQ[:, D - 1, D - 1] = g[..., D - 1].sum(1) / (n * B)  # sum_b g_D / n
     return loss, g_KQ, g_PV
 
