@@ -118,7 +118,8 @@ def _training_stats(law: str, m: int, d: int, T: int, seed: int, n_batches: int)
 
 def ab_evidence(result, stats) -> dict:
     r"""The trained ab at the last epoch against population GD (same step and epochs), with the jackknife
-    standard error of the diagonal-restricted GD on the same data and the falsifier's population GD.
+    standard error of the diagonal-restricted GD on the same data and the falsifier's population GD; ``off``: the
+    trained ab minus that restricted GD's (the off-manifold feedback of this run, :func:`offmanifold_residual`).
 
     Per-coordinate inits (random init) are followed coordinate by coordinate."""
     c = result.config
@@ -127,8 +128,9 @@ def ab_evidence(result, stats) -> dict:
     b0 = result.W_PV0[:, :d].real.diagonal().copy()
     pop = population_ab(law, s, d, T, a0, b0, lr, E)
     fal = population_ab(law, s, d, T, a0, b0, lr, E, falsifier=True)
-    _, se = sampling_spread(None, a0, b0, lr, E, scale=s, stats=stats)
+    restricted, se = sampling_spread(None, a0, b0, lr, E, scale=s, stats=stats)
     return dict(measured=float(result.ab[-1]), predicted=float(pop[-1]), se=float(se[-1]), dof=len(stats[0]) - 1,
+                off=float(result.ab[-1] - restricted[-1]),
                 falsifier=falsifier_alpha(law, s, d, T)[0], falsifier_value=float(fal[-1]),
                 floor=ROUNDOFF32 * abs(float(pop[-1])), pop=pop, fal=fal, cstar=th.c_star(law, s, d, T))
 

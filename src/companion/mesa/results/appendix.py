@@ -97,7 +97,9 @@ def fig5_evidence(sigma_ws, epochs_fig5: int, stats, cst: float, **common) -> tu
 def init_evidence(inits, epochs: int, stats, al: float, be: float, **common) -> dict:
     """Several diagonal inits: per init the run ``r``, the final mean diagonal (a, b) each as (measured, population
     GD, jackknife SE of the restricted GD), the equal-factor falsifier ``f`` = sqrt of the population-GD ab, the
-    limit from the conserved a^2 - b^2 ``lim`` and the jackknife degrees of freedom ``dof``."""
+    limit from the conserved a^2 - b^2 ``lim``, the jackknife degrees of freedom ``dof`` and ``off``: the final (a, b)
+    minus those of the restricted GD on the same training set (the off-manifold feedback of the run, a measured
+    systematic error: :func:`companion.mesa.evidence.offmanifold_residual`)."""
     lr = common["lr"]
     rows = {}
     for a0, b0 in inits:
@@ -105,7 +107,8 @@ def init_evidence(inits, epochs: int, stats, al: float, be: float, **common) -> 
         ap, bp, cp = th.reduced_gd(a0, b0, lr, epochs, al, be)
         jk = jackknife_ab(a0, b0, lr, epochs, stats)
         rows[a0, b0] = dict(r=r, a=(r.a_mean[-1], ap[-1], jk["se_a_mean"]), b=(r.b_mean[-1], bp[-1], jk["se_b_mean"]),
-                            f=float(np.sqrt(cp[-1])), lim=th.limits(a0, b0, be / al), dof=jk["dof"])
+                            f=float(np.sqrt(cp[-1])), lim=th.limits(a0, b0, be / al), dof=jk["dof"],
+                            off={"a": float(r.a_mean[-1] - jk["a"].mean()), "b": float(r.b_mean[-1] - jk["b"].mean())})
     return rows
 
 

@@ -67,8 +67,8 @@ def t_sweep(Ts, n_rep: int, d: int, a0: float, b0: float, epochs: int, m_sweep: 
     full-parameter stability bound, and replicate training sets at ``m_sweep`` and ``m_sweep/4``
     (:func:`companion.mesa.evidence.sweep_replicates`: ``n_rep`` at the shortest T, fewer, at least 3, where the gap
     to 1/5 is unresolvable) extrapolated in m, with what the extrapolation leaves of the off-manifold feedback
-    (``off``: :func:`companion.mesa.evidence.offmanifold_residual`, a measured systematic error). Returns ``(sweep, reps)``: the evidence per T and the replicates
-    per T."""
+    (``off``: :func:`companion.mesa.evidence.offmanifold_residual`, a measured systematic error). Returns
+    ``(sweep, reps)``: the evidence per T and the replicates per T."""
     reps = sweep_replicates(n_rep, Ts)
     sweep = {}
     for TT in Ts:
