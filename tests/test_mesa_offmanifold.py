@@ -18,7 +18,7 @@ import pytest
 
 from companion import stats as S
 from companion.mesa import train
-from companion.mesa.evidence import offmanifold_residual, restricted_ab
+from companion.mesa.evidence import offmanifold_floor, offmanifold_residual, offmanifold_words, restricted_ab
 
 
 def _run(epochs: int, seed: int, law: str = "gaussian", scale: float = 1.7, m: int = 200, mask: bool = False):
@@ -62,3 +62,17 @@ def test_the_masked_feedback_is_the_other_blocks_alone_and_grows_with_training()
     o = masked.ab[-1] - restricted_ab(masked)
     assert abs(o) > 1e-4 * abs(masked.ab[-1])  # not round-off: the other blocks' feedback exists
     assert abs(unmasked.ab[-1] - masked.ab[-1]) > abs(o)  # for x_1 = 1 the off-diagonal red entries do more
+
+
+def test_the_band_adds_the_measured_feedback_in_absolute_value_and_the_reason_names_it():
+    res = dict(measured=-3e-5, ratio=2.5, se=1e-5)  # an offmanifold_residual dict (extrapolated claims)
+    assert offmanifold_floor(1e-6, res) == 1e-6 + 3e-5
+    assert offmanifold_floor(1e-6, -2e-4) == 1e-6 + 2e-4  # one run's ab - ab_diag (ab_evidence's "off")
+    assert offmanifold_words(res, se=1e-5) == ("what the extrapolation leaves of the off-manifold feedback, measured "
+                                               "(-3e-05, -3.00 SE; its decay ratio over m/4 -> m 2.50, 4 for 1/m)")
+    assert offmanifold_words(-2e-4, predicted=0.1, see="mesa/thm4_1_emergence").endswith(
+        "same training set (-0.0002, -0.20 %; see mesa/thm4_1_emergence)")
+    with pytest.raises(ValueError):
+        offmanifold_words(res)  # r in standard errors needs the claim's SE
+    with pytest.raises(ValueError):
+        offmanifold_words(-2e-4)  # o in % needs the prediction

@@ -13,8 +13,9 @@ Noise models (stated on the pages that use them):
   full-parameter model fluctuates like it to first order: the off-manifold parameters have zero population
   gradient (:prf:ref:`mesa-thm-4-1`), so their feedback on ab is of second order in the sampling noise.
 * **Trained ab extrapolated in m** (:func:`extrapolated_ab`): replicate training sets (independent seeds) at
-  two sizes m and m/4; the finite-m bias of the full model (about +1.4 % at m = 1e4 for T = 10 to 100,
-  scaling like 1/m) is removed by the Richardson combination (4 ab(m) - ab(m/4))/3, whose
+  two sizes m and m/4; the finite-m bias of the full model (of order 1/m asymptotically; its size and its ratio
+  over m/4 -> m are measured and quoted on the page ``mesa/thm4_1_emergence``, *Noise model of the trained-model
+  claims*) is removed by the Richardson combination (4 ab(m) - ab(m/4))/3, whose
   standard error comes from the replicate spread (:func:`companion.stats.replicate_se`), with its
   Welch–Satterthwaite degrees of freedom (:func:`companion.stats.welch`): the verdict's critical value is the
   Student-t quantile at the level of z normal standard errors (:func:`companion.stats.critical`). The
@@ -62,6 +63,8 @@ __all__ = [
     "extrapolated_ab",
     "restricted_ab",
     "offmanifold_residual",
+    "offmanifold_floor",
+    "offmanifold_words",
     "richardson_paired",
     "paired_shift",
     "equivariant_moments",
@@ -203,8 +206,8 @@ def extrapolated_ab(law, scale: float, d: int, T: int, a0: float, b0: float, lr:
 
     (:func:`companion.stats.richardson`), exact for a finite-m bias B/m: ab is a smooth function of the sample
     moments and the off-manifold feedback is of second order in the O(m^-1/2) fluctuations, so both give a 1/m
-    bias. Measured at d = 5, m = 1e4 and 2500: the bias at m/4 is 4.7-5.1 times that at m for T = 10 and 20 (a
-    m^-1/2 law would give 2; the combination 2 ab(m) - ab(m/4) of an earlier version left -4 % at T = 10).
+    bias (its ratio at m/4 over m, 4 for a 1/m law and 2 for an m^-1/2 one, is measured on the page
+    ``mesa/thm4_1_emergence`` from the replicates of this function).
     Seeds: :func:`replicate_kwargs`, all independent training sets. With ``m_eval > 0`` also the one-step-GD
     deviation of every replicate (:func:`one_step_deviation`); with ``m_loss > 0`` also their whole-sequence test
     loss extrapolated in m (``_extrapolated_loss``); with ``offmanifold`` (masked or not) the measured
@@ -294,9 +297,9 @@ def offmanifold_residual(runs_big, runs_small, big=None, small=None) -> dict:
 
     .. math:: r=\tfrac13\big(4\,\bar o(m)-\bar o(m/4)\big),
 
-    is therefore the combination's error on this part (0 if :math:`E\,o(m)` falls like 1/m; measured, it falls
-    like :math:`m^{-p}` with p between about 0.7 and 0.9 for the Gaussian law at the book's sizes and
-    faster for the sparse one). The diagonal part is a smooth function of the sample moments, with the classical
+    is therefore the combination's error on this part (0 if :math:`E\,o(m)` falls like 1/m; how fast it falls at
+    the book's sizes is ``ratio`` below, measured and quoted on the page ``mesa/thm4_1_emergence``, *What the
+    extrapolation leaves*). The diagonal part is a smooth function of the sample moments, with the classical
     1/m bias. The differences are paired (same training set), so their spread is small and r is precise.
     Returns ``dict(measured=r, se, dof, mean_big, mean_small, ratio)`` (:func:`companion.stats.richardson` of the
     differences; ``ratio`` = :math:`\bar o(m/4)/\bar o(m)`, 4 for a 1/m law)."""
@@ -307,6 +310,47 @@ def offmanifold_residual(runs_big, runs_small, big=None, small=None) -> dict:
     rich = S.richardson(ob, os_)
     ratio = rich["mean_small"] / rich["mean_big"] if rich["mean_big"] != 0 else math.inf
     return dict(rich, ratio=float(ratio))
+
+
+def _offmanifold_value(off) -> float:
+    """The measured off-manifold term of ``off``: r of a :func:`offmanifold_residual` dict, else one run's o."""
+    return off["measured"] if isinstance(off, dict) else off
+
+
+def offmanifold_floor(base_floor: float, off) -> float:
+    r"""The floor of a trained-ab claim with the measured **off-manifold feedback** added to it,
+
+    .. math:: f = f_0 + |r| ,
+
+    where :math:`f_0` is ``base_floor`` (the complex64 round-off, :data:`ROUNDOFF32` times the prediction) and r
+    is, for ``off`` a dict of :func:`offmanifold_residual` (an extrapolated claim, :func:`extrapolated_ab` with
+    ``offmanifold=True``), its ``measured``: what the Richardson combination leaves of the feedback; for ``off`` a
+    number (one run, ``off`` of :func:`ab_evidence`), the run's own difference :math:`o = ab - ab^{\rm diag}` from
+    the GD restricted to the diagonal manifold on the same training set. Either is a systematic error of the
+    comparison with the population GD that the standard error does not hold, measured with its sign but added to
+    the band in absolute value. The words that go with it in the claim's reason: :func:`offmanifold_words`."""
+    return base_floor + abs(_offmanifold_value(off))
+
+
+def offmanifold_words(off, *, se: float | None = None, predicted: float | None = None, see: str = "") -> str:
+    r"""The reason's fragment for the term :func:`offmanifold_floor` adds to the band, naming its measured value.
+
+    For ``off`` a dict of :func:`offmanifold_residual`: r, r in standard errors ``se`` of the extrapolated ab and
+    the decay ratio :math:`\bar o(m/4)/\bar o(m)` of the feedback (4 for a 1/m law); for ``off`` a number (one
+    run's :math:`o = ab - ab^{\rm diag}`): o and :math:`100\,o/\hat y` in %, :math:`\hat y` = ``predicted``. ``see``: a page that measures
+    the feedback, named at the end. Returns the fragment without its leading "+ "."""
+    if isinstance(off, dict):
+        if se is None:
+            raise ValueError("offmanifold_words: the extrapolated residual needs the claim's standard error se")
+        r = off["measured"]
+        words = (f"what the extrapolation leaves of the off-manifold feedback, measured ({r:+.3g}, {r / se:+.2f} SE; "
+                 f"its decay ratio over m/4 -> m {off['ratio']:.2f}, 4 for 1/m")
+    else:
+        if predicted is None:
+            raise ValueError("offmanifold_words: one run's difference needs the claim's prediction")
+        words = (f"the full model's finite-m bias, measured on this run as its difference from the restricted GD on "
+                 f"the same training set ({off:+.3g}, {100 * off / predicted:+.2f} %")
+    return words + (f"; see {see}" if see else "") + ")"
 
 
 def _extrapolated_loss(runs_big, runs_small, m_loss: int, seed: int) -> dict:
@@ -350,8 +394,8 @@ def paired_shift(rep_u: dict, rep_m: dict) -> dict:
               \Delta_k = ab^{(u)}_k - ab^{(m)}_k .
 
     Common random numbers: the training-set noise that moves both ab alike cancels in each difference (for the
-    full-one masked and unmasked runs the two correlate at 0.99), so the standard error is the replicate spread
-    of the differences, with its Welch degrees of freedom. Returns the dict of :func:`companion.stats.richardson`."""
+    full-one masked and unmasked runs the two are strongly correlated), so the standard error is the replicate
+    spread of the differences, with its Welch degrees of freedom. Returns the dict of :func:`companion.stats.richardson`."""
     for key in ("big", "small"):
         if len(rep_u[key]) != len(rep_m[key]):
             raise ValueError(f"paired_shift needs the same replicates on both sides; got {len(rep_u[key])} and "

@@ -9,7 +9,8 @@ The theorem: from the diagonal initialisation the gradient flow stays on the dia
   :func:`companion.mesa.evidence.extrapolated_ab` per law and scale, with the control variates of
   :func:`x1_controls`), with what the extrapolation leaves of the off-manifold feedback as a measured systematic
   error (:func:`companion.mesa.evidence.offmanifold_residual`), and the one-step-GD deviation;
-* the noise model's numbers quoted on the page (:func:`noise_numbers`, :func:`moment_ratio_rel_se`);
+* the noise model's numbers quoted on the page (:func:`noise_numbers`, :func:`moment_ratio_rel_se`), and those of
+  the settings the text names (:func:`quoted_settings`: :func:`offmanifold_numbers`, :func:`band_numbers`);
 * Fig. 1a/1c (:func:`ab_curves`).
 """
 
@@ -35,7 +36,7 @@ from companion.seeds import MESA_TRAIN_DATA
 from companion.text import number_tag
 
 __all__ = ["CLAIMS", "RESULT", "tag", "manifest", "scale_plan", "figure_runs", "replicates", "control_coefficients",
-           "x1_controls", "noise_numbers",
+           "x1_controls", "noise_numbers", "quoted_settings", "offmanifold_numbers", "band_numbers",
            "flow_limit_error", "invariance", "moment_ratio_rel_se", "ab_curves"]
 
 CLAIMS = (
@@ -167,6 +168,58 @@ def noise_numbers(dev: dict, m: int, d: int) -> dict:
         bias_small=float(100 * (dev["mean_small"] / dev["predicted"] - 1)),
         bias_ratio=float((dev["mean_small"] - dev["predicted"]) / (dev["mean_big"] - dev["predicted"])),
     )
+
+
+def quoted_settings(s_mid: float, cs) -> dict[str, tuple[str, float]]:
+    """The (law, scale) of the settings whose numbers the page's text quotes under fixed names: ``mid``, the
+    Gaussian middle scale ``s_mid``; ``sparse``, the middle of the sparse scales ``cs`` (absent when there are
+    none)."""
+    out = {"mid": ("gaussian", s_mid)}
+    if len(cs):
+        out["sparse"] = ("sparse", cs[len(cs) // 2])
+    return out
+
+
+def offmanifold_numbers(rep: dict, settings: dict) -> dict:
+    r"""What the extrapolation leaves of the off-manifold feedback at the quoted ``settings``
+    (:func:`quoted_settings`), from the replicates ``rep`` of :func:`replicates`: ``off_ratio_<key>``, the decay
+    ratio :math:`\bar o(m/4)/\bar o(m)` of the feedback (4 for a 1/m law), and ``off_r_<key>``, the residual r
+    of :func:`companion.mesa.evidence.offmanifold_residual` in standard errors of the extrapolated ab, r / SE.
+    Settings without replicates are left out."""
+    out = {}
+    for key, setting in settings.items():
+        q = rep.get(setting)
+        if q is not None:
+            out[f"off_ratio_{key}"] = float(q["off"]["ratio"])
+            out[f"off_r_{key}"] = float(q["off"]["measured"] / q["se"])
+    return out
+
+
+def band_numbers(rep: dict, records, settings: dict) -> dict:
+    r"""The decisive numbers of the ``ab_*`` claims of the quoted ``settings`` (:func:`quoted_settings`), from the
+    replicates ``rep`` of :func:`replicates` and the verdict's ``records``: with :math:`\hat x` the extrapolated ab,
+    :math:`\mathrm{SE}` its standard error, :math:`x_f` the falsifier and :math:`x_p` the prediction,
+
+    .. math:: z_{\rm fal}=\frac{|\hat x-x_f|}{\mathrm{SE}},\qquad z_{\rm th}=\frac{|\hat x-x_p|}{\mathrm{SE}},\qquad
+              \mathrm{sys}=\frac{f}{\mathrm{SE}},
+
+    (``<key>_z_fal``, ``<key>_z_th``, ``<key>_sys``), beside the record's band in standard errors (``<key>_crit``)
+    and its status in words (``<key>_status``); f is the record's floor (the round-off plus what the extrapolation
+    leaves of the off-manifold feedback, :func:`companion.mesa.evidence.offmanifold_floor`). Settings without a
+    record are left out."""
+    by_claim = {r.claim: r for r in records}
+    out = {}
+    for key, setting in settings.items():
+        rec = by_claim.get(tag(*setting))
+        if rec is None:
+            continue
+        q = rep[setting]
+        out[f"{key}_z_fal"] = float(abs(q["measured"] - q["falsifier_value"]) / q["se"])
+        out[f"{key}_z_th"] = float(abs(q["measured"] - q["predicted"]) / q["se"])
+        out[f"{key}_crit"] = float(rec.crit)
+        out[f"{key}_sys"] = float(rec.floor / q["se"])
+        out[f"{key}_status"] = rec.status.replace("_", " ")
+    return out
 
 
 def flow_limit_error(law, scale: float, d: int, T: int, inits) -> float:
