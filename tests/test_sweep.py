@@ -297,9 +297,11 @@ def test_a_run_in_a_warm_kernel_records_what_a_run_in_a_new_one_records(name, tm
     kernel = WarmKernel()
     try:
         first = run_notebook(name, params, tmp_path / "a", kernel=kernel)
+        client = kernel.kc  # one connected client serves every run (no wait for the kernel per run)
         run_notebook(name, dict(params, seed=int(params.get("seed", 0)) + 7), tmp_path / "b", kernel=kernel)
         again = run_notebook(name, params, tmp_path / "c", kernel=kernel)
         assert kernel.runs == 3 and kernel.km is not None and kernel.km.is_alive()
+        assert client is not None and kernel.kc is client
     finally:
         kernel.shutdown()
 
