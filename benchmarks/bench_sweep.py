@@ -51,7 +51,7 @@ from companion.mesa.train import RunConfig, train
 
 t0 = time.perf_counter()
 res = train(RunConfig(law="gaussian", d=5, T=100, m=m, m_test=1000, scale=scale, a0=0.1, b0=0.1, lr=lr,
-                      epochs=epochs, seed=seed))
+                      epochs=epochs, seed=seed, device="{device}"))
 seconds = time.perf_counter() - t0
 if results_dir:
     rec = dict(notebook="point", claim="ab_final", quantity="a·b at the last epoch", predicted=None,
@@ -69,6 +69,9 @@ def main() -> int:
     ap.add_argument("--m", type=int, default=10_000)
     ap.add_argument("--epochs", type=int, default=200)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--device", default="cpu",
+                    help="where each point trains: 'cpu' (the fused kernel) or a torch device such as 'cuda' "
+                         "(companion.mesa.torch_epoch)")
     args = ap.parse_args()
 
     from companion.mesa import kernels
@@ -84,7 +87,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         nb = Path(tmp) / "bench" / "point.md"
         nb.parent.mkdir()
-        nb.write_text(POINT_NB.format(m=args.m, epochs=args.epochs))
+        nb.write_text(POINT_NB.format(m=args.m, epochs=args.epochs, device=args.device))
         t0 = time.perf_counter()
         summary = run_sweep(str(nb), points, Path(tmp) / "sweep", workers=args.workers, progress=True,
                             swept=["scale", "lr", "seed"], log=lambda msg: print(msg, file=sys.stderr))
@@ -113,8 +116,17 @@ def main() -> int:
                   f"workers: {', '.join(f'{x:.1f}' for x in extra[len(warm):])} s")
         print(f"wall {wall:.0f} s against the bound 1.1 x (training {sum(train_s):.0f} s / {args.workers} workers) "
               f"= {bound:.0f} s: {'within' if wall <= bound else 'OVER'}")
-    print(f"CPU: {cpu_name()}")
+    print(f"CPU: {cpu_name()}; points trained on {args.device}{gpu_name(args.device)}")
     return 0 if summary["error"] == 0 else 1
+
+
+def gpu_name(device: str) -> str:
+    """`` (NAME)`` of the CUDA device a run used, or nothing on the CPU."""
+    if not device.startswith("cuda"):
+        return ""
+    import torch
+
+    return f" ({torch.cuda.get_device_name(torch.device(device))})"
 
 
 def cpu_name() -> str:
