@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -309,3 +310,23 @@ def test_a_run_in_a_warm_kernel_records_what_a_run_in_a_new_one_records(name, tm
         return [{k: v for k, v in r.items() if k not in ("parameters",)} for r in recs]
 
     assert first.records and strip(first.records) == strip(again.records)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("end", ["close", "kill"])
+def test_a_run_server_leaves_no_socket_folder_however_it_ends(end, tmp_path):
+    """The warm kernel talks over IPC sockets in a folder the server's owner made: closed or killed, the server
+    leaves none of it behind (a killed server cannot clean up itself)."""
+    from companion.runner import RunServer
+
+    nb = tmp_path / "warm.md"
+    nb.write_text(WARM_NB)
+    params = tmp_path / "p.yaml"
+    params.write_text("seed: 1\n")
+    server = RunServer(threads=1)
+    reply, _ = server.request(str(nb), params, tmp_path / "out")
+    assert reply["rc"] == 0, reply
+    sockets = Path(server.sockets)
+    assert any(sockets.rglob("k-*")), "the kernel's sockets live in the server's folder"
+    getattr(server, end)()
+    assert not sockets.exists()

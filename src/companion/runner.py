@@ -635,6 +635,11 @@ def kill_tree(pid: int, include_self: bool = True) -> None:
     psutil.wait_procs(procs, timeout=5)
 
 
+#: the folder under which a :class:`WarmKernel` puts its socket folder: a :class:`RunServer` names one of its
+#: own and removes it when the server ends, however it ends (a killed server cannot clean up after itself)
+SOCKETS_ENV = "COMPANION_KERNEL_SOCKETS"
+
+
 class WarmKernel:
     """A Jupyter kernel kept alive between notebook runs in one process (a sweep worker's run server).
 
@@ -654,6 +659,7 @@ class WarmKernel:
         self.kernel_name = kernel_name
         self.km = None
         self.kc = None
+        self.sockets: str | None = None
         self.cwd: str | None = None
         self.runs = 0
 
@@ -663,7 +669,11 @@ class WarmKernel:
         if self.km is not None and (cwd != self.cwd or not self.km.is_alive()):
             self.shutdown()
         if self.km is None:
-            self.km = KernelManager(kernel_name=self.kernel_name)
+            # IPC sockets in a folder of this kernel's own: kernels started at the same moment on one host (a
+            # sweep's workers) cannot collide on a port, as TCP ports picked free and bound later can
+            self.sockets = tempfile.mkdtemp(prefix="companion-kernel-", dir=os.environ.get(SOCKETS_ENV) or None)
+            self.km = KernelManager(kernel_name=self.kernel_name, transport="ipc",
+                                    ip=os.path.join(self.sockets, "k"))
             self.km.start_kernel(cwd=cwd, extra_arguments=KERNEL_ARGUMENTS)
             self.cwd = cwd
             self.kc = self.km.client()
@@ -701,7 +711,9 @@ class WarmKernel:
                 self.km.shutdown_kernel(now=True)
             except Exception:  # already dead
                 pass
-        self.km, self.kc, self.cwd = None, None, None
+        if self.sockets is not None:
+            shutil.rmtree(self.sockets, ignore_errors=True)
+        self.km, self.kc, self.sockets, self.cwd = None, None, None, None
 
 
 #: papermill's engine for runs in a :class:`WarmKernel` (registered on first use)
@@ -751,6 +763,8 @@ def serve_runs(rfile=None, wfile=None, idle: float = SERVE_IDLE_SECONDS) -> int:
     threads, _ = threads_env(1)
     os.environ["COMPANION_THREADS"] = str(threads)
     requests: queue.Queue = queue.Queue()
+    kernel = WarmKernel()
+    own_sockets = os.environ.get(SOCKETS_ENV)  # made for this server by its RunServer: removed as it exits
 
     def reader() -> None:
         buf = b""
@@ -766,10 +780,12 @@ def serve_runs(rfile=None, wfile=None, idle: float = SERVE_IDLE_SECONDS) -> int:
         except OSError:
             pass
         kill_tree(os.getpid(), include_self=False)  # the parent is gone: nothing of ours may outlive it
+        for folder in (kernel.sockets, own_sockets):  # nor the dead kernel's socket files
+            if folder:
+                shutil.rmtree(folder, ignore_errors=True)
         os._exit(143)
 
     threading.Thread(target=reader, name="companion-serve-reader", daemon=True).start()
-    kernel = WarmKernel()
     try:
         while True:
             try:
@@ -785,6 +801,8 @@ def serve_runs(rfile=None, wfile=None, idle: float = SERVE_IDLE_SECONDS) -> int:
             out.flush()
     finally:
         kernel.shutdown()
+        if own_sockets:
+            shutil.rmtree(own_sockets, ignore_errors=True)
 
 
 def _serve_one(notebook: str, params_file: str, output: str, kernel: WarmKernel) -> tuple[int, str]:
@@ -812,6 +830,7 @@ class RunServer:
         full.pop("COMPANION_EXIT_WITH_STDIN", None)
         if threads:
             full["COMPANION_THREADS"] = str(threads)
+        self.sockets = full[SOCKETS_ENV] = tempfile.mkdtemp(prefix="companion-server-")
         self.proc = subprocess.Popen([sys.executable, "-m", "companion", "run", "--serve", "-"],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                      env=full)
@@ -852,6 +871,7 @@ class RunServer:
     def kill(self) -> None:
         kill_tree(self.proc.pid)
         self.proc.wait()
+        shutil.rmtree(self.sockets, ignore_errors=True)
 
     def close(self) -> None:
         """Let the server finish and exit (its stdin closes), killing it if it does not within 10 s."""
@@ -860,3 +880,4 @@ class RunServer:
             self.proc.wait(timeout=10)
         except (OSError, subprocess.TimeoutExpired):
             self.kill()
+        shutil.rmtree(self.sockets, ignore_errors=True)
