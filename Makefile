@@ -49,7 +49,7 @@ benchmark: $(STAMP)
 	$(PY) benchmarks/bench_cot.py
 	@if $(PY) -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"; then \
 	  $(PY) benchmarks/bench_gpu.py && $(PY) benchmarks/bench_gpu_train.py; \
-	else echo "benchmark: no CUDA device here; the GPU path (device='cuda') is not timed (H100 numbers: benchmarks/results/)"; fi
+	else echo "benchmark: no CUDA device here; the GPU path (device='cuda') is not timed (H100 and H200 numbers: benchmarks/results/ and the README)"; fi
 
 clean:
 	rm -rf _build
