@@ -9,7 +9,10 @@
    Adam of companion.cot.train against autograd + torch.optim (companion.cot.reference), on the same minibatch;
    prints both times and the ratio (target >= 5x), for the gradient + update alone and for the whole step (with the
    sampling of the minibatch and the GD trajectory). One thread on both sides (torch and NumPy's OpenBLAS).
-3. The wall time of every cot notebook at its book (default) settings, executed through `companion run`
+3. Autoregressive CoT inference at the book's evaluation size (the 10 replicate models of a CoT run, 1000 evaluation
+   prompts each, d = 10, n = 20, k = 20): companion.cot.cot_inference (NumPy) against the torch implementation
+   it replaced (companion.cot.reference.torch_cot_inference); prints both times, the ratio and the difference.
+4. The wall time of every cot notebook at its book (default) settings, executed through `companion run`
    with the run cache disabled (cold), and the total (target <= 2 minutes on a 2-core machine, issue 10); beside
    each wall time the CPU time of the run (user + sys of its processes: about the wall time on a quiet machine)
    and the load average, since the machine is shared.
@@ -17,7 +20,7 @@
 Usage:  .venv/bin/python benchmarks/bench_cot.py [--skip-notebooks] [--fresh-cache] [--jobs 2] [--steps-only]
 (``--fresh-cache``: the runs share an empty run cache, as in a first ``make book``, instead of running cold;
 ``--jobs 2``: two notebooks side by side, as ``companion book`` runs them on a 2-core machine.)
-(``--steps-only``: part 2 alone.) Timings are noisy on a shared machine; the script reports the best of several
+(``--steps-only``: part 2 alone; ``--inference-only``: part 3 alone.) Timings are noisy on a shared machine; the script reports the best of several
 repeats for parts 1 and 2.
 """
 
@@ -206,12 +209,44 @@ def bench_notebooks(fresh_cache: bool = False, jobs: int = 1):
     return total
 
 
+def bench_inference(d=10, n=20, k=20, per=1000, R=10, repeats=5):
+    from companion.cot import cot_inference, make_generator, sample_prompts
+    from companion.cot.data import Prompts
+    from companion.cot.reference import torch_cot_inference
+
+    torch.set_num_threads(1)
+    g = make_generator(1)
+    p = sample_prompts(per, d, n, g)
+    p = Prompts(p.X.repeat(R, 1, 1), p.w_star.repeat(R, 1))
+    D = 2 * d + 2
+    W_KQ = 0.03 * torch.randn(R, D, D, generator=g, dtype=torch.float64)
+    W_PV = 0.03 * torch.randn(R, D, D, generator=g, dtype=torch.float64)
+
+    def best(f):
+        ts = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            out = f()
+            ts.append(time.perf_counter() - t0)
+        return min(ts), out
+
+    t_np, a = best(lambda: cot_inference(p, W_KQ, W_PV, k))
+    t_torch, b = best(lambda: torch_cot_inference(p, W_KQ, W_PV, k))
+    rel = float((a - b).abs().max() / b.abs().max())
+    print(f"CoT inference, {R} models x {per} prompts, d={d}, n={n}, k={k}: NumPy {1e3 * t_np:.0f} ms, torch "
+          f"{1e3 * t_torch:.0f} ms (best of {repeats}): {t_torch / t_np:.1f}x; largest relative difference {rel:.1e}")
+
+
 if __name__ == "__main__":
     if "--steps-only" in sys.argv:
         bench_train_step()
         sys.exit()
+    if "--inference-only" in sys.argv:
+        bench_inference()
+        sys.exit()
     bench_loss()
     bench_train_step()
+    bench_inference()
     if "--skip-notebooks" not in sys.argv:
         jobs = int(sys.argv[sys.argv.index("--jobs") + 1]) if "--jobs" in sys.argv else 1
         bench_notebooks(fresh_cache="--fresh-cache" in sys.argv, jobs=jobs)

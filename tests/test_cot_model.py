@@ -17,6 +17,7 @@ from companion.cot import (
     eval_loss,
     gd_trajectory,
     looped_predict,
+    lsa,
     make_generator,
     no_cot_predict,
     outcome_loss,
@@ -151,3 +152,21 @@ def test_direct_definition_matches_the_fast_loss():
     fast = float(teacher_forced_loss(pr, W, A, B, 4).detach())
     direct = float(teacher_forced_loss_direct(pr, W, A, B, 4).detach())
     assert abs(fast - direct) <= 1e-12 * abs(direct)
+
+
+@pytest.mark.parametrize("replicates", [1, 3])
+def test_cot_inference_equals_appending_the_lsa_output_column(replicates):
+    """Dense weights, no sparse structure: cot_inference against its definition Z_{i+1} = [Z_i, f(Z_i)[:, -1]],
+    the whole LSA recomputed at every step (one model, and R stacked replicates meeting their own prompts)."""
+    d, n, k = 3, 5, 4
+    gen = make_generator(7)
+    p = sample_prompts(2 * replicates, d, n, gen)
+    pairs = [_random_params(d, gen) for _ in range(replicates)]
+    W_KQ = torch.stack([a.detach() for a, _ in pairs]).squeeze(0)
+    W_PV = torch.stack([b.detach() for _, b in pairs]).squeeze(0)
+    Z, ws = embed(p), slice(d + 1, 2 * d + 1)
+    direct = [Z[:, ws, -1]]
+    for _ in range(k):
+        Z = torch.cat([Z, lsa(Z, W_KQ, W_PV, n)[:, :, -1:]], dim=2)
+        direct.append(Z[:, ws, -1])
+    torch.testing.assert_close(cot_inference(p, W_KQ, W_PV, k), torch.stack(direct, 1), rtol=1e-12, atol=1e-14)

@@ -143,37 +143,57 @@ def teacher_forced_loss_direct(prompts: Prompts, W_traj: torch.Tensor, W_KQ: tor
 
 def cot_inference(prompts: Prompts, W_KQ: torch.Tensor, W_PV: torch.Tensor, k: int,
                   append: str = "column") -> torch.Tensor:
-    """Autoregressive CoT: Z_{i+1} = [Z_i, f(Z_i)[:, -1]]; returns w_hat_0 = 0, ..., w_hat_k as (B, k+1, d).
+    r"""Autoregressive CoT: Z_{i+1} = [Z_i, f(Z_i)[:, -1]]; returns w_hat_0 = 0, ..., w_hat_k as (B, k+1, d).
 
     ``append="column"`` (the book's convention) appends the whole output column; ``append="clean"``
     appends (0, 0, w_hat, 1) instead (identical on the sparse manifold).
-    """
+
+    Only the last column of :math:`f(Z_i)` is needed, and it needs no :math:`D \times D` matrix per step: with
+    the tokens :math:`t_0, \dots, t_i` after the data columns (:math:`t_0 = (0, 0, 0, 1)`) and
+    :math:`u = W_{KQ} t_i`,
+
+    .. math::
+
+        t_{i+1} = t_i + W_{PV} h_i, \qquad
+        h_i = \tfrac1n Z_i Z_i^\top u = \begin{pmatrix} G_{xy} u^{E} \\ 0 \end{pmatrix}
+              + \tfrac1n \sum_{j \le i} t_j\,(t_j^\top u),
+
+    with :math:`G_{xy} = E E^\top / n` the data rows' Gram matrix (the data columns have no
+    :math:`\mathcal T` part). Computed in NumPy (float64): the products with the weights per replicate, the
+    rest as batched contractions over the prompts. ``tests/test_cot_model.py`` compares it with the definition
+    (the whole LSA recomputed at every step); ``benchmarks/bench_cot.py`` times it against the torch version it
+    replaced, :func:`companion.cot.reference.torch_cot_inference`."""
     k = integer("k", k, min=0)
     if append not in ("column", "clean"):
         raise ParameterError("append", f"must be 'column' or 'clean'; got {append!r}")
-    X, y = prompts.X, prompts.y
-    B, d, n = X.shape
+    B, d, n = prompts.X.shape
     _check_params(W_KQ, W_PV, d, B)
-    ws = slice(d + 1, 2 * d + 1)
-    D = 2 * d + 2
-    E = torch.cat([X, y.unsqueeze(1)], dim=1)  # non-zero rows of the data columns
-    G_xy = E @ E.transpose(1, 2) / n  # (B, d+1, d+1): the data part of Z Z^T / n
-    tok = X.new_zeros(B, k + 1, D)  # tokens t_0, ..., t_k (the columns after the data)
-    tok[:, 0, 2 * d + 1] = 1.0
-    out = [tok[:, 0, ws]]
+    X = prompts.X.detach().numpy()
+    y = prompts.y.detach().numpy()
+    D, m = 2 * d + 2, d + 1
+    KT = W_KQ.detach().numpy().reshape(-1, D, D).transpose(0, 2, 1)  # (R, D, D): W_KQ^T of each replicate
+    VT = W_PV.detach().numpy().reshape(-1, D, D).transpose(0, 2, 1)
+    R = KT.shape[0]
+    E = np.concatenate([X, y[:, None, :]], axis=1)  # (B, d+1, n): the non-zero rows of the data columns
+    G_xy = np.matmul(E, E.transpose(0, 2, 1)) / n  # (B, d+1, d+1)
+    tok = np.zeros((k + 1, B, D))  # position-major, each position's tokens contiguous
+    tok[0, :, 2 * d + 1] = 1.0
+    u, h = np.empty((B, D)), np.empty((B, D))
     for i in range(k):
-        t = tok[:, i]
-        u = _wT(t, W_KQ)  # W_KQ t
-        # Z_i Z_i^T u / n = G_data u + sum_{j <= i} t_j (t_j^T u) / n  (no D x D update per step)
-        prev = tok[:, : i + 1]
-        h = (prev.transpose(1, 2) @ (prev @ u.unsqueeze(-1))).squeeze(-1) / n
-        h[:, : d + 1] += (G_xy @ u[:, : d + 1].unsqueeze(-1)).squeeze(-1)
-        t_new = t + _wT(h, W_PV)
+        np.matmul(tok[i].reshape(R, -1, D), KT, out=u.reshape(R, -1, D))  # u = W_KQ t_i, replicate-major
+        prev = tok[: i + 1]
+        np.einsum("jbd,jb->bd", prev, np.einsum("jbd,bd->jb", prev, u), out=h)  # sum_j t_j (t_j . u)
+        h /= n
+        h[:, :m] += np.einsum("bij,bj->bi", G_xy, u[:, :m])
+        nxt = tok[i + 1]
+        np.matmul(h.reshape(R, -1, D), VT, out=nxt.reshape(R, -1, D))
+        nxt += tok[i]
         if append == "clean":
-            t_new = cot_tokens(t_new[:, None, ws])[:, 0]
-        tok[:, i + 1] = t_new
-        out.append(t_new[:, ws])
-    return torch.stack(out, dim=1)
+            w = nxt[:, d + 1 : 2 * d + 1].copy()
+            nxt[:] = 0.0
+            nxt[:, d + 1 : 2 * d + 1] = w
+            nxt[:, 2 * d + 1] = 1.0
+    return torch.from_numpy(np.ascontiguousarray(tok[:, :, d + 1 : 2 * d + 1].transpose(1, 0, 2)))
 
 
 def per_prompt_error(w_hat: torch.Tensor, prompts: Prompts) -> torch.Tensor:

@@ -6,6 +6,9 @@ and the optimisers of ``torch.optim`` (``Adam`` / ``SGD``, ``ExponentialLR``, ``
 implementation :mod:`companion.cot.train` used before its gradients were written in closed form
 (:mod:`companion.cot.grads`). Importing ``torch.optim``'s optimisers imports ``torch._dynamo`` (about 1 s).
 
+:func:`torch_cot_inference` is the torch implementation of :func:`companion.cot.model.cot_inference` (prefix
+products per step) that the NumPy one replaced; ``benchmarks/bench_cot.py`` times the two.
+
 :func:`naive_teacher_forced_loss` is the deliberately naive per-position loss (one prompt and one position at a
 time) that ``tests/test_cot_model.py`` compares the fast loss with and ``benchmarks/bench_cot.py`` times.
 """
@@ -18,10 +21,10 @@ import torch
 
 from . import train
 from .data import gd_trajectory
-from .model import outcome_loss, teacher_forced_loss
+from .model import _check_params, _wT, outcome_loss, teacher_forced_loss
 
 __all__ = ["autograd_full", "autograd_isotropic", "TorchOptimizer", "AUTOGRAD", "train_full_autograd",
-           "train_looped_isotropic_autograd", "naive_teacher_forced_loss"]
+           "train_looped_isotropic_autograd", "naive_teacher_forced_loss", "torch_cot_inference"]
 
 
 def autograd_full(objective: str, prompts, eta: float, W_KQ: torch.Tensor, W_PV: torch.Tensor, k: int):
@@ -121,3 +124,26 @@ def naive_teacher_forced_loss(X, w_star, eta, k, W_KQ, W_PV):
             F = Zi + W_PV @ Zi @ (Zi.T @ W_KQ @ Zi) / n
             total = total + 0.5 * torch.sum((F[:, -1] - token(traj[i + 1])) ** 2)
     return total / B
+
+
+def torch_cot_inference(prompts, W_KQ: torch.Tensor, W_PV: torch.Tensor, k: int) -> torch.Tensor:
+    r"""Autoregressive CoT as :func:`companion.cot.model.cot_inference` (``append="column"``), in torch: at step i,
+    :math:`h = G_{xy} u^E + \frac1n \sum_{j \le i} t_j (t_j^\top u)` with batched products over the prefix of tokens."""
+    X, y = prompts.X, prompts.y
+    B, d, n = X.shape
+    _check_params(W_KQ, W_PV, d, B)
+    ws, D = slice(d + 1, 2 * d + 1), 2 * d + 2
+    E = torch.cat([X, y.unsqueeze(1)], dim=1)
+    G_xy = E @ E.transpose(1, 2) / n
+    tok = X.new_zeros(B, k + 1, D)
+    tok[:, 0, 2 * d + 1] = 1.0
+    out = [tok[:, 0, ws]]
+    for i in range(k):
+        t = tok[:, i]
+        u = _wT(t, W_KQ)
+        prev = tok[:, : i + 1]
+        h = (prev.transpose(1, 2) @ (prev @ u.unsqueeze(-1))).squeeze(-1) / n
+        h[:, : d + 1] += (G_xy @ u[:, : d + 1].unsqueeze(-1)).squeeze(-1)
+        tok[:, i + 1] = t + _wT(h, W_PV)
+        out.append(tok[:, i + 1, ws])
+    return torch.stack(out, dim=1)
