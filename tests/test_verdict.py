@@ -265,3 +265,22 @@ def test_a_falsifier_without_a_value_is_never_rejected(tmp_path):
     with pytest.raises(ValueError, match="falsifier value needs the falsifier's name"):
         v.bound("y", quantity="q", bound=1.0, measured=0.5, comparison="upper", tolerance=0.0, falsifier_value=2.0,
                 reason="r")
+
+
+def test_an_undecided_reason_turns_a_failure_into_not_resolvable_and_never_a_pass(tmp_path):
+    """``undecided`` (a measured reason, e.g. a training run still improving when it stopped): a bound that would
+    fail is not_resolvable with the reason as its note; one that holds passes as without it; no empty reasons."""
+    v = make(tmp_path, manifest=("above", "below", "plain", "empty"))
+    why = "training had not converged: the error fell 0.1 +- 0.01 over the last fifth of its steps"
+    above = v.bound("above", quantity="q", bound=1.0, measured=1.5, comparison="upper", reason="r", se=0.01,
+                    falsifier="the floor", falsifier_value=1.0, undecided=why)
+    assert above.status == "not_resolvable" and above.note == why and above.passed
+    below = v.bound("below", quantity="q", bound=1.0, measured=0.5, comparison="upper", reason="r", se=0.01,
+                    falsifier="the floor", falsifier_value=1.0, undecided=why)
+    assert below.status == "passed" and below.note is None
+    plain = v.bound("plain", quantity="q", bound=1.0, measured=1.5, comparison="upper", reason="r", se=0.01,
+                    falsifier="the floor", falsifier_value=1.0)
+    assert plain.status == "failed"
+    with pytest.raises(ValueError, match="undecided"):
+        v.bound("empty", quantity="q", bound=1.0, measured=1.5, comparison="upper", reason="r", se=0.01,
+                falsifier="the floor", falsifier_value=1.0, undecided=" ")

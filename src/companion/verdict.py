@@ -247,11 +247,19 @@ class Verdict:
         headline: bool = False,
         dof: float | None = None,
         crit: float | None = None,
+        undecided: str | None = None,
     ) -> Record:
         """Compare one measured number with its prediction; remember (and return) the record.
 
         Use the kind-specific methods (:meth:`identity`, :meth:`numerics`, :meth:`statistical`,
-        :meth:`bound`, :meth:`qualitative`); they fill ``kind`` and enforce what each kind needs."""
+        :meth:`bound`, :meth:`qualitative`); they fill ``kind`` and enforce what each kind needs.
+
+        ``undecided``: a reason, measured at these parameters, why a *failure* would not be evidence against the
+        theory (e.g. a trained model whose loss was still falling significantly when its training stopped, so
+        the claim about *the trained model* is not yet testable). Given, a claim that is not accepted is recorded
+        ``not_resolvable`` with the reason in its note instead of ``failed``; an accepted claim is judged as
+        without it. Never a way to pass: it only turns a failure into an undecided claim, and the reason must say
+        what was measured."""
         self._new_id(claim)
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}; got {kind!r}")
@@ -308,6 +316,11 @@ class Verdict:
             notes.append(f"the band is {'undefined' if crit is None else f'{crit:.3g} SE'} (more than "
                          f"{MAX_CRIT:g}): too few degrees of freedom to decide")
         status = "failed" if not accepted else ("passed" if rejected else "not_resolvable")
+        if undecided is not None:
+            if not undecided.strip():
+                raise ValueError(f"{claim}: say what was measured that leaves the claim undecided")
+            if status == "failed":
+                status, notes = "not_resolvable", [undecided]
         rec = Record(
             notebook=self.notebook, claim=claim, kind=kind, status=status, quantity=quantity,
             predicted=_plain(pred), measured=_plain(meas), tolerance=tol, comparison=comparison,
@@ -385,10 +398,10 @@ class Verdict:
     def bound(self, claim: str, *, quantity: str, bound, measured, comparison: str, reason: str,
               tolerance: float | None = None, se=None, z: float = 4.0, floor: float = 0.0,
               falsifier: str | None = None, falsifier_value=None, headline: bool = False,
-              dof: float | None = None) -> Record:
+              dof: float | None = None, undecided: str | None = None) -> Record:
         """An inequality a theorem states: ``measured <= bound`` (``"upper"``) or ``>=`` (``"lower"``),
         up to ``tolerance`` (round-off) or ``crit * se + floor`` (a simulated quantity; ``crit`` as in
-        :meth:`statistical`)."""
+        :meth:`statistical`). ``undecided``: as in :meth:`check`."""
 
         if comparison not in ("upper", "lower"):
             raise ValueError(f"{claim}: a bound is 'upper' or 'lower'; got {comparison!r}")
@@ -401,12 +414,12 @@ class Verdict:
             return self.check(claim, kind="bound", quantity=quantity, predicted=bound, measured=measured,
                               tolerance=crit * se_ + float(floor), comparison=comparison, reason=reason, se=se_,
                               z=z, floor=float(floor), falsifier=falsifier, falsifier_value=falsifier_value,
-                              headline=headline, dof=dof, crit=crit)
+                              headline=headline, dof=dof, crit=crit, undecided=undecided)
         if dof is not None:
             raise ValueError(f"{claim}: degrees of freedom belong to a standard error; this bound has none")
         return self.check(claim, kind="bound", quantity=quantity, predicted=bound, measured=measured,
                           tolerance=tolerance, comparison=comparison, reason=reason, falsifier=falsifier,
-                          falsifier_value=falsifier_value, headline=headline)
+                          falsifier_value=falsifier_value, headline=headline, undecided=undecided)
 
     def qualitative(self, claim: str, *, quantity: str, predicted, measured, comparison: str, tolerance: float,
                     falsifier: str, reason: str, falsifier_value=None) -> Record:
