@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from _site import copy_book_frame
 
 from companion import book
@@ -11,6 +12,7 @@ from companion import book
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
+@pytest.mark.slow  # runs the book's page machinery: not in the fast lane (make test-fast)
 def test_a_mesa_page_to_run_warms_the_run_cache_first(tmp_path, monkeypatch):
     monkeypatch.setenv("COMPANION_CACHE_DIR", str(tmp_path / "runs"))
     calls = []

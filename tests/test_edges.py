@@ -137,6 +137,7 @@ def test_a_second_sweep_on_a_locked_folder_is_refused_naming_the_holder(tmp_path
     assert not (out / "sweep.lock").exists()
 
 
+@pytest.mark.slow  # Dask sweep processes and kernels: not in the fast lane (make test-fast)
 def test_three_sweeps_on_one_folder_run_every_point_once(tmp_path):
     """Three `companion sweep --out SAME` at once (one with --resume): one runs, the others are refused
     naming the lock and the pid of the one that runs; every point has exactly one record."""
@@ -164,6 +165,7 @@ def _leftovers(out):
     return sorted(p.name for p in points.iterdir() if p.name.startswith(".")) if points.is_dir() else []
 
 
+@pytest.mark.slow  # Dask sweep processes and kernels: not in the fast lane (make test-fast)
 def test_a_sweep_killed_before_its_first_point_leaves_nothing_after_the_next_run(tmp_path):
     out = tmp_path / "k"
     args = ["sweep", TOY, "--grid", "seed=1,2", "-p", "n", "50", "-o", str(out), "--quiet", "--workers", "1"]
@@ -185,6 +187,7 @@ def test_a_sweep_killed_before_its_first_point_leaves_nothing_after_the_next_run
     assert _leftovers(out) == [] and len(read_results(out)) == 2
 
 
+@pytest.mark.slow  # Dask sweep processes and kernels: not in the fast lane (make test-fast)
 def test_a_new_sweep_clears_leftovers_too(tmp_path):
     out = tmp_path / "n"
     (out / "points" / ".abc_seed=1.partial-x1").mkdir(parents=True)
@@ -310,6 +313,7 @@ def test_an_accepted_step_size_past_two_over_lambda_catapults_and_trains():
     assert abs(r.ab[-1] / 0.17983 - 1) < 0.2
 
 
+@pytest.mark.slow  # executes a notebook with papermill: not in the fast lane (make test-fast)
 def test_thm4_1_refuses_the_reported_case_in_its_validation_cell_before_training(tmp_path):
     args = ["run", "mesa/thm4_1_emergence", "-o", str(tmp_path / "r")]
     for k, v in REPORTED.items():
@@ -360,6 +364,7 @@ def test_a_run_clears_the_partial_folders_of_dead_runs_into_the_same_output_and_
     assert (tmp_path / ".other.partial-dead01").is_dir()
 
 
+@pytest.mark.slow  # companion run processes and kernels: not in the fast lane (make test-fast)
 def test_a_killed_run_leaves_nothing_after_the_next_run_into_the_same_output(tmp_path):
     out = tmp_path / "out"
     args = ["run", TOY, "-p", "n", "50", "-o", str(out), "--quiet"]
@@ -454,6 +459,7 @@ def test_thm4_1_memory_covers_the_one_step_prefix_sums(monkeypatch):
     assert err is not None and err.name == "m, T, d" and "0.858 GiB" in str(err), err
 
 
+@pytest.mark.slow  # companion run processes: not in the fast lane (make test-fast)
 def test_the_largest_sizes_are_refused_by_companion_run_in_one_line(tmp_path):
     args = ["run", "mesa/thm4_3_masking", "-o", str(tmp_path / "r")]
     for k, v in MESA_MAX.items():

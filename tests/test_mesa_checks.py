@@ -122,6 +122,7 @@ print(hashlib.sha256(np.ascontiguousarray(r.W_KQ).tobytes() + np.ascontiguousarr
 """
 
 
+@pytest.mark.slow  # two full training runs: not in the fast lane (make test-fast)
 def test_full_training_is_bitwise_identical_at_one_and_two_threads():
     """Run in subprocesses with NUMBA_NUM_THREADS=2, so it never skips on a one-core machine."""
     out = []

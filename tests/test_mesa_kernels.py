@@ -186,6 +186,7 @@ def test_sequences_layout_puts_sequence_16b_plus_l_in_lane_l():
     assert not SQ[1, :2 * d, 5:].any()  # padding: x_1 = 0
 
 
+@pytest.mark.slow  # compiles the kernel in fresh processes: not in the fast lane (make test-fast)
 def test_compiled_kernel_is_cached_on_disk_and_reloaded(tmp_path):
     # the first process compiles d = 1 and writes the object code; the second loads it (no compilation) and
     # gives bit-identical losses and gradients
