@@ -61,7 +61,7 @@ def _compiled(d: int, which: str, mode: int):
     loss = np.empty(m)
     gA = np.zeros((nb, 2 * d, 2 * d), complex)
     gP = np.zeros((nb, d, 2 * d), complex)
-    pred = np.empty((2, m, d, N))
+    pred = np.full((2, m, d, N), np.nan)  # modes 0 and 1 write no predictions: NaN, not uninitialised memory
     kernels.sweep(TB, SQ, pos, 1.0 / (pos - 1), W_KQ, W_PV, wn, mode, loss, gA, gP, pred)
     return loss, gA.sum(0), gP.sum(0), (pred[0] + 1j * pred[1]).transpose(0, 2, 1)
 
