@@ -43,6 +43,17 @@ NOTEBOOKS = ["setup", "thm3_1_no_cot", "cor3_1_floor", "thm3_2_construction", "t
              "looped", "experiments"]
 
 
+def _best(f, reps):
+    """The fastest of ``reps`` timed calls of ``f`` after one untimed warm-up call, and the last result."""
+    f()
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        out = f()
+        times.append(time.perf_counter() - t)
+    return min(times), out
+
+
 def bench_loss(d=10, n=20, k=20, batch=64, eta=0.3, repeats=5):
     from companion.cot import gd_trajectory, make_generator, sample_prompts, teacher_forced_loss
 
@@ -63,17 +74,8 @@ def bench_loss(d=10, n=20, k=20, batch=64, eta=0.3, repeats=5):
         loss = naive(p.X, p.w_star, eta, k, W_KQ, W_PV)
         return loss, torch.autograd.grad(loss, [W_KQ, W_PV])
 
-    def best(f, reps):
-        f()
-        times = []
-        for _ in range(reps):
-            t = time.perf_counter()
-            out = f()
-            times.append(time.perf_counter() - t)
-        return min(times), out
-
-    t_fast, (lf, gf) = best(fast, 20 * repeats)
-    t_slow, (ls, gs) = best(slow, repeats)
+    t_fast, (lf, gf) = _best(fast, 20 * repeats)
+    t_slow, (ls, gs) = _best(slow, repeats)
     loss_rel = abs(float(lf.detach()) - float(ls.detach())) / abs(float(ls.detach()))
     grad_rel = max(float((a - b).abs().max() / b.abs().max()) for a, b in zip(gf, gs))
     print(f"teacher-forced CoT loss + gradient, d={d} n={n} k={k} batch={batch}, float64, 1 thread")
@@ -222,16 +224,8 @@ def bench_inference(d=10, n=20, k=20, per=1000, R=10, repeats=5):
     W_KQ = 0.03 * torch.randn(R, D, D, generator=g, dtype=torch.float64)
     W_PV = 0.03 * torch.randn(R, D, D, generator=g, dtype=torch.float64)
 
-    def best(f):
-        ts = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            out = f()
-            ts.append(time.perf_counter() - t0)
-        return min(ts), out
-
-    t_np, a = best(lambda: cot_inference(p, W_KQ, W_PV, k))
-    t_torch, b = best(lambda: torch_cot_inference(p, W_KQ, W_PV, k))
+    t_np, a = _best(lambda: cot_inference(p, W_KQ, W_PV, k), repeats)
+    t_torch, b = _best(lambda: torch_cot_inference(p, W_KQ, W_PV, k), repeats)
     rel = float((a - b).abs().max() / b.abs().max())
     print(f"CoT inference, {R} models x {per} prompts, d={d}, n={n}, k={k}: NumPy {1e3 * t_np:.0f} ms, torch "
           f"{1e3 * t_torch:.0f} ms (best of {repeats}): {t_torch / t_np:.1f}x; largest relative difference {rel:.1e}")
