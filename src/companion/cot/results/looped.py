@@ -230,7 +230,8 @@ def full_vs_floor(res, d: int, n: int, k: int, num: int, seed: int, z: float = 4
     -------
     dict
         :func:`~companion.cot.stats.trained_vs_prediction`, with ``drop`` (mean, se), ``drop_from`` (the earlier
-        step), ``drop_to`` (the last step) and ``still_falling``.
+        step), ``drop_to`` (the last step), ``still_falling`` and ``undecided`` (the verdict's reason when still
+        falling, else None).
     """
     prompts = sample_prompts(num, d, n, make_generator(COT_EVAL(seed)))
     errors = model_errors("looped", res, prompts, k)
@@ -242,7 +243,9 @@ def full_vs_floor(res, d: int, n: int, k: int, num: int, seed: int, z: float = 4
     diff = earlier - errors
     drop = mean_se(diff[np.isfinite(diff)]) if np.isfinite(diff).sum() > 1 else (math.nan, math.nan)
     still = bool(i < len(steps) - 1 and np.isfinite(drop[0]) and drop[0] > z * drop[1])
-    return dict(out, drop=drop, drop_from=int(steps[i]), drop_to=int(steps[-1]), still_falling=still)
+    why = (f"the full model was still training: its error on the check prompts fell {drop[0]:.3g} ± {drop[1]:.2g} "
+           f"from step {int(steps[i])} to step {int(steps[-1])} (more than {z:g} SE)") if still else None
+    return dict(out, drop=drop, drop_from=int(steps[i]), drop_to=int(steps[-1]), still_falling=still, undecided=why)
 
 
 def figure(ks, opt_a: dict, opt_b: dict, eigs, eta: float, floor: float, k_check: int, marks: dict, d: int, n: int):
