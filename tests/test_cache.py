@@ -90,3 +90,33 @@ def test_key_includes_the_stack_and_the_kernel_cpu(monkeypatch, tmp_path):
     assert "cpu=" in sig and "numba==" in sig and "llvmlite==" in sig
     monkeypatch.setattr(cache, "stack_signature", lambda: sig.replace("cpu=", "cpu=other-"))
     assert cache.hash_files(tmp_path, [a]) != key
+
+
+def _slow_logged(x, log):
+    """Appends a line to ``log`` per call (so calls in other processes are counted), then takes a while."""
+    import time
+
+    with open(log, "a") as fh:
+        fh.write(f"{x}\n")
+    time.sleep(1.0)
+    return x + 1
+
+
+def _call_cached(args):
+    import os
+
+    loc, x, log = args
+    os.environ["COMPANION_CACHE_DIR"] = loc
+    return cache.cached(_slow_logged)(x, log)
+
+
+def test_concurrent_misses_compute_once(tmp_path):
+    """Two processes that miss on the same key at the same time: one computes, the other waits for its lock
+    and reads the stored result (two pages of a build sharing a training run); another key is not blocked."""
+    import multiprocessing as mp
+
+    log = tmp_path / "calls.log"
+    jobs = [(str(tmp_path / "c"), 5, str(log)), (str(tmp_path / "c"), 5, str(log)), (str(tmp_path / "c"), 6, str(log))]
+    with mp.get_context("fork").Pool(3) as pool:
+        assert pool.map(_call_cached, jobs) == [6, 6, 7]
+    assert sorted(log.read_text().split()) == ["5", "6"]

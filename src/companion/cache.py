@@ -10,6 +10,11 @@ versions of Python and of the numerical stack (numpy, scipy, torch, numba, llvml
 kernel is compiled for (its name and features, as LLVM sees them: the generated code, and so its round-off,
 depends on them). A fixed typo in a docstring keeps every cached run; a changed constant discards them.
 
+Two processes that need the same missing result at the same time (two pages of one build, run side by side,
+that share a training run) do not both compute it: the first takes a lock on the result's key (an advisory
+``flock`` on a file in ``<cache>/.locks``, released by the kernel however the process ends), the second waits on
+it and then reads the result the first stored.
+
 Location: ``$COMPANION_CACHE_DIR`` if set (``off``/``0``/``none``/empty disables caching), else
 ``<book root>/_build/.companion_cache``. The tests run with caching disabled.
 """
@@ -17,6 +22,7 @@ Location: ``$COMPANION_CACHE_DIR`` if set (``off``/``0``/``none``/empty disables
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
 import hashlib
 import os
@@ -179,8 +185,29 @@ def cache_dir(namespace: str = "", sources: tuple[str, ...] | None = None) -> Pa
     return base / (f"{namespace}-{digest}" if namespace else digest)
 
 
+@contextlib.contextmanager
+def _key_lock(loc: Path, key: str):
+    """An exclusive advisory lock on ``<loc>/.locks/<key>``, held for the ``with`` block (waits for another
+    process that holds it). Without ``fcntl`` (Windows) no lock is taken: concurrent misses then compute twice."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield
+        return
+    locks = loc / ".locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    with open(locks / key, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def cached(func: F) -> F:
-    """``cached(f)(*args)`` is ``f(*args)``, memoised on disk when a cache directory is configured."""
+    """``cached(f)(*args)`` is ``f(*args)``, memoised on disk when a cache directory is configured; a miss is
+    computed under the key's lock (:func:`_key_lock`), so concurrent callers with the same arguments compute it
+    once."""
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
@@ -189,6 +216,11 @@ def cached(func: F) -> F:
             return func(*args, **kwargs)
         import joblib
 
-        return joblib.Memory(location=str(loc), verbose=0).cache(func)(*args, **kwargs)
+        memo = joblib.Memory(location=str(loc), verbose=0).cache(func)
+        if memo.check_call_in_cache(*args, **kwargs):
+            return memo(*args, **kwargs)
+        key = joblib.hash((func.__module__, func.__qualname__, args, sorted(kwargs.items())))
+        with _key_lock(loc, key):
+            return memo(*args, **kwargs)  # a caller that waited finds the result stored
 
     return wrapper  # type: ignore[return-value]
