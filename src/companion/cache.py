@@ -34,6 +34,11 @@ import numpy
 
 from .paths import repo_root
 
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: no advisory locks (see _key_lock)
+    fcntl = None
+
 __all__ = ["source_hash", "hash_files", "normalised_source", "stack_signature", "import_closure", "cache_dir", "cached"]
 
 F = TypeVar("F", bound=Callable)
@@ -189,9 +194,7 @@ def cache_dir(namespace: str = "", sources: tuple[str, ...] | None = None) -> Pa
 def _key_lock(loc: Path, key: str):
     """An exclusive advisory lock on ``<loc>/.locks/<key>``, held for the ``with`` block (waits for another
     process that holds it). Without ``fcntl`` (Windows) no lock is taken: concurrent misses then compute twice."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - not POSIX
+    if fcntl is None:  # pragma: no cover - not POSIX
         yield
         return
     locks = loc / ".locks"
