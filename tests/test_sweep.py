@@ -330,3 +330,24 @@ def test_a_run_server_leaves_no_socket_folder_however_it_ends(end, tmp_path):
     assert any(sockets.rglob("k-*")), "the kernel's sockets live in the server's folder"
     getattr(server, end)()
     assert not sockets.exists()
+
+
+def test_socket_folders_of_dead_owners_are_removed_and_no_other(tmp_path):
+    """A sweep worker killed with its servers at once (SIGKILL to the group) leaves its servers' socket folders;
+    the next RunServer removes those whose owner pid is gone, never a live owner's or a folder it does not name."""
+    import subprocess
+    import sys
+
+    from companion.runner import SERVER_PREFIX, remove_stale_socket_folders
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = tmp_path / f"{SERVER_PREFIX}{dead.pid}-abc"
+    (stale / "companion-kernel-x").mkdir(parents=True)
+    (stale / "companion-kernel-x" / "k-1").write_text("")
+    live = tmp_path / f"{SERVER_PREFIX}{os.getpid()}-def"
+    live.mkdir()
+    odd = tmp_path / f"{SERVER_PREFIX}notapid-x"
+    odd.mkdir()
+    assert remove_stale_socket_folders(str(tmp_path)) == [str(stale)]
+    assert not stale.exists() and live.is_dir() and odd.is_dir()

@@ -817,6 +817,30 @@ def _serve_one(notebook: str, params_file: str, output: str, kernel: WarmKernel)
     return (0 if result.ok else 1), ""
 
 
+SERVER_PREFIX = "companion-server-"  # + the owner's pid + "-": the socket folder of a RunServer
+
+
+def remove_stale_socket_folders(tmp: str | None = None) -> list[str]:
+    """Remove the socket folders (``companion-server-<pid>-*`` in ``tmp``, default the temporary directory) whose
+    owner process ``pid`` no longer exists: a :class:`RunServer` removes its folder however it ends, but a
+    process group killed at once (a sweep's worker and its servers, SIGKILL) leaves it. Only this user's folders,
+    and only those of dead owners, are touched. Returns the folders removed."""
+    import psutil
+
+    removed = []
+    base = Path(tmp or tempfile.gettempdir())
+    for folder in base.glob(f"{SERVER_PREFIX}*-*"):
+        pid = folder.name[len(SERVER_PREFIX):].split("-", 1)[0]
+        try:
+            if not pid.isdigit() or psutil.pid_exists(int(pid)) or folder.stat().st_uid != os.getuid():
+                continue
+        except OSError:
+            continue
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(str(folder))
+    return removed
+
+
 class RunServer:
     """A run server (``python -m companion run --serve``, :func:`serve_runs`) started by this process: one
     process and one warm kernel that run notebooks one after another. A sweep worker keeps one per thread;
@@ -830,7 +854,8 @@ class RunServer:
         full.pop("COMPANION_EXIT_WITH_STDIN", None)
         if threads:
             full["COMPANION_THREADS"] = str(threads)
-        self.sockets = full[SOCKETS_ENV] = tempfile.mkdtemp(prefix="companion-server-")
+        remove_stale_socket_folders()
+        self.sockets = full[SOCKETS_ENV] = tempfile.mkdtemp(prefix=f"{SERVER_PREFIX}{os.getpid()}-")
         self.proc = subprocess.Popen([sys.executable, "-m", "companion", "run", "--serve", "-"],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                      env=full)
