@@ -76,3 +76,23 @@ def test_the_band_adds_the_measured_feedback_in_absolute_value_and_the_reason_na
         offmanifold_words(res)  # r in standard errors needs the claim's SE
     with pytest.raises(ValueError):
         offmanifold_words(-2e-4)  # o in % needs the prediction
+
+
+def test_the_no_recovery_band_holds_the_training_sets_ab_spread_and_feedback_at_any_T():
+    """Prop 4.1's trained-loss claims (``prop4_1.no_recovery``): the SE combines the test-set SE with the jackknife
+    SE of the run's own restricted-GD ab moved through the loss, and the band adds the run's feedback moved the same
+    way. Before session 12 the ab term came from the T sweep and was 0 at a T it did not reach (the smoke point):
+    a held-out seed failed there."""
+    from companion.mesa.empirical import sampling_spread
+    from companion.mesa.evidence import training_stats
+    from companion.mesa.results import prop4_1
+
+    r = train.run(law="gaussian", scale=1.0, d=3, T=8, m=200, m_test=100, a0=0.5, b0=1.5, lr=1e-3, epochs=30, seed=5)
+    out = prop4_1.no_recovery(r, 0.5, 1.5, 30, n_batches=10)
+    restricted, se_ab = sampling_spread(None, 0.5, 1.5, 1e-3, 30, stats=training_stats("gaussian", 200, 3, 8, 5, 10))
+    assert se_ab[-1] > 0 and out["whole"]["off"] == pytest.approx(float(r.ab[-1] - restricted[-1]), rel=1e-12)
+    for q in out.values():
+        ab_term = abs(q["slope"]) * se_ab[-1]
+        assert ab_term > 1e-3 * q["se_test"]  # left out, the SE below would differ by far more than its rel
+        assert q["se"] == pytest.approx(np.hypot(q["se_test"], ab_term), rel=1e-9)
+        assert q["off_loss"] == pytest.approx(abs(q["slope"]) * abs(q["off"]), rel=1e-12)

@@ -145,7 +145,8 @@ def loss_evidence(result, c_pop: float, se_ab: float, positions=None, m_test: in
 
     SE: the test-set mean's standard error combined with ``|dL/dc| se_ab`` (one standard error of ab moved
     through the population loss; ``dof_ab`` its degrees of freedom, combined by :func:`companion.stats.welch`).
-    Returns measured, predicted, se, dof, and the per-sequence losses."""
+    Returns measured, predicted, se, dof, the loss's derivative ``slope`` in ab at ``c_pop``, and the per-sequence
+    losses."""
     c = result.config
     law, s, d, T = c["law"], c["scale"], c["d"], c["T"]
     td = test_data(result, m=m_test)
@@ -161,7 +162,7 @@ def loss_evidence(result, c_pop: float, se_ab: float, positions=None, m_test: in
         pred = float(np.sum(th.position_loss(law, s, d, t, c_pop)))
         slope = float(np.sum(d * (c_pop * (mo.m6 + (d - 1) * mo.m24 / (t - 1)) - mo.m4)))
     se, dof = S.welch((se_test, math.inf), (abs(slope) * se_ab, dof_ab))
-    return dict(measured=mu, predicted=pred, se=se, dof=dof, se_test=se_test,
+    return dict(measured=mu, predicted=pred, se=se, dof=dof, se_test=se_test, slope=slope,
                 losses=losses, zero_loss=d / 2 * (T - 2 if positions is None else len(np.atleast_1d(positions))) * mo.m2)
 
 
