@@ -29,7 +29,7 @@ book: $(STAMP) $(BROWSER)
 	$(PY) -m companion book
 
 test: $(STAMP) $(BROWSER)
-	$(PY) -m pytest
+	$(PY) tools/test_lanes.py
 
 # The fast lane: unit tests of the maths, data, training and verdict machinery; no notebook, papermill,
 # Dask, browser or numba-compile test (those are marked slow), on two processes (pytest-xdist). About a minute on

@@ -106,13 +106,18 @@ class NotebookRuns:
 _RUNS: list[NotebookRuns] = []
 
 
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects: the marker below is selectable
 def pytest_collection_modifyitems(config, items):
-    """Tests that need the notebook runs go last, those of the domain points after those of the smoke runs
-    (stable order otherwise), so the runs overlap the rest of the suite."""
+    """Tests that need the notebook runs are marked ``notebooks`` (``make test`` runs them in a pytest process of
+    their own beside the rest, ``tools/test_lanes.py``) and go last, those of the domain points after those of the
+    smoke runs (stable order otherwise), so that in one process the runs overlap the rest of the suite."""
     def rank(it):
         names = getattr(it, "fixturenames", ())
         return 2 if "domain_runs" in names else 1 if any(f in names for f in NOTEBOOK_FIXTURES) else 0
 
+    for it in items:
+        if rank(it):
+            it.add_marker(pytest.mark.notebooks)
     items.sort(key=rank)
 
 

@@ -1,0 +1,73 @@
+"""`make test`: the whole suite as two pytest processes side by side, so that both cores stay busy.
+
+Lane 1 runs the tests marked ``notebooks`` (``tests/conftest.py`` marks every test that needs the session's
+notebook runs or the site built from them): its process starts the 46 notebook runs, two at a time, and then
+builds and checks the site from them, which is mostly one process's work. Lane 2 runs every other test
+meanwhile; in one pytest process those waited for each other. Each lane has its own ``--basetemp``; their
+outputs are printed whole, one after the other, as each lane ends. The exit status is 0 when both lanes pass,
+else the first lane's non-zero status. Extra arguments go to both pytest commands
+(``python tools/test_lanes.py -x``).
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+LANES = (("notebook runs and the site", "notebooks"), ("everything else", "not notebooks"))
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt  # SIGTERM (a CI time limit): stop both lanes as Ctrl-C does
+
+
+def main(argv: list[str]) -> int:
+    signal.signal(signal.SIGTERM, _interrupt)
+    base = Path(tempfile.mkdtemp(prefix="companion-test-lanes-"))
+    procs = []
+    t0 = time.perf_counter()
+    try:
+        for i, (name, expr) in enumerate(LANES):
+            log = open(base / f"lane{i}.log", "w+")
+            cmd = [sys.executable, "-m", "pytest", "-m", expr, "-p", "no:cacheprovider",
+                   "--basetemp", str(base / f"tmp{i}"), *argv]
+            procs.append((name, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), log))
+        codes: dict[str, int] = {}
+        while len(codes) < len(procs):
+            for name, proc, log in procs:
+                if name in codes or proc.poll() is None:
+                    continue
+                codes[name] = proc.returncode
+                log.seek(0)
+                print(f"===== lane: {name} (pytest -m '{dict(LANES)[name]}'), exit status {proc.returncode}, "
+                      f"{time.perf_counter() - t0:.0f} s =====", flush=True)
+                shutil.copyfileobj(log, sys.stdout)
+                sys.stdout.flush()
+            time.sleep(1)
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        for _, proc, log in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)  # pytest's own teardown: the notebook runs and servers stop
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+            log.close()
+    # pytest's 5: no test selected in a lane (e.g. -k picked tests of the other lane only)
+    bad = [c for c in codes.values() if c not in (0, 5)]
+    if not bad:
+        shutil.rmtree(base, ignore_errors=True)
+    print(f"make test: both lanes ended in {time.perf_counter() - t0:.0f} s; "
+          + ", ".join(f"{n}: exit {c}" for n, c in codes.items()), flush=True)
+    return bad[0] if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
