@@ -209,7 +209,7 @@ def _key_lock(loc: Path, key: str):
 
 def cached(func: F) -> F:
     """``cached(f)(*args)`` is ``f(*args)``, memoised on disk when a cache directory is configured; a miss is
-    computed under the key's lock (:func:`_key_lock`), so concurrent callers with the same arguments compute it
+    computed under the key's lock (``_key_lock``), so concurrent callers with the same arguments compute it
     once."""
 
     @functools.wraps(func)
