@@ -143,8 +143,12 @@ def _execute_into_cache(cache_path: str, path: str, timeout: int) -> tuple[str, 
                                  meta_override=True)
     if result.err is not None:
         return path, result.time, f"{type(result.err).__name__}: {str(result.err).strip().splitlines()[-1:]}"
-    get_cache(cache_path).cache_notebook_bundle(
-        CacheBundleIn(nb, path, data={"execution_seconds": result.time}), check_validity=False, overwrite=True)
+    # one writer at a time: jupyter-cache's write (record, then notebook file, then truncation) read by another
+    # process between the two statements of its truncation deleted a record whose file was not yet written
+    # ("Notebook file does not exist for cache record PK: 2", seen with two pages side by side on a loaded machine)
+    with run_cache.file_lock(Path(cache_path) / "companion-write.lock"):
+        get_cache(cache_path).cache_notebook_bundle(
+            CacheBundleIn(nb, path, data={"execution_seconds": result.time}), check_validity=False, overwrite=True)
     return path, result.time, None
 
 

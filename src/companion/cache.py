@@ -36,10 +36,11 @@ from .paths import repo_root
 
 try:
     import fcntl
-except ImportError:  # pragma: no cover - Windows: no advisory locks (see _key_lock)
+except ImportError:  # pragma: no cover - Windows: no advisory locks (see file_lock)
     fcntl = None
 
-__all__ = ["source_hash", "hash_files", "normalised_source", "stack_signature", "import_closure", "cache_dir", "cached"]
+__all__ = ["source_hash", "hash_files", "normalised_source", "stack_signature", "import_closure", "cache_dir", "cached",
+           "file_lock"]
 
 F = TypeVar("F", bound=Callable)
 _OFF = {"", "off", "0", "none", "false", "no"}
@@ -191,15 +192,17 @@ def cache_dir(namespace: str = "", sources: tuple[str, ...] | None = None) -> Pa
 
 
 @contextlib.contextmanager
-def _key_lock(loc: Path, key: str):
-    """An exclusive advisory lock on ``<loc>/.locks/<key>``, held for the ``with`` block (waits for another
-    process that holds it). Without ``fcntl`` (Windows) no lock is taken: concurrent misses then compute twice."""
+def file_lock(path: Path):
+    """An exclusive advisory lock (``flock``) on the file ``path`` (made, with its folder, if missing), held for
+    the ``with`` block: another process asking for it waits. The kernel releases it however the holder ends.
+    Without ``fcntl`` (Windows) no lock is taken. Used for the run cache's keys (:func:`cached`) and for the
+    writes into the jupyter-cache of ``companion book``, whose processes would otherwise race."""
     if fcntl is None:  # pragma: no cover - not POSIX
         yield
         return
-    locks = loc / ".locks"
-    locks.mkdir(parents=True, exist_ok=True)
-    with open(locks / key, "a") as fh:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield
@@ -209,7 +212,7 @@ def _key_lock(loc: Path, key: str):
 
 def cached(func: F) -> F:
     """``cached(f)(*args)`` is ``f(*args)``, memoised on disk when a cache directory is configured; a miss is
-    computed under the key's lock (``_key_lock``), so concurrent callers with the same arguments compute it
+    computed under the key's :func:`file_lock` (in ``<cache>/.locks``), so concurrent callers with the same arguments compute it
     once."""
 
     @functools.wraps(func)
@@ -223,7 +226,7 @@ def cached(func: F) -> F:
         if memo.check_call_in_cache(*args, **kwargs):
             return memo(*args, **kwargs)
         key = joblib.hash((func.__module__, func.__qualname__, args, sorted(kwargs.items())))
-        with _key_lock(loc, key):
+        with file_lock(loc / ".locks" / key):
             return memo(*args, **kwargs)  # a caller that waited finds the result stored
 
     return wrapper  # type: ignore[return-value]
