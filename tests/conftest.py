@@ -27,6 +27,9 @@ for _var in ("COMPANION_RESULTS_DIR", "COMPANION_MAX_BYTES", "COMPANION_THREADS"
 # two notebook runs at a time on this 2-core class of machine: one kernel thread each
 ONE_THREAD = {"COMPANION_THREADS": "1"}
 NOTEBOOK_FIXTURES = ("smoke_runs", "domain_runs", "smoke_site")
+# the book-build tests join the notebook runs in `make test`'s first lane (tools/test_lanes.py): with them the two
+# lanes end together (session 12: 826 s against 1108 s without them)
+BOOK_LANE_FILES = ("test_book.py",)
 
 
 class NotebookRuns:
@@ -108,15 +111,15 @@ _RUNS: list[NotebookRuns] = []
 
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects: the marker below is selectable
 def pytest_collection_modifyitems(config, items):
-    """Tests that need the notebook runs are marked ``notebooks`` (``make test`` runs them in a pytest process of
-    their own beside the rest, ``tools/test_lanes.py``) and go last, those of the domain points after those of the
+    """Tests that need the notebook runs, and the book-build tests, are marked ``notebooks`` (``make test`` runs them
+    in a pytest process of their own beside the rest, ``tools/test_lanes.py``) and go last, those of the domain points after those of the
     smoke runs (stable order otherwise), so that in one process the runs overlap the rest of the suite."""
     def rank(it):
         names = getattr(it, "fixturenames", ())
         return 2 if "domain_runs" in names else 1 if any(f in names for f in NOTEBOOK_FIXTURES) else 0
 
     for it in items:
-        if rank(it):
+        if rank(it) or it.path.name in BOOK_LANE_FILES:
             it.add_marker(pytest.mark.notebooks)
     items.sort(key=rank)
 
