@@ -22,8 +22,7 @@ from companion import stats as S
 from companion.claims import ClaimSpec, ResultSpec
 from companion.mesa import theory as th
 from companion.mesa.data import generate
-from companion.mesa.empirical import sampling_spread
-from companion.mesa.evidence import extrapolated_ab, loss_evidence, population_ab, sweep_replicates, training_stats
+from companion.mesa.evidence import ab_evidence, extrapolated_ab, loss_evidence, population_ab, sweep_replicates, training_stats
 from companion.mesa.figures import POPULATION, TRAINED, init_label, plain_log_ticks
 from companion.mesa.model import per_sequence_loss
 from companion.mesa.stability import stable_lr
@@ -86,7 +85,7 @@ def no_recovery(r_mid, a0: float, b0: float, epochs: int, n_batches: int = 20) -
     Two finite-m effects of the run's own training set enter the band, both measured on that set, at any T:
 
     * its sampling spread of ab, the delete-one-batch jackknife SE of the GD restricted to the diagonal manifold on
-      the set (:func:`companion.mesa.empirical.sampling_spread`, ``n_batches`` batches, ``n_batches`` - 1 degrees of
+      the set (:func:`companion.mesa.evidence.ab_evidence`, ``n_batches`` batches, ``n_batches`` - 1 degrees of
       freedom), moved through the loss by its derivative in ab;
     * the full model's off-manifold feedback :math:`o = ab - ab^{\rm diag}`, its ab minus that restricted GD's
       (:func:`companion.mesa.evidence.offmanifold_floor`, as for every trained-ab claim), moved through the loss:
@@ -105,12 +104,11 @@ def no_recovery(r_mid, a0: float, b0: float, epochs: int, n_batches: int = 20) -
     c = r_mid.config
     T = c["T"]
     c_pop = population_ab("gaussian", c["scale"], c["d"], T, a0, b0, c["lr"], epochs)[-1]
-    stats = training_stats("gaussian", c["m"], c["d"], T, c["seed"], n_batches)
-    restricted, se = sampling_spread(None, a0, b0, c["lr"], epochs, scale=c["scale"], stats=stats)
-    off = float(r_mid.ab[-1] - restricted[-1])
+    ab = ab_evidence(r_mid, training_stats("gaussian", c["m"], c["d"], T, c["seed"], n_batches))
+    off = ab["off"]
     out = {}
     for k, pos in (("last", [T - 1]), ("whole", None)):
-        ev = loss_evidence(r_mid, c_pop, float(se[-1]), positions=pos, dof_ab=n_batches - 1)
+        ev = loss_evidence(r_mid, c_pop, ab["se"], positions=pos, dof_ab=ab["dof"])
         out[k] = dict(ev, off=off, off_loss=abs(ev["slope"]) * abs(off), c_pop=float(c_pop))
     return out
 
