@@ -47,8 +47,9 @@ class NotebookRuns:
         self.servers: list = []
         self.seconds: dict[str, float] = {}
         # first, compile the fused mesa kernel once per d the runs use (as `companion book` does): in a fresh
-        # clone, two runs that meet an uncompiled d at the same time would each compile it; the cot smoke runs
-        # (queued first) keep the other worker busy meanwhile
+        # clone, a run that meets an uncompiled d would wait for it (the compilation holds a lock per kernel, so
+        # a kernel is compiled once however many processes ask); the cot smoke runs (queued first) keep the
+        # other worker busy meanwhile
         dims = [5] + sorted({int(p["d"]) for name, pts in domain_points().items() if name.startswith("mesa/")
                              for p in pts if "d" in p} - {5})
         self.pool.submit(self._warm_kernels, dims)

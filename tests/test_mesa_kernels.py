@@ -226,6 +226,30 @@ def test_compiled_kernel_is_cached_on_disk_and_reloaded(tmp_path):
     assert files[0].read_bytes() != bytes(blob)
 
 
+@pytest.mark.slow  # compiles the kernel in fresh processes: not in the fast lane (make test-fast)
+def test_processes_that_need_a_new_kernel_at_the_same_time_compile_it_once(tmp_path):
+    # three processes import, wait for one signal, then ask for the same uncompiled kernel (d = 2, double: about
+    # a second of compilation) in one empty cache: one compiles it, the others wait for its lock and load the object
+    import subprocess
+    import sys
+    import time
+
+    go = tmp_path / "go"
+    code = ("import os, time\n"
+            "from companion.mesa.lanes import jit\n"
+            f"while not os.path.exists({str(go)!r}):\n"
+            "    time.sleep(0.005)\n"
+            "jit.compiled(2, 'double')\n"
+            "print(len(jit.COMPILED_HERE))\n")
+    env = dict(__import__("os").environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True) for _ in range(3)]
+    time.sleep(3)  # all three have imported and are polling
+    go.touch()
+    counts = sorted(int(p.communicate(timeout=300)[0]) for p in procs)
+    assert counts == [0, 0, 1], counts
+    assert len(list((tmp_path / "cache").glob("mesa-lanes-d2-double-*.o"))) == 1
+
+
 def test_sweep_refuses_arrays_the_compiled_code_would_overrun():
     # the kernel reads and writes through raw pointers: a table of another d, a sequence block of another
     # dtype, a short position list or an unknown mode must be refused before the call, naming the argument
