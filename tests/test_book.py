@@ -342,6 +342,15 @@ def test_glance_shows_each_results_decisive_claim_or_says_there_is_none():
     assert "href='../notebooks/mesa/a.html#verdict-mesa-a'" in ra and "no decisive claim" not in ra
     assert "mc_<wbr>only" in rb and "on monte carlo" in rb and "no decisive claim on a trained model yet" in rb
     assert "no records in this build" in rc and "href" not in rc  # its page may not be in this build
+    # a setting page is not counted among the results, and its row says what it is instead of "no decisive claim"
+    from companion.claims import ResultSpec
+
+    setting = ResultSpec("mesa", "Section 3, the setting", "AR data", "mesa-def", "mesa/s", "companion.mesa.results.s",
+                         setting=True)
+    page = glance_markdown((setting, *_glance_specs()), a + b + [_stat("mesa/s", "loss_formula", 14.8, target="monte_carlo")])
+    assert "**1 of 3 results** have a decisive claim" in page and "(The one setting page, Section 3 of the mesa paper, checks formulas" in page
+    rs = [r for r in re.findall(r"<tr[ >].*?</tr>", page) if "<th scope='col'>" not in r][0]
+    assert "loss_<wbr>formula" in rs and "a setting page" in rs and "no decisive claim" not in rs
 
 
 def test_the_glance_page_lists_every_registered_result():

@@ -87,6 +87,9 @@ class ResultSpec:
     claims: tuple[ClaimSpec, ...] = ()
     figures: tuple[str, ...] = ()  # glue names of the page's figures
     sweep: str = ""  # the sweep that maps it (a section of the Sweeps page), "" if none
+    # a setting page (the paper's definitions: data, model, losses), not a numbered result: its claims check
+    # formulas and implementations (closed form, Monte Carlo), and no trained-model claim is asked of it
+    setting: bool = False
 
     def spec_of(self, claim_id: str) -> ClaimSpec | None:
         """The manifest line a recorded claim id belongs to (the first that matches), or None."""

@@ -444,7 +444,9 @@ def _glance_row(spec: ResultSpec, records: list[dict]) -> str:
     st = _status(r)
     claim = f"<code>{_esc(r.get('claim', '?')).replace('_', '_<wbr>')}</code><br><small>{_esc(r.get('kind', '?'))}" \
             f" on {_esc(_target(r).replace('_', ' '))}</small>"
-    if not decisive:
+    if spec.setting:
+        claim += "<br><em class='cv-glance-none'>a setting page: it checks the definitions' formulas</em>"
+    elif not decisive:
         why = "no decisive claim on a trained model yet"
         p, f = r.get("predicted"), r.get("falsifier_value")
         if (r.get("target") == "trained" and st == "passed" and not is_close_competitor(r)
@@ -469,19 +471,32 @@ def _glance_row(spec: ResultSpec, records: list[dict]) -> str:
             f"<td>{verdict}</td></tr>")
 
 
+def _count_words(n: int) -> str:
+    return {1: "one", 2: "two", 3: "three"}.get(n, str(n))
+
+
 def glance_markdown(results: tuple[ResultSpec, ...] | list[ResultSpec], records: list[dict]) -> str:
     """MyST for the "Results at a glance" page: per paper, one row per numbered result (``results``, in book
     order) with its decisive claim (:func:`decisive_claim`) among ``records``: measured ± SE, the prediction and
     the falsifier with its value (each with its distance from the measurement in SE) and the verdict with its band
-    (the critical number of SE); the result's number links the verdict section of its page. A result without
+    (the critical number of SE); the result's number links the verdict section of its page. The count of decisive
+    results leaves out the setting pages (``ResultSpec.setting``), whose rows say what they are. A result without
     records in this build says so (and links nothing: its page may not be in the build)."""
     by_nb: dict[str, list[dict]] = {}
     for r in records:
         by_nb.setdefault(r.get("notebook", ""), []).append(r)
-    n_decisive = sum(1 for s in results if decisive_claim(by_nb.get(s.notebook, []))[1])
-    lines = [f"**{n_decisive} of {len(results)} results** have a decisive claim on a trained model in this build: a "
+    numbered = [s for s in results if not s.setting]
+    n_decisive = sum(1 for s in numbered if decisive_claim(by_nb.get(s.notebook, []))[1])
+    lines = [f"**{n_decisive} of {len(numbered)} results** have a decisive claim on a trained model in this build: a "
              "headline statistical claim on a trained transformer that passed with a band of at most 8 SE and "
-             f"rejected a close competitor (a falsifier within {CLOSE:.0%} of the prediction).", ""]
+             f"rejected a close competitor (a falsifier within {CLOSE:.0%} of the prediction)."]
+    settings = [s for s in results if s.setting]
+    if settings:
+        lines[0] += (f" (The {_count_words(len(settings))} setting page{'s' if len(settings) > 1 else ''}, "
+                     f"{', '.join(s.number.split(',')[0] + ' of the ' + s.paper + ' paper' for s in settings)}, "
+                     + ("check formulas, not trained models, and are not counted.)" if len(settings) > 1 else
+                        "checks formulas, not a trained model, and is not counted.)"))
+    lines.append("")
     # (header, width): a fixed layout that fits the text column; the result's number links its verdict section
     heads = (("result", 17), ("decisive claim", 19), ("measured ± SE", 14), ("prediction", 12), ("falsifier", 24),
              ("verdict", 14))

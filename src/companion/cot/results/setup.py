@@ -35,7 +35,7 @@ CLAIMS = (
 RESULT = ResultSpec(paper="cot", number="Section 2, losses (6) and (7)",
                     title="the setting: CoT inference, the construction and the two losses",
                     label="cot-def-losses", notebook="cot/setup", module=__name__, claims=CLAIMS,
-                    figures=("fig_cot_setup",), sweep="")
+                    figures=("fig_cot_setup",), sweep="", setting=True)
 
 EPS = float(np.finfo(np.float64).eps)
 

@@ -39,7 +39,7 @@ CLAIMS = (
 
 RESULT = ResultSpec(paper="mesa", number="Section 3, the setting", title="AR data, linear attention, AR loss",
                     label="mesa-def-data", notebook="mesa/setup", module=__name__, claims=CLAIMS,
-                    figures=("fig_mesa_setup",), sweep="")
+                    figures=("fig_mesa_setup",), sweep="", setting=True)
 
 
 def manifest() -> list[str]:
