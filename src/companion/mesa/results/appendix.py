@@ -5,7 +5,8 @@ the reduced system, :prf:ref:`mesa-prop-stability`).
 What the page checks, and where:
 
 * from a standard Gaussian init, the trained mean :math:`a_jb_j` against the per-coordinate population GD and
-  the paired test loss against a diagonal init (:func:`fig5_evidence`);
+  the paired test loss against a diagonal init (:func:`fig5_evidence`), and what the initial off-manifold
+  entries keep and cost, family by family (:func:`fig5_offmanifold`, a measurement);
 * from several diagonal inits, the final (a, b) against the population GD, which conserves :math:`a^2-b^2`
   (:func:`init_evidence`);
 * the Table-1 step sizes against the stability bound of the reduced system (:func:`table1_stability`), the
@@ -19,6 +20,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import torch
 
 from companion import stats as S
 from companion.claims import ClaimSpec, ResultSpec
@@ -30,10 +32,12 @@ from companion.mesa.evidence import ROUNDOFF32, ab_evidence, replicate_kwargs
 from companion.mesa.figures import init_label, plain_log_ticks
 from companion.mesa.results import number_tag
 from companion.mesa.stability import euler_rate_design, reduced_stability
-from companion.mesa.train import TrainingDiverged, run
+from companion.mesa.train import TrainingDiverged, init_gaussian, run
 from companion.plotting import COLORS, legend_outside, new_figure
+from companion.seeds import MESA_INIT
 
-__all__ = ["CLAIMS", "RESULT", "tag", "manifest", "in_fig5_scope", "fig5_evidence", "init_evidence",
+__all__ = ["CLAIMS", "RESULT", "tag", "manifest", "in_fig5_scope", "fig5_evidence", "OFF_FAMILIES", "fig5_offmanifold",
+           "family_words", "init_evidence",
            "table1_stability", "euler_rate", "divergence_check", "fig5_heatmaps", "init_paths", "table1_steps"]
 
 CLAIMS = (
@@ -90,8 +94,90 @@ def fig5_evidence(sigma_ws, epochs_fig5: int, stats, cst: float, **common) -> tu
     for sw in sigma_ws:
         r = run(init="gaussian", sigma_w=sw, epochs=epochs_fig5, **common)
         fig5[sw] = dict(r=r, in_scope=in_fig5_scope(sw, d, cst), ab=ab_evidence(r, stats),
-                        dL=S.mean_se(per_sequence_loss(test_data(r), *weights(r)) - L_ref), dL_f=L_zero - float(L_ref.mean()))
+                        dL=S.mean_se(per_sequence_loss(test_data(r), *weights(r)) - L_ref), dL_f=L_zero - float(L_ref.mean()),
+                        kept=fig5_offmanifold(r))
     return fig5, dict(L_zero=L_zero)
+
+
+#: the off-manifold families of :func:`fig5_offmanifold`, with a few words each
+OFF_FAMILIES = {
+    "kq_off": "off-diagonal entries of the four d x d blocks of W_KQ",
+    "pv_off": "off-diagonal entries of the two blocks of W_PV",
+    "diag_diff": "(A11_jj - A22_jj)/2, seen only by the x_0 = 0 boundary term",
+    "diag_sum": "(A11_jj + A22_jj)/2",
+    "diag_other": "the diagonals of A12 and of the second block of W_PV",
+}
+
+
+def fig5_offmanifold(r) -> dict:
+    r"""What a run from a random init (``init="gaussian"``) keeps of its initial off-manifold entries, and what they
+    cost on its test set: a measurement that explains the Fig. 5 runs outside the disclosed scope, not a claim.
+
+    Write :math:`W^{KQ} = \begin{pmatrix} A_{11} & A_{12} \\ A_{21} & A_{22} \end{pmatrix}` and
+    :math:`W^{PV} = (P_1\;P_2)`; the red blocks' diagonals :math:`A_{21,jj} = a_j`, :math:`P_{1,jj} = b_j` are the
+    manifold. The prediction sees :math:`W^{KQ}` through :math:`M = B^H W^{KQ} B` with :math:`B = (I; \bar D)`
+    (:mod:`companion.mesa.model`): :math:`M_{jj} = A_{11,jj} + A_{22,jj} + \bar\lambda_j A_{12,jj} + \lambda_j A_{21,jj}`,
+    so the difference :math:`A_{11,jj} - A_{22,jj}` enters only through the boundary term of :math:`e_1 = (x_1; 0)`,
+    whose weight falls like :math:`1/(t-1)` with the position: a nearly flat direction of the loss. The other
+    off-manifold entries have a curvature that grows with the diagonal (for an off-diagonal entry of the
+    :math:`W^{KQ}` blocks about :math:`(T-2)\,b_j^2 m_4 m_2`), so near the zero init they decay slowly.
+
+    Per family of :data:`OFF_FAMILIES`: ``kept``, the RMS of its final entries over the RMS of its initial ones
+    (the init is recomputed from the run's seed, :data:`~companion.seeds.MESA_INIT`), and ``cost``, the mean change
+    of the run's per-sequence test loss when the family is removed from the trained model (``diag_diff``:
+    :math:`A_{11,jj}` and :math:`A_{22,jj}` both set to their mean), with its SE over the test sequences."""
+    c = r.config
+    d = c["d"]
+    K0, P0 = (w.numpy() for w in init_gaussian(d, c["sigma_w"], MESA_INIT.rng(c["seed"]), torch.complex128))
+    K, Pv = r.W_KQ.astype(np.complex128), r.W_PV.astype(np.complex128)
+    off = ~np.eye(d, dtype=bool)
+    jj = np.arange(d)
+    kq = [(slice(i * d, (i + 1) * d), slice(k * d, (k + 1) * d)) for i in (0, 1) for k in (0, 1)]
+    pv = [(slice(None), slice(0, d)), (slice(None), slice(d, 2 * d))]
+
+    def entries(Kx, Px, fam):
+        if fam == "kq_off":
+            return np.concatenate([Kx[b][off] for b in kq])
+        if fam == "pv_off":
+            return np.concatenate([Px[b][off] for b in pv])
+        A11, A22 = np.diag(Kx[:d, :d]), np.diag(Kx[d:, d:])
+        if fam == "diag_diff":
+            return (A11 - A22) / 2
+        if fam == "diag_sum":
+            return (A11 + A22) / 2
+        return np.concatenate([np.diag(Kx[:d, d:]), np.diag(Px[:, d:])])
+
+    def removed(fam):
+        Kx, Px = K.copy(), Pv.copy()
+        if fam == "kq_off":
+            for b in kq:
+                Kx[b][off] = 0
+        elif fam == "pv_off":
+            for b in pv:
+                Px[b][off] = 0
+        elif fam in ("diag_diff", "diag_sum"):
+            keep = (np.diag(K[:d, :d]) + (1 if fam == "diag_diff" else -1) * np.diag(K[d:, d:])) / 2
+            Kx[jj, jj], Kx[d + jj, d + jj] = keep, keep if fam == "diag_diff" else -keep
+        else:
+            Kx[jj, d + jj] = 0
+            Px[jj, d + jj] = 0
+        return torch.from_numpy(Kx), torch.from_numpy(Px)
+
+    data = test_data(r)
+    L = per_sequence_loss(data, torch.from_numpy(K), torch.from_numpy(Pv))
+    out = {}
+    for fam in OFF_FAMILIES:
+        rms0 = float(np.sqrt(np.mean(np.abs(entries(K0, P0, fam)) ** 2)))
+        rms = float(np.sqrt(np.mean(np.abs(entries(K, Pv, fam)) ** 2)))
+        cost = S.mean_se(L - per_sequence_loss(data, *removed(fam)))
+        out[fam] = dict(kept=rms / rms0, cost=float(cost[0]), cost_se=float(cost[1]))
+    return out
+
+
+def family_words(kept: dict) -> str:
+    """One clause per family of :func:`fig5_offmanifold`: what it keeps of its initial size and what it costs."""
+    return "; ".join(f"{OFF_FAMILIES[f]} keep {q['kept']:.0%} of their initial size and cost {q['cost']:+.3g} +- "
+                     f"{q['cost_se']:.2g}" for f, q in kept.items())
 
 
 def init_evidence(inits, epochs: int, stats, al: float, be: float, **common) -> dict:

@@ -1,0 +1,68 @@
+"""The Fig. 5 diagnosis of the appendix page (``appendix.fig5_offmanifold``): what a random init keeps of its
+off-manifold entries, family by family, and what they cost on the test set."""
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from companion.mesa.results import appendix as R
+from companion.mesa.train import init_gaussian
+from companion.seeds import MESA_INIT
+
+D, T, SEED, SW, A, B = 3, 40, 7, 0.1, 0.5, 0.4
+
+
+def _result(K, P):
+    cfg = dict(law="gaussian", scale=1.0, d=D, T=T, m_test=3000, seed=SEED, sigma_w=SW)
+    return SimpleNamespace(config=cfg, W_KQ=K, W_PV=P)
+
+
+def _init():
+    return (w.numpy().copy() for w in init_gaussian(D, SW, MESA_INIT.rng(SEED), torch.complex128))
+
+
+def _manifold(K, P):
+    """The weights with their red diagonals set to (A, B)."""
+    j = np.arange(D)
+    K[D + j, j], P[j, j] = A, B
+    return K, P
+
+
+def test_each_family_is_kept_in_full_at_its_init():
+    # the random init (seed stream, blocks) is the run's own: with only the red diagonals moved, every family keeps
+    # 100 % of its initial size
+    out = R.fig5_offmanifold(_result(*_manifold(*_init())))
+    assert set(out) == set(R.OFF_FAMILIES)
+    for fam, q in out.items():
+        assert q["kept"] == pytest.approx(1.0, abs=1e-12), fam
+    assert "keep 100% of their initial size" in R.family_words(out)
+
+
+def test_the_diagonal_difference_is_nearly_flat_and_the_sum_is_not():
+    """On the manifold plus one family of the init's entries: per unit squared size, (A11_jj - A22_jj)/2 (seen only
+    by the x_0 = 0 boundary term) costs a small fraction of what the off-diagonal W_KQ entries and the sum
+    (A11_jj + A22_jj)/2 (seen at every position) cost."""
+    K0, P0 = _init()
+    j = np.arange(D)
+    off = ~np.eye(D, dtype=bool)
+    zero_K, zero_P = _manifold(np.zeros_like(K0), np.zeros_like(P0))
+    dlt, sm = (np.diag(K0[:D, :D]) - np.diag(K0[D:, D:])) / 2, (np.diag(K0[:D, :D]) + np.diag(K0[D:, D:])) / 2
+    per_unit = {}
+    for fam in ("diag_diff", "diag_sum", "kq_off"):
+        K, P = zero_K.copy(), zero_P.copy()
+        if fam == "kq_off":
+            for i in (0, 1):
+                for k in (0, 1):
+                    K[i * D:(i + 1) * D, k * D:(k + 1) * D][off] = K0[i * D:(i + 1) * D, k * D:(k + 1) * D][off]
+            size = sum(np.sum(np.abs(K0[i * D:(i + 1) * D, k * D:(k + 1) * D][off]) ** 2) for i in (0, 1) for k in (0, 1))
+        else:
+            v = dlt if fam == "diag_diff" else sm
+            K[j, j], K[D + j, D + j] = v, (-v if fam == "diag_diff" else v)
+            size = np.sum(np.abs(v) ** 2)
+        out = R.fig5_offmanifold(_result(K, P))
+        assert out[fam]["kept"] == pytest.approx(1.0, abs=1e-12)
+        per_unit[fam] = out[fam]["cost"] / size
+    assert per_unit["kq_off"] > 0 and per_unit["diag_sum"] > 0, per_unit
+    assert abs(per_unit["diag_diff"]) < 0.1 * min(per_unit["kq_off"], per_unit["diag_sum"]), per_unit
