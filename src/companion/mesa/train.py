@@ -144,6 +144,9 @@ def offdiag_mask(d: int):
 
 
 def _red_other(W_KQ: torch.Tensor, W_PV: torch.Tensor, d: int):
+    """The per-epoch records of one pair of weights: the red diagonals (a, b), the largest off-diagonal red entry
+    of each block, the largest entry outside the red blocks and the largest imaginary part. The reference of
+    :func:`_red_other_stacked` (which the trainer uses, in stacks of epochs; the tests compare the two)."""
     kq, pv = W_KQ[d:, :d], W_PV[:, :d]
     off = ~torch.eye(d, dtype=torch.bool)
     other = torch.cat([W_KQ[:d, :].reshape(-1), W_KQ[d:, d:].reshape(-1), W_PV[:, d:].reshape(-1)])
@@ -154,6 +157,25 @@ def _red_other(W_KQ: torch.Tensor, W_PV: torch.Tensor, d: int):
         pv.real[off].abs().max().item() if d > 1 else 0.0,
         other.abs().max().item(),
         max(kq.imag.abs().max().item(), pv.imag.abs().max().item()),
+    )
+
+
+def _red_other_stacked(KQ: torch.Tensor, PV: torch.Tensor, d: int):
+    """:func:`_red_other` for a stack of weights (n, 2d, 2d) and (n, d, 2d), every output with a leading axis of
+    length n: the same operations on the same values, so the same numbers (the per-epoch records of a run are
+    reduced in stacks of epochs instead of one epoch at a time)."""
+    kq, pv = KQ[:, d:, :d], PV[:, :, :d]
+    off = ~torch.eye(d, dtype=torch.bool)
+    n = KQ.shape[0]
+    other = torch.cat([KQ[:, :d, :].reshape(n, -1), KQ[:, d:, d:].reshape(n, -1), PV[:, :, d:].reshape(n, -1)], dim=1)
+    zero = np.zeros(n)
+    return (
+        torch.diagonal(kq, dim1=1, dim2=2).real,
+        torch.diagonal(pv, dim1=1, dim2=2).real,
+        kq.real[:, off].abs().amax(1).numpy().astype(float) if d > 1 else zero,
+        pv.real[:, off].abs().amax(1).numpy().astype(float) if d > 1 else zero,
+        other.abs().amax(1).numpy().astype(float),
+        np.maximum(kq.imag.abs().reshape(n, -1).amax(1).numpy(), pv.imag.abs().reshape(n, -1).amax(1).numpy()).astype(float),
     )
 
 
@@ -232,15 +254,23 @@ def _train(cfg: RunConfig) -> TrainResult:
     test_epochs, test_losses = [], []
     want_ratio = cfg.law not in ("sparse", "sparse_gaussian")
 
+    held: list = []  # the weights of the epochs not yet reduced into rec (their tensors are never changed in place)
+
+    def reduce_held():
+        if not held:
+            return
+        a, b, okq, opv, oth, im = _red_other_stacked(torch.stack([w[0] for w in held]), torch.stack([w[1] for w in held]), d)
+        rec["ab_diag"].extend((a * b).double().numpy())
+        rec["a"].extend(a.double().mean(1).tolist())
+        rec["b"].extend(b.double().mean(1).tolist())
+        for key, vals in (("okq", okq), ("opv", opv), ("other", oth), ("imag", im)):
+            rec[key].extend(vals.tolist())
+        held.clear()
+
     def log(k: int, W_KQ, W_PV):
-        a, b, okq, opv, oth, im = _red_other(W_KQ, W_PV, d)
-        rec["ab_diag"].append((a * b).double().numpy())
-        rec["a"].append(float(a.double().mean()))
-        rec["b"].append(float(b.double().mean()))
-        rec["okq"].append(okq)
-        rec["opv"].append(opv)
-        rec["other"].append(oth)
-        rec["imag"].append(im)
+        held.append((W_KQ, W_PV))
+        if len(held) == 256 or k == E:
+            reduce_held()
         if k % cfg.test_every == 0 or k == E:
             test_epochs.append(k)
             if want_ratio:
@@ -271,7 +301,7 @@ def _train(cfg: RunConfig) -> TrainResult:
             tot += w * float(L)
         if first is None:
             first = tot
-        if not np.isfinite(tot) or tot > 1e6 * max(first, 1e-30) or not (torch.isfinite(gA).all() and torch.isfinite(gP).all()):
+        if not np.isfinite(tot) or tot > 1e6 * max(first, 1e-30) or not (np.isfinite(gA.numpy()).all() and np.isfinite(gP.numpy()).all()):
             raise TrainingDiverged(
                 f"training diverged at epoch {k} (loss {tot:.3g}, initial {first:.3g}) with lr = {cfg.lr:g}; "
                 "use a smaller step size lr"
