@@ -30,6 +30,7 @@ NOTEBOOK_FIXTURES = ("smoke_runs", "domain_runs", "smoke_site")
 # the book-build tests join the notebook runs in `make test`'s first lane (tools/test_lanes.py): with them the two
 # lanes end together (session 12: 826 s against 1108 s without them)
 BOOK_LANE_FILES = ("test_book.py",)
+EDGE_TESTS_D = 8  # the d of the curvature and divergence tests in tests/test_edges.py
 
 
 class NotebookRuns:
@@ -50,8 +51,10 @@ class NotebookRuns:
         # clone, a run that meets an uncompiled d would wait for it (the compilation holds a lock per kernel, so
         # a kernel is compiled once however many processes ask); the cot smoke runs (queued first) keep the
         # other worker busy meanwhile
+        # (and d = 8, which the stability tests of tests/test_edges.py use in the other lane of `make test`: compiled
+        # here, in the background, that lane loads it instead of compiling it on its critical path)
         dims = [5] + sorted({int(p["d"]) for name, pts in domain_points().items() if name.startswith("mesa/")
-                             for p in pts if "d" in p} - {5})
+                             for p in pts if "d" in p} - {5}) + [EDGE_TESTS_D]
         self.pool.submit(self._warm_kernels, dims)
         smoke = smoke_parameters()
         order = sorted(all_notebooks(), key=lambda n: n.startswith("mesa/"))  # cot first, while the kernels compile
