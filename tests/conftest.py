@@ -27,9 +27,10 @@ for _var in ("COMPANION_RESULTS_DIR", "COMPANION_MAX_BYTES", "COMPANION_THREADS"
 # two notebook runs at a time on this 2-core class of machine: one kernel thread each
 ONE_THREAD = {"COMPANION_THREADS": "1"}
 NOTEBOOK_FIXTURES = ("smoke_runs", "domain_runs", "smoke_site")
-# the book-build tests join the notebook runs in `make test`'s first lane (tools/test_lanes.py): with them the two
-# lanes end together (session 12: 826 s against 1108 s without them)
-BOOK_LANE_FILES = ("test_book.py",)
+# the book-build tests (and the Sweeps page's strict build) join the notebook runs in `make test`'s first lane
+# (tools/test_lanes.py), so that the two lanes end together (session 12: 826 s against 1108 s without test_book.py;
+# session 13: 881 s against 1039 s without test_sweeps_page.py, 64 s in the second lane)
+BOOK_LANE_FILES = ("test_book.py", "test_sweeps_page.py")
 EDGE_TESTS_D = 8  # the d of the curvature and divergence tests in tests/test_edges.py
 
 
