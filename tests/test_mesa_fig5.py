@@ -14,9 +14,12 @@ from companion.seeds import MESA_INIT
 D, T, SEED, SW, A, B = 3, 40, 7, 0.1, 0.5, 0.4
 
 
-def _result(K, P):
+def _result(K, P, K0=None, P0=None):
+    """A run-like object with final weights (K, P) and initial weights (K0, P0) (default: the random init)."""
+    if K0 is None:
+        K0, P0 = _init()
     cfg = dict(law="gaussian", scale=1.0, d=D, T=T, m_test=3000, seed=SEED, sigma_w=SW)
-    return SimpleNamespace(config=cfg, W_KQ=K, W_PV=P)
+    return SimpleNamespace(config=cfg, W_KQ=K, W_PV=P, W_KQ0=K0, W_PV0=P0)
 
 
 def _init():
@@ -31,8 +34,8 @@ def _manifold(K, P):
 
 
 def test_each_family_is_kept_in_full_at_its_init():
-    # the random init (seed stream, blocks) is the run's own: with only the red diagonals moved, every family keeps
-    # 100 % of its initial size
+    # with only the red diagonals moved from the init, every family keeps 100 % of its initial size (the red
+    # diagonals belong to no family)
     out = R.fig5_offmanifold(_result(*_manifold(*_init())))
     assert set(out) == set(R.OFF_FAMILIES)
     for fam, q in out.items():
@@ -61,8 +64,10 @@ def test_the_diagonal_difference_is_nearly_flat_and_the_sum_is_not():
             v = dlt if fam == "diag_diff" else sm
             K[j, j], K[D + j, D + j] = v, (-v if fam == "diag_diff" else v)
             size = np.sum(np.abs(v) ** 2)
-        out = R.fig5_offmanifold(_result(K, P))
+        out = R.fig5_offmanifold(_result(K, P, K.copy(), P.copy()))
         assert out[fam]["kept"] == pytest.approx(1.0, abs=1e-12)
+        assert all(np.isnan(q["kept"]) for f, q in out.items() if f != fam)  # zero at the init: nothing to keep
         per_unit[fam] = out[fam]["cost"] / size
+    assert "were zero at the init" in R.family_words(out)
     assert per_unit["kq_off"] > 0 and per_unit["diag_sum"] > 0, per_unit
     assert abs(per_unit["diag_diff"]) < 0.1 * min(per_unit["kq_off"], per_unit["diag_sum"]), per_unit

@@ -32,9 +32,8 @@ from companion.mesa.evidence import ROUNDOFF32, ab_evidence, replicate_kwargs
 from companion.mesa.figures import init_label, plain_log_ticks
 from companion.mesa.results import number_tag
 from companion.mesa.stability import euler_rate_design, reduced_stability
-from companion.mesa.train import TrainingDiverged, init_gaussian, run
+from companion.mesa.train import TrainingDiverged, run
 from companion.plotting import COLORS, legend_outside, new_figure
-from companion.seeds import MESA_INIT
 
 __all__ = ["CLAIMS", "RESULT", "tag", "manifest", "in_fig5_scope", "fig5_evidence", "OFF_FAMILIES", "fig5_offmanifold",
            "family_words", "init_evidence",
@@ -123,12 +122,12 @@ def fig5_offmanifold(r) -> dict:
     :math:`W^{KQ}` blocks about :math:`(T-2)\,b_j^2 m_4 m_2`), so near the zero init they decay slowly.
 
     Per family of :data:`OFF_FAMILIES`: ``kept``, the RMS of its final entries over the RMS of its initial ones
-    (the init is recomputed from the run's seed, :data:`~companion.seeds.MESA_INIT`), and ``cost``, the mean change
+    (the run's own ``W_KQ0``, ``W_PV0``), and ``cost``, the mean change
     of the run's per-sequence test loss when the family is removed from the trained model (``diag_diff``:
-    :math:`A_{11,jj}` and :math:`A_{22,jj}` both set to their mean), with its SE over the test sequences."""
-    c = r.config
-    d = c["d"]
-    K0, P0 = (w.numpy() for w in init_gaussian(d, c["sigma_w"], MESA_INIT.rng(c["seed"]), torch.complex128))
+    :math:`A_{11,jj}` and :math:`A_{22,jj}` both set to their mean), with its SE over the test sequences. A family
+    that was zero at the init has ``kept`` NaN."""
+    d = r.config["d"]
+    K0, P0 = r.W_KQ0.astype(np.complex128), r.W_PV0.astype(np.complex128)
     K, Pv = r.W_KQ.astype(np.complex128), r.W_PV.astype(np.complex128)
     off = ~np.eye(d, dtype=bool)
     jj = np.arange(d)
@@ -170,14 +169,16 @@ def fig5_offmanifold(r) -> dict:
         rms0 = float(np.sqrt(np.mean(np.abs(entries(K0, P0, fam)) ** 2)))
         rms = float(np.sqrt(np.mean(np.abs(entries(K, Pv, fam)) ** 2)))
         cost = S.mean_se(L - per_sequence_loss(data, *removed(fam)))
-        out[fam] = dict(kept=rms / rms0, cost=float(cost[0]), cost_se=float(cost[1]))
+        out[fam] = dict(kept=rms / rms0 if rms0 > 0 else math.nan, cost=float(cost[0]), cost_se=float(cost[1]))
     return out
 
 
 def family_words(kept: dict) -> str:
-    """One clause per family of :func:`fig5_offmanifold`: what it keeps of its initial size and what it costs."""
-    return "; ".join(f"{OFF_FAMILIES[f]} keep {q['kept']:.0%} of their initial size and cost {q['cost']:+.3g} +- "
-                     f"{q['cost_se']:.2g}" for f, q in kept.items())
+    """One clause per family of :func:`fig5_offmanifold`: what it keeps of its initial size (or that it was zero at
+    the init) and what it costs."""
+    return "; ".join(f"{OFF_FAMILIES[f]} "
+                     + (f"keep {q['kept']:.0%} of their initial size" if math.isfinite(q["kept"]) else "were zero at the init")
+                     + f" and cost {q['cost']:+.3g} +- {q['cost_se']:.2g}" for f, q in kept.items())
 
 
 def init_evidence(inits, epochs: int, stats, al: float, be: float, **common) -> dict:
