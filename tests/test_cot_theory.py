@@ -253,3 +253,19 @@ def test_mp_floor_is_the_proportional_limit_of_the_floor():
     # the finite-size corrections vanish at fixed d/n
     assert th.no_cot_floor_mp(1000, 2000) == pytest.approx(th.no_cot_floor(1000, 2000), rel=1e-3)
     assert th.no_cot_floor_mp(10, 20) == pytest.approx(100 / 30, rel=1e-14)
+
+
+def test_the_divergence_step_lets_the_stated_fraction_of_prompts_diverge():
+    # GD on a prompt diverges iff eta lambda_max(S) > 2: from theory.divergence_step(eigs, p) on, a fraction p of
+    # the sampled spectra do (up to the quantile's interpolation between two draws)
+    import numpy as np
+
+    from companion.cot import theory as th
+
+    eigs = th.sample_S_eigs(4, 8, 20000, np.random.default_rng(3))
+    for p in (1e-3, 1e-2):
+        step, q = th.divergence_step(eigs, p)
+        assert step == 2 / q
+        frac = np.mean(step * eigs[:, -1] > 2)
+        assert p - 2 / len(eigs) <= frac <= p, (p, frac)
+        assert np.mean(0.99 * step * eigs[:, -1] > 2) < frac + 2 / len(eigs)

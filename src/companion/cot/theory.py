@@ -23,6 +23,7 @@ from companion.stats import mean_se
 
 __all__ = [
     "eta_star",
+    "divergence_step",
     "no_cot_floor",
     "no_cot_floor_mp",
     "wishart_trace_moments",
@@ -269,6 +270,15 @@ def sample_S(d: int, n: int, num: int, rng: np.random.Generator, Sigma=None, chu
 def sample_S_eigs(d: int, n: int, num: int, rng: np.random.Generator, Sigma=None) -> np.ndarray:
     """Eigenvalues of ``num`` independent S matrices, shape (num, d)."""
     return np.linalg.eigvalsh(sample_S(d, n, num, rng, Sigma))
+
+
+def divergence_step(eigs: np.ndarray, p: float = 1e-3) -> tuple[float, float]:
+    r"""The GD step from which a fraction ``p`` of the prompts diverge: GD on a prompt diverges iff
+    :math:`\eta\lambda_{\max}(S) > 2`, so the step is :math:`2/q` with :math:`q` the :math:`1-p` quantile of
+    :math:`\lambda_{\max}(S)` over the spectra ``eigs`` (rows, ascending as :func:`sample_S_eigs` gives them).
+    Returns ``(step, q)``."""
+    q = float(np.quantile(np.asarray(eigs)[:, -1], 1.0 - p))
+    return 2.0 / q, q
 
 
 def gd_error_mc(k: int, eta: float, eigs: np.ndarray) -> MCEstimate:

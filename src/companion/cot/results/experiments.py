@@ -57,7 +57,7 @@ def cot_vs_no_cot(d: int, n: int, eta: float, k: int, *, steps: int, lr: float, 
     Returns
     -------
     dict
-        ``dict(n, eta, cot, noc, pred, prev, floor, floor_mp, m_cot, m_noc, unstable, q999)`` (``m_*``:
+        ``dict(n, eta, cot, noc, pred, prev, floor, floor_mp, m_cot, m_noc, unstable, q999, eta999)`` (``m_*``:
         :func:`companion.cot.stats.trained_vs_prediction`; ``pred``, ``prev``: k and k - 1 GD steps).
     """
     every = max(1, steps // 20)
@@ -67,13 +67,14 @@ def cot_vs_no_cot(d: int, n: int, eta: float, k: int, *, steps: int, lr: float, 
                             seed=seed, eval_every=every, eval_batch=200)
     eigs = th.sample_S_eigs(d, n, num_mc, rng)
     pred, prev, floor = th.gd_error_mc(k, eta, eigs), th.gd_error_mc(k - 1, eta, eigs), th.no_cot_floor(d, n)
+    eta999, q999 = th.divergence_step(eigs, 1e-3)  # one prompt in a thousand diverges from this step on
     return dict(n=n, eta=eta, cot=cot, noc=noc, pred=pred, prev=prev, floor=floor, floor_mp=th.no_cot_floor_mp(d, n),
                 m_cot=trained_vs_prediction(replicate_errors("cot", cot, k, eval_batch // replicates, COT_EVAL(seed)),
                                             pred.mean, pred.se),
                 m_noc=trained_vs_prediction(model_errors("no_cot", noc, sample_prompts(eval_batch, d, n,
                                                                                        make_generator(COT_EVAL(seed))), 1),
                                             floor),
-                unstable=float(np.mean(eta * eigs[:, -1] > 2)), q999=float(np.quantile(eigs[:, -1], 0.999)))
+                unstable=float(np.mean(eta * eigs[:, -1] > 2)), q999=q999, eta999=eta999)
 
 
 def figure(runs: list, d: int, k: int):
