@@ -3,7 +3,7 @@
 Every ``import`` in ``src/companion`` -- at module level *and* inside functions -- is read from the
 sources. The layers (CONTRIBUTING.md draws them):
 
-0. vocabulary and tools: ``claims``, ``stats``, ``params``, ``paths``, ``text``, ``seeds``, ``cache``,
+0. vocabulary and tools: ``claims``, ``stats``, ``params``, ``devices``, ``paths``, ``text``, ``seeds``, ``cache``,
    ``plotting`` and the package ``__init__``;
 1. each paper's science: ``companion.mesa.*`` and ``companion.cot.*`` outside ``results``;
 2. each paper's results: ``companion.<paper>.results.*``;
@@ -27,7 +27,7 @@ from companion.cache import module_imports
 
 ROOT = Path(__file__).resolve().parents[1] / "src" / "companion"
 
-LAYER0 = {"companion", "companion.claims", "companion.stats", "companion.params", "companion.paths",
+LAYER0 = {"companion", "companion.claims", "companion.stats", "companion.params", "companion.paths", "companion.devices",
           "companion.text", "companion.seeds", "companion.cache", "companion.plotting"}
 LAYER3 = {"companion.verdict", "companion.report", "companion.notebooks", "companion.runner", "companion.sweep",
           "companion.results", "companion.where", "companion.sweeps_page", "companion.sphinx_ext", "companion.book", "companion.cli",

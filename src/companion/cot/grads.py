@@ -371,6 +371,15 @@ def _looped(X: np.ndarray, a_tgt: np.ndarray, K: np.ndarray, V: np.ndarray, k: i
     def summed(a, b):  # sum over each replicate's rows of a_j b_j^T: (R, D, D)
         return np.matmul(rows(a).swapaxes(-1, -2), rows(b)).sum(1)
 
+    return _looped_backprop(X, a_tgt, K, V, k, n, times, summed, lambda r: float(np.vdot(r, r)))
+
+
+def _looped_backprop(X, a_tgt, K, V, k: int, n: int, times, summed, sumsq):
+    """The forward pass and the backpropagation of :func:`_looped` on arrays of either library (NumPy here, torch
+    in :mod:`companion.cot.grads_torch`): ``times(a, W)`` multiplies every row of ``a`` (B, p, D) by its replicate's
+    W (R, D, D), ``summed(a, b)`` sums :math:`a_j b_j^\top` over each replicate's rows, ``sumsq(r)`` is the sum of
+    the squared entries of r."""
+    B, N, D = X.shape
     Kt, Vt = K.swapaxes(-1, -2), V.swapaxes(-1, -2)
     saved = []
     for _ in range(k - 1):
@@ -384,7 +393,7 @@ def _looped(X: np.ndarray, a_tgt: np.ndarray, K: np.ndarray, V: np.ndarray, k: i
     s = aN.swapaxes(1, 2) @ X
     r = X[:, -1] + times(s, Vt)[:, 0] / n  # final column - (0, 0, w*, 1)
     r[:, D - a_tgt.shape[-1] :] -= a_tgt
-    loss = 0.5 * float(np.vdot(r, r)) / B
+    loss = 0.5 * sumsq(r) / B
     ybar = (r / B)[:, None]  # (B, 1, D)
     mu = times(ybar, V)  # mu^T = ybar^T W_PV
     cv = X @ mu.swapaxes(1, 2)  # c = Z^T mu  (B, N, 1)

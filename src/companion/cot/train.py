@@ -32,9 +32,11 @@ import torch
 
 from companion import replicate_seed
 from companion.cache import cached
+from companion.devices import check_device
 from companion.params import TrainingDiverged, choice, integer, real
 from companion.seeds import COT_PROMPTS, COT_TRAIN_EVAL
 
+from . import grads_torch
 from .data import Prompts, make_generator, sample_prompts
 from .grads import cot_step_grads, looped_isotropic_grads, outcome_loss_grads
 from .model import cot_inference, looped_predict, no_cot_predict, per_prompt_error
@@ -129,13 +131,14 @@ class Optimizer:
 
     def __init__(self, params: list, kind: str, lr: float, gamma: float = 1.0, clip: float | None = None):
         self.params, self.kind, self.lr, self.gamma, self.clip = params, kind, lr, gamma, clip
-        self.m = [np.zeros(tuple(p.shape)) for p in params]
-        self.v = [np.zeros(tuple(p.shape)) for p in params]
+        self.m = [_zeros_like(p) for p in params]
+        self.v = [_zeros_like(p) for p in params]
         self.t = 0
 
     def step(self, grads: list) -> None:
-        """One update of every parameter with its gradient, then the learning-rate decay (in NumPy on the tensors'
-        memory: a dozen element-wise operations on a few thousand numbers cost less there than in torch)."""
+        """One update of every parameter with its gradient, then the learning-rate decay (for CPU tensors in NumPy
+        on the tensors' memory: a dozen element-wise operations on a few thousand numbers cost less there than in
+        torch; on another device the same operations in torch, where the tensors live)."""
         if self.clip is not None:
             total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g, 2) for g in grads]), 2)
             coef = torch.clamp(self.clip / (total + 1e-6), max=1.0)
@@ -143,18 +146,25 @@ class Optimizer:
         self.t += 1
         b1, b2 = self.betas
         for p, g, m, v in zip(self.params, grads, self.m, self.v):
-            p, g = p.numpy(), g.numpy()  # p: a view, updated in place
+            on_cpu = p.device.type == "cpu"
+            if on_cpu:
+                p, g = p.numpy(), g.numpy()  # p: a view, updated in place
             if self.kind == "gd":
                 p -= self.lr * g
                 continue
             m += (1 - b1) * (g - m)  # m <- b1 m + (1 - b1) g  (torch's lerp)
             v *= b2
             v += (1 - b2) * (g * g)  # v <- b2 v + (1 - b2) g^2
-            denom = np.sqrt(v)
+            denom = np.sqrt(v) if on_cpu else torch.sqrt(v)
             denom /= (1 - b2 ** self.t) ** 0.5
             denom += self.eps
             p -= self.lr / (1 - b1 ** self.t) * (m / denom)
         self.lr *= self.gamma
+
+
+def _zeros_like(p: torch.Tensor):
+    """Adam's moment buffer for parameter ``p``: a NumPy array for a CPU tensor, a tensor on its device otherwise."""
+    return np.zeros(tuple(p.shape)) if p.device.type == "cpu" else torch.zeros_like(p)
 
 
 def _closed_form_full(objective: str, prompts: Prompts, eta: float, W_KQ, W_PV, k: int):
@@ -162,6 +172,13 @@ def _closed_form_full(objective: str, prompts: Prompts, eta: float, W_KQ, W_PV, 
     if objective == "cot":
         return cot_step_grads(prompts, eta, k, W_KQ, W_PV)
     return outcome_loss_grads(prompts, W_KQ, W_PV, k, objective)
+
+
+def _torch_full(objective: str, prompts: Prompts, eta: float, W_KQ, W_PV, k: int):
+    """The same in torch operations on the device of the tensors (:mod:`companion.cot.grads_torch`)."""
+    if objective == "cot":
+        return grads_torch.cot_step_grads(prompts, eta, k, W_KQ, W_PV)
+    return grads_torch.outcome_loss_grads(prompts, W_KQ, W_PV, k, objective)
 
 
 @dataclass(frozen=True)
@@ -176,12 +193,14 @@ class _Engine:
 
 
 CLOSED_FORM = _Engine(_closed_form_full, looped_isotropic_grads, Optimizer)
+#: the closed forms in torch, for a device other than ``"cpu"`` (the isotropic model has two parameters: CPU only)
+ON_DEVICE = _Engine(_torch_full, looped_isotropic_grads, Optimizer)
 
 
 def train_full(objective: str, d: int, n: int, k: int, eta: float = 0.3, *, steps: int = 3000, lr: float = 1e-3,
                batch: int = 64, seed: int = 0, init_scale: float = 0.1, optimizer: str = "adam",
                lr_final: float = 1.0, eval_every: int = 100, eval_batch: int = 1000, clip: float | None = None,
-               blowup: float = 1e4, replicates: int = 1) -> TrainResult:
+               blowup: float = 1e4, replicates: int = 1, device: str = "cpu") -> TrainResult:
     """Train all (2d+2)^2 entries of W_KQ and W_PV from W ~ N(0, init_scale^2 / D) on fresh minibatches.
 
     ``objective``: ``"cot"`` (teacher-forced loss (6), k positions, GD step ``eta`` in the data),
@@ -194,13 +213,19 @@ def train_full(objective: str, d: int, n: int, k: int, eta: float = 0.3, *, step
     dimension): replicate r has its own initialisation and minibatches from the seed :func:`replicate_seed`
     (seed, r), so replicate 0 is the single run with ``seed``; Adam acts entry-wise, and the summed loss gives
     each replicate exactly its own gradient, so the replicates are independent training runs.
+
+    ``device``: ``"cpu"`` (the default) computes the gradients in NumPy (:mod:`companion.cot.grads`); any other
+    torch device (``"cuda"``, or ``"cpu:0"`` for this path on the CPU) keeps the weights, the minibatches, the
+    gradients (:mod:`companion.cot.grads_torch`) and Adam's moments there. The prompts are drawn on the CPU from the
+    same seed streams either way, and the evaluation runs on the CPU, so both give the same model up to round-off.
     """
-    return _train_full_checked(CLOSED_FORM, objective, d, n, k, eta, steps, lr, batch, seed, init_scale, optimizer,
-                               lr_final, eval_every, eval_batch, clip, blowup, replicates)
+    engine = CLOSED_FORM if device == "cpu" else ON_DEVICE
+    return _train_full_checked(engine, objective, d, n, k, eta, steps, lr, batch, seed, init_scale, optimizer,
+                               lr_final, eval_every, eval_batch, clip, blowup, replicates, device)
 
 
 def _train_full_checked(engine: _Engine, objective, d, n, k, eta, steps, lr, batch, seed, init_scale, optimizer,
-                        lr_final, eval_every, eval_batch, clip, blowup, replicates) -> TrainResult:
+                        lr_final, eval_every, eval_batch, clip, blowup, replicates, device="cpu") -> TrainResult:
     objective = choice("objective", objective, ["cot", "no_cot", "looped"])
     d = integer("d", d, min=1)
     n = integer("n", n, min=1)
@@ -215,9 +240,10 @@ def _train_full_checked(engine: _Engine, objective, d, n, k, eta, steps, lr, bat
     eval_every = integer("eval_every", eval_every, min=1)
     eval_batch = integer("eval_batch", eval_batch, min=1)
     replicates = integer("replicates", replicates, min=1)
+    dev = check_device(device)
     with threads1():
         return _train_full(engine, objective, d, n, k, eta, steps, lr, batch, seed, init_scale, optimizer, lr_final,
-                           eval_every, eval_batch, clip, blowup, replicates)
+                           eval_every, eval_batch, clip, blowup, replicates, dev)
 
 
 def _stack_prompts(parts: list) -> Prompts:
@@ -225,13 +251,13 @@ def _stack_prompts(parts: list) -> Prompts:
 
 
 def _train_full(engine, objective, d, n, k, eta, steps, lr, batch, seed, init_scale, optimizer, lr_final, eval_every,
-                eval_batch, clip, blowup, R) -> TrainResult:
+                eval_batch, clip, blowup, R, dev) -> TrainResult:
     D = 2 * d + 2
     gens = [make_generator(COT_PROMPTS.replicate(seed, r)) for r in range(R)]
     inits = [[init_scale / math.sqrt(D) * torch.randn(D, D, generator=g, dtype=torch.float64) for _ in range(2)]
              for g in gens]
-    W_KQ = torch.stack([a for a, _ in inits]).squeeze(0)  # (D, D) for one model, else (R, D, D)
-    W_PV = torch.stack([b for _, b in inits]).squeeze(0)
+    W_KQ = torch.stack([a for a, _ in inits]).squeeze(0).to(dev)  # (D, D) for one model, else (R, D, D)
+    W_PV = torch.stack([b for _, b in inits]).squeeze(0).to(dev)
     g_eval = make_generator(COT_TRAIN_EVAL(seed))
     eval_prompts = sample_prompts(eval_batch, d, n, g_eval)
     opt = engine.optimizer([W_KQ, W_PV], optimizer, lr, lr_final ** (1.0 / steps), clip)
@@ -241,11 +267,14 @@ def _train_full(engine, objective, d, n, k, eta, steps, lr, batch, seed, init_sc
     for step in range(steps + 1):
         if step % eval_every == 0 or step == steps:
             ev_steps.append(step)
-            ev_loss.append(evaluate(objective, eval_prompts, W_KQ, W_PV, k).mean(-1).numpy())
-            snaps.append((W_KQ.numpy().copy(), W_PV.numpy().copy()))
+            K_cpu, V_cpu = W_KQ.cpu(), W_PV.cpu()  # the evaluation runs on the CPU (NumPy)
+            ev_loss.append(evaluate(objective, eval_prompts, K_cpu, V_cpu, k).mean(-1).numpy())
+            snaps.append((K_cpu.numpy().copy(), V_cpu.numpy().copy()))
         if step == steps:
             break
         prompts = _stack_prompts([sample_prompts(batch, d, n, g) for g in gens])
+        if dev.type != "cpu":
+            prompts = Prompts(prompts.X.to(dev), prompts.w_star.to(dev))
         loss, g_KQ, g_PV = engine.full(objective, prompts, eta, W_KQ, W_PV, k)
         # the sum of the replicates' mean losses: each replicate gets exactly its own gradient
         val = float(loss * R) / R
@@ -257,7 +286,7 @@ def _train_full(engine, objective, d, n, k, eta, steps, lr, batch, seed, init_sc
                 "use a smaller lr (or a smaller eta, see the stability condition eta * lambda_max(S) < 2)")
         train_loss[step] = val
         opt.step([g_KQ * R, g_PV * R] if R > 1 else [g_KQ, g_PV])
-    return TrainResult(W_KQ, W_PV, np.array(ev_steps), np.array(ev_loss), train_loss, snaps,
+    return TrainResult(W_KQ.cpu(), W_PV.cpu(), np.array(ev_steps), np.array(ev_loss), train_loss, snaps,
                        dict(objective=objective, d=d, n=n, k=k, eta=eta, steps=steps, lr=lr, batch=batch, seed=seed,
                             replicates=R))
 

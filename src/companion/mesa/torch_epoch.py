@@ -73,25 +73,12 @@ import numpy as np
 import torch
 
 from companion import params as P
+from companion.devices import check_device
 
 __all__ = ["DEFAULT_CHUNK", "check_device", "Epoch", "loss_grad"]
 
 #: sequences per batched product (memory only; the results do not depend on it beyond round-off)
 DEFAULT_CHUNK = 4096
-
-
-def check_device(device) -> torch.device:
-    """The torch device for ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:1"``, ...); raises
-    :class:`companion.params.ParameterError` naming ``device`` for a CUDA device when
-    ``torch.cuda.is_available()`` is False, or for anything torch does not take as a device."""
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError):
-        raise P.ParameterError("device", f"must be 'cpu' or 'cuda' (a torch device); got {device!r}") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise P.ParameterError("device", f"{device!r} needs CUDA, and torch.cuda.is_available() is False "
-                                         "here; use device='cpu'")
-    return dev
 
 
 def _normalised(weights, m: int) -> np.ndarray:
