@@ -156,6 +156,14 @@ def _buf(name: str, shape: tuple) -> np.ndarray:
     return a
 
 
+def _sumsq(a: np.ndarray) -> float:
+    """The sum of the squared entries of ``a``, without BLAS: OpenBLAS runs a dot product of more than a few
+    thousand entries on every core, and its threads then spin-wait, so one such call per training step halves the
+    speed of two trainings side by side on two cores (two notebooks of a book build, two test lanes)."""
+    flat = a.reshape(-1)
+    return float(np.einsum("i,i->", flat, flat))
+
+
 @functools.lru_cache(maxsize=32)
 def _prefix_mask(k: int, n: int) -> np.ndarray:
     """(k, k): 1/n where j <= i, else 0 (the prefix sums of the tokens' Gram matrices, with their 1/n)."""
@@ -205,7 +213,7 @@ def _column(A: np.ndarray, delta: np.ndarray, G: np.ndarray, K: np.ndarray, V: n
     r = _buf("r", (B, k, D))  # r_i = W_PV h_i + t_i - tau_i
     np.matmul(rows(H), V[:, None].swapaxes(-1, -2), out=rows(r))
     r[..., m:] += delta
-    loss = 0.5 * float(np.vdot(r, r)) / B
+    loss = 0.5 * _sumsq(r) / B
     g, q = U, _buf("q", (B, k, D))  # g_i = W_PV^T r_i, in the array of u_i; q_i = G_i g_i
     np.matmul(rows(r), V[:, None], out=rows(g))
     np.matmul(g[..., :m], G, out=q[..., :m])
@@ -331,7 +339,7 @@ def _no_cot(E: np.ndarray, w_star: np.ndarray, K: np.ndarray, V: np.ndarray, n: 
     h[..., D - 1] = (K[:, D - 1, D - 1] / n)[:, None]  # sum_j a_j (a_j^T u^T) / n with a_0 = e
     r = h @ V.swapaxes(-1, -2)  # r = W_PV h + t_0 - tau,  t_0 - tau = (0, 0, -w*, 0)
     r[..., m : D - 1] -= w_star.reshape(R, -1, m - 1)
-    loss = 0.5 * float(np.vdot(r, r)) / B
+    loss = 0.5 * _sumsq(r) / B
     g = r @ V  # g = W_PV^T r
     g_PV = r.swapaxes(-1, -2) @ h / B
     g_KQ = np.zeros_like(K)
@@ -371,7 +379,7 @@ def _looped(X: np.ndarray, a_tgt: np.ndarray, K: np.ndarray, V: np.ndarray, k: i
     def summed(a, b):  # sum over each replicate's rows of a_j b_j^T: (R, D, D)
         return np.matmul(rows(a).swapaxes(-1, -2), rows(b)).sum(1)
 
-    return _looped_backprop(X, a_tgt, K, V, k, n, times, summed, lambda r: float(np.vdot(r, r)))
+    return _looped_backprop(X, a_tgt, K, V, k, n, times, summed, _sumsq)
 
 
 def _looped_backprop(X, a_tgt, K, V, k: int, n: int, times, summed, sumsq):
@@ -449,7 +457,7 @@ def looped_isotropic_grads(S: torch.Tensor, w_star: torch.Tensor, v: torch.Tenso
         traj.append((w_hat, e))
         w_hat = w_hat + vv * np.einsum("rbij,rbj->rbi", S, e)
     lam = w_hat - ws
-    loss = 0.5 * float(np.vdot(lam, lam)) / B
+    loss = 0.5 * _sumsq(lam) / B
     lam = lam / B
     g_v, g_w = np.zeros_like(vn), np.zeros_like(wn)
     for w_t, e in reversed(traj):
