@@ -33,9 +33,10 @@ test: $(STAMP) $(BROWSER)
 
 # The fast lane: unit tests of the maths, data, training and verdict machinery; no notebook, papermill,
 # Dask, browser or numba-compile test (those are marked slow), on two processes (pytest-xdist). About a minute on
-# two cores once the kernels are cached.
+# two cores once the kernels are cached. NumPy's BLAS on one thread per process unless you chose (two processes
+# share the cores; companion.runner.use_threads says why).
 test-fast: $(STAMP)
-	$(PY) -m pytest -m "not slow" -q -n 2
+	OPENBLAS_NUM_THREADS=$${OPENBLAS_NUM_THREADS:-1} $(PY) -m pytest -m "not slow" -q -n 2
 
 # ruff (pyflakes, pycodestyle, bugbear, isort rules; configured in pyproject.toml)
 lint: $(STAMP)

@@ -196,6 +196,7 @@ THREADS_NB = SEED_PARAMS + """
 ```{code-cell} ipython3
 import os, pathlib
 pathlib.Path(results_dir, "threads.txt").write_text(os.environ.get("COMPANION_THREADS", "unset"))
+pathlib.Path(results_dir, "blas.txt").write_text(os.environ.get("OPENBLAS_NUM_THREADS", "unset"))
 ```
 """
 
@@ -208,13 +209,14 @@ def test_cores_a_run_uses_them_all_a_sweep_shares_them(tmp_path):
 
     nb = tmp_path / "threads.md"
     nb.write_text(THREADS_NB)
-    env = {k: v for k, v in os.environ.items() if k != "COMPANION_THREADS"}
+    env = {k: v for k, v in os.environ.items() if k not in ("COMPANION_THREADS", "OPENBLAS_NUM_THREADS")}
     cores = available_cores()
     proc = subprocess.run([sys.executable, "-m", "companion", "run", str(nb), "-o", str(tmp_path / "r")],
                           cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert f"companion: COMPANION_THREADS={cores}: every core of this machine" in proc.stdout
     assert (tmp_path / "r" / "threads.txt").read_text() == str(cores)
+    assert (tmp_path / "r" / "blas.txt").read_text() == str(cores)  # NumPy's BLAS keeps to the same budget
 
     proc = subprocess.run([sys.executable, "-m", "companion", "sweep", str(nb), "--grid", "seed=1,2",
                            "--workers", "2", "--out", str(tmp_path / "s"), "--quiet"],
@@ -224,6 +226,13 @@ def test_cores_a_run_uses_them_all_a_sweep_shares_them(tmp_path):
     assert f"COMPANION_THREADS={share} per point: each host's cores shared by its Dask worker threads" in proc.stderr
     got = {p.read_text() for p in (tmp_path / "s" / "points").glob("*/threads.txt")}
     assert got == {str(share)}
+    assert {p.read_text() for p in (tmp_path / "s" / "points").glob("*/blas.txt")} == {str(share)}
+    # a chosen budget reaches NumPy's BLAS in a sweep's warm kernel too (Dask's workers default it to 1)
+    proc = subprocess.run([sys.executable, "-m", "companion", "sweep", str(nb), "--grid", "seed=3", "--workers", "1",
+                           "--out", str(tmp_path / "s3"), "--quiet"],
+                          cwd=ROOT, capture_output=True, text=True, env=dict(env, COMPANION_THREADS="3"), timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert {p.read_text() for p in (tmp_path / "s3" / "points").glob("*/blas.txt")} == {"3"}
 
 
 def test_a_record_is_never_glued_onto_a_torn_line(tmp_path):

@@ -12,6 +12,7 @@ else the first lane's non-zero status. Extra arguments go to both pytest command
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import subprocess
@@ -31,13 +32,17 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, _interrupt)
     base = Path(tempfile.mkdtemp(prefix="companion-test-lanes-"))
     procs = []
+    # the two lanes share the cores: NumPy's BLAS on half of them each (threaded over all, its spinning threads
+    # slow the other lane down; see companion.runner.use_threads), unless the caller chose
+    env = dict(os.environ)
+    env.setdefault("OPENBLAS_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // len(LANES))))
     t0 = time.perf_counter()
     try:
         for i, (name, expr) in enumerate(LANES):
             log = open(base / f"lane{i}.log", "w+")
             cmd = [sys.executable, "-m", "pytest", "-m", expr, "-p", "no:cacheprovider",
                    "--basetemp", str(base / f"tmp{i}"), *argv]
-            procs.append((name, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), log))
+            procs.append((name, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env), log))
         codes: dict[str, int] = {}
         while len(codes) < len(procs):
             for name, proc, log in procs:

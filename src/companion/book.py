@@ -51,6 +51,7 @@ from . import notebooks as nbs
 from .mesa.paper import paper_runs, warm_run_cache
 from .paths import repo_root
 from .report import RESULTS_URL, counts, dashboard_markdown, glance_markdown
+from .runner import use_threads
 from .sphinx_ext import encrypted_kernels
 from .sweeps_page import guard_cache as guard_sweeps_page
 from .text import slug
@@ -129,7 +130,7 @@ def _execute_into_cache(cache_path: str, path: str, timeout: int) -> tuple[str, 
     """Execute one MyST notebook as myst-nb's ``cache`` mode does (its reader, the notebook's folder as
     working directory, no errors allowed) and store it in jupyter-cache. Runs in a worker process."""
 
-    os.environ["COMPANION_THREADS"] = "1"  # two notebooks share the cores
+    use_threads(1)  # two notebooks share the cores
     from jupyter_cache import get_cache
 
 

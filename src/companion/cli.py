@@ -51,7 +51,7 @@ def _text_params(pairs) -> dict[str, str]:
 
 
 def cmd_run(args) -> int:
-    from .runner import NotebookFailed, exit_when_stdin_closes, load_param_file, run_notebook, serve_runs, threads_env
+    from .runner import NotebookFailed, exit_when_stdin_closes, load_param_file, run_notebook, serve_runs, threads_env, use_threads
 
     if args.serve:
         return serve_runs()
@@ -64,7 +64,7 @@ def cmd_run(args) -> int:
     for name in set(typed) & set(text):
         typed.pop(name)  # -p wins over -f
     threads, why = threads_env(1)
-    os.environ["COMPANION_THREADS"] = str(threads)  # read by the kernel (mesa training, torch)
+    use_threads(threads)  # read by the kernel (mesa training, torch, NumPy's BLAS)
     if not args.quiet:
         print(f"companion: {why}", flush=True)
     try:
