@@ -26,6 +26,7 @@ repeats for parts 1 and 2.
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
 import subprocess
@@ -231,16 +232,39 @@ def bench_inference(d=10, n=20, k=20, per=1000, R=10, repeats=5):
           f"{1e3 * t_torch:.0f} ms (best of {repeats}): {t_torch / t_np:.1f}x; largest relative difference {rel:.1e}")
 
 
-if __name__ == "__main__":
-    if "--steps-only" in sys.argv:
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1; got {text!r}")
+    return int(text)
+
+
+def main(argv=None) -> int:
+    """Parse the options (an unknown option or a bad value is one line and exit 2, as argparse does) and run the
+    parts asked for."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 epilog="Timings are noisy on a shared machine; parts 1 and 2 report the best of several repeats.")
+    only = ap.add_mutually_exclusive_group()
+    only.add_argument("--steps-only", action="store_true", help="part 2 alone (the training steps)")
+    only.add_argument("--inference-only", action="store_true", help="part 3 alone (CoT inference)")
+    only.add_argument("--skip-notebooks", action="store_true", help="parts 1-3, not the notebooks")
+    ap.add_argument("--fresh-cache", action="store_true",
+                    help="part 4: the notebooks share an empty run cache, as in a first `make book` (default: cold)")
+    ap.add_argument("--jobs", type=_positive, default=1,
+                    help="part 4: notebooks side by side, an integer >= 1 (2: as `companion book` runs them on 2 cores)")
+    args = ap.parse_args(argv)
+    if args.steps_only:
         bench_train_step()
-        sys.exit()
-    if "--inference-only" in sys.argv:
+        return 0
+    if args.inference_only:
         bench_inference()
-        sys.exit()
+        return 0
     bench_loss()
     bench_train_step()
     bench_inference()
-    if "--skip-notebooks" not in sys.argv:
-        jobs = int(sys.argv[sys.argv.index("--jobs") + 1]) if "--jobs" in sys.argv else 1
-        bench_notebooks(fresh_cache="--fresh-cache" in sys.argv, jobs=jobs)
+    if not args.skip_notebooks:
+        bench_notebooks(fresh_cache=args.fresh_cache, jobs=args.jobs)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

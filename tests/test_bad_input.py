@@ -212,3 +212,31 @@ def test_a_folder_without_a_run_keeps_its_files(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert (out / "my-params.yaml").read_text() == "n: 40\n" and (out / "run.json").is_file()
     assert json.loads((out / "run.json").read_text())["parameters"]["n"] == 40
+
+
+@pytest.mark.slow
+def test_benchmark_and_tool_scripts_refuse_unknown_options():
+    """Every script in ``benchmarks/`` and ``tools/`` refuses an option it does not know, before any work: one
+    line naming it, exit status 2 (a benchmark that ignored ``--help`` ran for minutes). ``tools/test_lanes.py``
+    hands its options to pytest, whose refusal (exit status 4) it passes on."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    scripts = sorted([*root.glob("benchmarks/*.py"), *root.glob("tools/*.py")])
+    assert len(scripts) >= 10
+    procs = {s: subprocess.Popen([sys.executable, str(s), "--no-such-option"], cwd=root, text=True,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE) for s in scripts}
+    for s, proc in procs.items():
+        try:
+            out, err = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            pytest.fail(f"{s.relative_to(root)} did not refuse --no-such-option: still running after 120 s")
+        if s.name == "test_lanes.py":
+            assert proc.returncode == 4 and "unrecognized arguments: --no-such-option" in out, (proc.returncode, out)
+            continue
+        assert proc.returncode == 2, (s.name, proc.returncode, err[-500:])
+        lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith(("usage:", " "))]
+        assert len(lines) == 1 and "--no-such-option" in lines[0], (s.name, err)

@@ -50,5 +50,8 @@ def page() -> str:
 
 
 if __name__ == "__main__":
+    import argparse
+
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()  # no options: refuses any
     (ROOT / "book" / "api.md").write_text(page())
     print(f"wrote {ROOT / 'book' / 'api.md'}")
