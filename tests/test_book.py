@@ -33,11 +33,16 @@ def test_cache_guard_wipes_the_cache_when_the_package_changes(tmp_path, monkeypa
 
 
 @pytest.mark.slow
-def test_a_failing_verdict_fails_the_build_and_passing_results_are_collected(tmp_path, capsys):
+def test_a_failing_verdict_fails_the_build_and_passing_results_are_collected(tmp_path, capfd):
+    """A failed claim fails `companion book`, the passing page's records are collected; without the failing page
+    the build passes and ends with its last stage: the site's MathJax found on every page, the whole book typeset
+    once (no TeX error) and printed to _build/html/companion.pdf."""
     root = tmp_path / "mini"
     copy_book_frame(root, ["toy_pass", "toy_fail"], execute="cache")
     toy = (FIXTURES / "toy.md").read_text().replace("n: int = 2000", "n: int = 300")
-    (root / "notebooks" / "toy_pass.md").write_text(toy.replace('Verdict("toy"', 'Verdict("toy_pass"'))
+    passing = toy.replace('```{code-cell} ipython3\nv = Verdict("toy"', '(verdict-toy-pass)=\n## Verdict\n\n'
+                          '```{code-cell} ipython3\nv = Verdict("toy_pass"')  # the "Every claim" page links it
+    (root / "notebooks" / "toy_pass.md").write_text(passing + "\nA formula, typeset for the PDF: $x^2$.\n")
     (root / "notebooks" / "toy_fail.md").write_text(
         toy.replace("fail: bool = False", "fail: bool = True").replace('Verdict("toy"', 'Verdict("toy_fail"')
     )
@@ -49,6 +54,20 @@ def test_a_failing_verdict_fails_the_build_and_passing_results_are_collected(tmp
     assert (root / "_build" / "results" / "toy_pass.jsonl").is_file()
     page = (root / "_build" / "html" / "book" / "verdicts.html").read_text()
     assert "second_moment" in page and "toy_pass" in page  # the "Every claim" page shows this build
+    assert not (root / "_build" / "html" / book.PDF_NAME).exists()
+    if os.environ.get("COMPANION_NO_BROWSER") == "1":
+        return
+    toc = yaml.safe_load((root / "_toc.yml").read_text())
+    for part in toc["parts"]:
+        part["chapters"] = [c for c in part["chapters"] if c["file"] != "notebooks/toy_fail"]
+    (root / "_toc.yml").write_text(yaml.safe_dump(toc, sort_keys=False))
+    (root / "notebooks" / "toy_fail.md").unlink()
+    capfd.readouterr()
+    status = book.build(root)
+    out, err = capfd.readouterr()
+    assert status == 0, (out + err)[-3000:]
+    assert "TeX checked and _build/html/companion.pdf printed" in out, out[-2000:]
+    assert (root / "_build" / "html" / book.PDF_NAME).read_bytes().startswith(b"%PDF")
 
 
 @pytest.mark.slow
@@ -80,7 +99,7 @@ def test_pages_are_executed_two_at_a_time_into_the_cache_that_the_build_reads(tm
 
 
 @pytest.mark.slow
-def test_the_whole_book_builds_strictly(smoke_site):
+def test_the_whole_book_builds_strictly(smoke_site, tmp_path):
     """Every notebook, executed with its smoke parameters by the runner, renders into the full book with
     `-n -W` (zero warnings, every reference and glue key resolved), and every verdict is collected.
     (`make book` builds the same pages at the papers' settings.)"""
@@ -109,27 +128,40 @@ def test_the_whole_book_builds_strictly(smoke_site):
     for name in ("CITATION.cff", "LICENSE"):
         assert (html / name).is_file(), f"{name} is not on the site"
     assert not (html / "genindex.html").exists() or "genindex" not in (html / "index.html").read_text()
-    # every formula must typeset: MathJax errors (e.g. "Double exponent") are invisible to Sphinx
+    # every page with formulas loads the site's own MathJax (the formulas themselves are typeset once, for the
+    # whole book, when it is printed: tests/test_site.py)
+    assert not book.mathjax_unreachable(html)
     if os.environ.get("COMPANION_NO_BROWSER") == "1":
         pytest.skip("COMPANION_NO_BROWSER=1: TeX rendering not checked")
     assert book.find_browser(), "Chromium is needed to check the TeX (`make test` installs it; or set COMPANION_NO_BROWSER=1)"
-    bad = book.check_math(html)
-    assert not bad, f"TeX errors: {bad}"
-    # and the check can fail: a formula with a double exponent, and a page whose MathJax does not load
+    # and the checks can fail: a formula with a double exponent, and a page whose MathJax does not load
     # (written beside the site's pages, removed again)
     src = (html / "notebooks" / "mesa" / "setup.html").read_text()
     seeded = {"zz_bad_tex": src.replace("<article", '<p><span class="math notranslate nohighlight">\\(x^2^3\\)'
                                                      "</span></p><article", 1),
               "zz_no_mathjax": src.replace("tex-chtml.js", "no-such-file.js")}
+    # the one typesetting of the book reads each error's page from the anchors of the single-page build
+    head = src[: src.index("<body")]
+    math = '<p><span class="math notranslate nohighlight">\\({}\\)</span></p>'
+    seeded["zz_print"] = (head + "<body>" + math.format("a_1_2") + '<span id="document-notebooks/mesa/setup"></span>'
+                          + math.format("x^2") + '<span id="document-notebooks/cot/setup"></span>' + math.format("y^2^3")
+                          + "</body></html>")
     try:
         for name, text in seeded.items():
             (html / "notebooks" / "mesa" / f"{name}.html").write_text(text)
-        bad = book.check_math(html, pages=[f"notebooks/mesa/{n}" for n in seeded])
+        bad = book.check_math(html, pages=[f"notebooks/mesa/{n}" for n in ("zz_bad_tex", "zz_no_mathjax")])
+        unreachable = book.mathjax_unreachable(html)
+        printed = book.typeset_and_print(html / "notebooks" / "mesa" / "zz_print.html", tmp_path / "p.pdf",
+                                         "book/intro.html", book.find_browser())
     finally:
         for name in seeded:
             (html / "notebooks" / "mesa" / f"{name}.html").unlink(missing_ok=True)
     assert "Double exponent: use braces to clarify" in bad.get("notebooks/mesa/zz_bad_tex.html", []), bad
     assert any("did not render" in e for e in bad.get("notebooks/mesa/zz_no_mathjax.html", [])), bad
+    assert list(unreachable) == ["notebooks/mesa/zz_no_mathjax.html"], unreachable
+    assert printed == {"book/intro.html": ["Double subscripts: use braces to clarify"],
+                       "notebooks/cot/setup.html": ["Double exponent: use braces to clarify"]}, printed
+    assert (tmp_path / "p.pdf").read_bytes().startswith(b"%PDF")
 
 
 # ---------------------------------------------------------------------------------------------- rendering

@@ -309,10 +309,12 @@ def test_screenshots_at_1280_px_and_on_a_phone(browser, smoke_site):
 
 
 def test_the_whole_book_prints_as_one_pdf(smoke_site):
-    """`companion book` prints the single-page build with Chromium (offline); the front page links it."""
+    """`companion book` typesets the single-page build once with Chromium (offline): every formula of every page
+    without a TeX error, and the same page printed; the front page links it."""
     html = _site(smoke_site)
     _chromium()
-    pdf = book.make_pdf(smoke_site["root"])
+    pdf, tex_errors = book.print_book(smoke_site["root"])
+    assert not tex_errors, f"TeX errors: {tex_errors}"
     assert pdf == html / book.PDF_NAME
     data = pdf.read_bytes()
     assert data.startswith(b"%PDF") and len(data) > 200_000
