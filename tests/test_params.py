@@ -74,3 +74,16 @@ def test_parameter_errors_cross_process_boundaries_unchanged():
     for err in (ParameterError("d", "must be at least 1"), TrainingDiverged("training diverged at epoch 3")):
         back = pickle.loads(pickle.dumps(err))
         assert type(back) is type(err) and str(back) == str(err) and back.name == err.name
+
+
+def test_cot_training_replicates_zero_only_where_a_page_allows_none():
+    """``replicates = 0`` (no trained models: the Sweeps page's runs of the Thm 3.2 page) is accepted only with
+    ``allow_none``; one replicate never (no spread over seeds), with the allowed values named."""
+    from companion.cot import domain as D
+
+    assert D.training(10, 0.01, 0.5, 0, allow_none=True)[3] == 0
+    assert D.training(10, 0.01, 0.5, 2, allow_none=True)[3] == 2
+    with pytest.raises(P.ParameterError, match=r"'replicates': must be 0 \(no trained models\) or 2 <= replicates"):
+        D.training(10, 0.01, 0.5, 1, allow_none=True)
+    with pytest.raises(P.ParameterError, match=r"'replicates': must be an integer in \[2, 16\]; got 0"):
+        D.training(10, 0.01, 0.5, 0)

@@ -43,12 +43,18 @@ def learning_rates(lr, lr_final, *, names: tuple[str, str] = ("lr", "lr_final"))
             P.real(names[1], lr_final, min=0, max=1, min_open=True))
 
 
-def training(steps, lr, lr_final, replicates):
+def training(steps, lr, lr_final, replicates, allow_none: bool = False):
     """Validated Adam training of models side by side, ``(steps, lr, lr_final, replicates)``:
-    ``1 <= steps <= 1e6``, :func:`learning_rates` and ``2 <= replicates <= 16``."""
+    ``1 <= steps <= 1e6``, :func:`learning_rates` and ``2 <= replicates <= 16``; with ``allow_none`` also
+    ``replicates = 0``, no trained models (a page whose other claims do not need them)."""
     steps = P.integer("steps", steps, min=1, max=10**6)
     lr, lr_final = learning_rates(lr, lr_final)
-    return steps, lr, lr_final, P.integer("replicates", replicates, min=2, max=16)
+    if allow_none and P.integer("replicates", replicates, min=0, max=16) == 0:
+        return steps, lr, lr_final, 0
+    allowed = "0 (no trained models) or 2 <= replicates <= 16" if allow_none else "2 <= replicates <= 16"
+    R = P.integer("replicates", replicates, min=0 if allow_none else 2, max=16)
+    P.require(R >= 2, "replicates", f"must be {allowed} (a spread over seeds needs two); got {R}")
+    return steps, lr, lr_final, R
 
 
 def no_cot_training(lr, lr_final, path, replicates):

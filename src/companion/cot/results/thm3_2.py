@@ -101,9 +101,12 @@ def trained_cot(d: int, n: int, k_train: int, k: int, eta: float, *, steps: int,
     -------
     dict
         :func:`companion.cot.stats.trained_vs_prediction` with ``runs`` (the training result) and the
-        :func:`neighbours` under ``"exact"``; or ``{"diverged": message, "exact": ...}``.
+        :func:`neighbours` under ``"exact"``; or ``{"diverged": message, "exact": ...}``; with ``replicates = 0``
+        (nothing trained: the Sweeps page's map of the construction's law) ``{"skipped": reason, "exact": ...}``.
     """
     exact = neighbours(k, eta, d, n)
+    if replicates == 0:
+        return dict(skipped="no models trained at this point (replicates = 0)", exact=exact)
     try:
         runs = cached_train_full("cot", d, n, k_train, eta, steps=steps, lr=lr, lr_final=lr_final, batch=64,
                                  seed=seed, eval_every=max(1, steps // 20), eval_batch=200, replicates=replicates)
