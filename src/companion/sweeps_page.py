@@ -60,8 +60,8 @@ SIZES: dict[str, dict[str, dict[str, dict[str, Any]]]] = {
     "cot_k_eta": {
         # the sweep maps the construction's law (cot32_law_k*): the page's trained models (its decisive claim at
         # its defaults, 10 seeds) are not trained here (replicates = 0: that claim is recorded not applicable).
-        # Two seeds, the fewest that give a spread, left it not resolvable at every point and took most of the
-        # sweep's time (about 30 of the 36 s of a point)
+        # Two seeds, the fewest that give a spread, left it not resolvable at every point and took about half of
+        # a point's time (eta = 0.15 alone on a 2-core machine: 22.7 s with them, 10.8 s without)
         "book": dict(grid={"eta": [0.15, 0.3, 0.45, 0.6]},
                      fixed=dict(d=10, n=20, k_list=[1, 2, 4, 8, 16, 32], ratios=[2], num_model=2000, num_mc=4000,
                                 mp_levels=3, replicates=0, eval_batch=400)),
