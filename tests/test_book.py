@@ -151,8 +151,11 @@ def test_the_whole_book_builds_strictly(smoke_site, tmp_path):
             (html / "notebooks" / "mesa" / f"{name}.html").write_text(text)
         bad = book.check_math(html, pages=[f"notebooks/mesa/{n}" for n in ("zz_bad_tex", "zz_no_mathjax")])
         unreachable = book.mathjax_unreachable(html)
-        printed = book.typeset_and_print(html / "notebooks" / "mesa" / "zz_print.html", tmp_path / "p.pdf",
-                                         "book/intro.html", book.find_browser())
+        from playwright.sync_api import sync_playwright
+
+        with sync_playwright():  # a caller that already drives a browser (as the site's tests do) may print
+            printed = book.typeset_and_print(html / "notebooks" / "mesa" / "zz_print.html", tmp_path / "p.pdf",
+                                             "book/intro.html", book.find_browser())
     finally:
         for name in seeded:
             (html / "notebooks" / "mesa" / f"{name}.html").unlink(missing_ok=True)

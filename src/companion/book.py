@@ -368,10 +368,23 @@ def print_book(root: Path, browser: str | None = None, jb_cmd: list[str] | None 
     return out, errors
 
 
+def _own_thread(fn, *args):
+    """``fn(*args)`` in a thread of its own: playwright's sync API refuses to start in a thread whose asyncio loop
+    runs (a Jupyter kernel, or a caller that already drives a browser with it, as the site's tests do)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(fn, *args).result()
+
+
 def typeset_and_print(index: Path, out: Path, root_page: str, browser: str) -> dict[str, list[str]]:
     """Open the single page ``index`` in headless Chromium (offline), let MathJax typeset it, return its TeX errors
     per page (the page of the nearest ``document-<page>`` anchor before a formula; ``root_page`` before the first)
     and print it to ``out``. Raises RuntimeError if the page does not load or no PDF is written."""
+    return _own_thread(_typeset_and_print, index, out, root_page, browser)
+
+
+def _typeset_and_print(index: Path, out: Path, root_page: str, browser: str) -> dict[str, list[str]]:
     from playwright.sync_api import Error as PlaywrightError
     from playwright.sync_api import sync_playwright
 
@@ -455,7 +468,7 @@ def check_math(html_dir: Path, pages: list[str] | None = None, browser: str | No
     # the rendered sources of the API reference (``_modules/``, sphinx.ext.viewcode) are code, not typeset pages
     files = [html_dir / f"{p}.html" for p in pages] if pages else sorted(
         f for f in html_dir.rglob("*.html") if "_modules" not in f.relative_to(html_dir).parts)
-    return _check_math_one_browser(html_dir, files, browser)
+    return _own_thread(_check_math_one_browser, html_dir, files, browser)
 
 
 # "none": the page loads no MathJax; "done": typeset; "timeout": MathJax did not start within 20 s
