@@ -39,7 +39,7 @@ import shutil
 import subprocess
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 from multiprocessing import get_context
 from pathlib import Path
 
@@ -371,8 +371,6 @@ def print_book(root: Path, browser: str | None = None, jb_cmd: list[str] | None 
 def _own_thread(fn, *args):
     """``fn(*args)`` in a thread of its own: playwright's sync API refuses to start in a thread whose asyncio loop
     runs (a Jupyter kernel, or a caller that already drives a browser with it, as the site's tests do)."""
-    from concurrent.futures import ThreadPoolExecutor
-
     with ThreadPoolExecutor(max_workers=1) as pool:
         return pool.submit(fn, *args).result()
 
