@@ -40,6 +40,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
+from contextlib import contextmanager
 from multiprocessing import get_context
 from pathlib import Path
 
@@ -61,7 +62,7 @@ from .verdict import METADATA_KEY
 from .where import all_results
 
 __all__ = ["code_hash", "guard_cache", "toc_pages", "pre_execute", "collect_results", "publish_results", "verdict_table",
-           "glance_table", "find_browser", "check_math", "mathjax_unreachable", "print_book", "typeset_and_print", "make_pdf", "build",
+           "glance_table", "find_browser", "check_math", "mathjax_unreachable", "print_book", "typeset_and_print", "build",
            "PDF_NAME", "CHROMIUM_FLAGS"]
 
 CACHE_DIR = Path("_build/.jupyter_cache")
@@ -326,11 +327,6 @@ def _single_page(root: Path, jb_cmd: list[str] | None = None) -> Path:
     return index
 
 
-def make_pdf(root: Path, browser: str | None = None, jb_cmd: list[str] | None = None) -> Path:
-    """The whole book as one PDF at ``_build/html/companion.pdf`` (:func:`print_book` without its TeX report)."""
-    return print_book(root, browser, jb_cmd)[0]
-
-
 # per formula with a TeX error, its message and the page it comes from in the single-page build: the nearest
 # "document-<page>" anchor before it (none: the root document, whose text comes first)
 _ERRORS_BY_PAGE = """() => {
@@ -353,9 +349,8 @@ def print_book(root: Path, browser: str | None = None, jb_cmd: list[str] | None 
     Chromium (offline: the site's own MathJax), MathJax's TeX errors are read per page, and the same typeset page
     is printed (US Letter, margins of 0.4 in as Chromium's own print) to ``_build/html/companion.pdf``.
 
-    One typesetting instead of two: rendering every page of the site one by one (:func:`check_math`) beside a
-    second browser printing the same formulas took 122 s in a cold build on a 2-core machine, this 98 s (the
-    single-page build included).
+    One typesetting instead of two: the book used to render every page of the site one by one (:func:`check_math`)
+    beside a second browser printing the same formulas (the README has both times).
     Returns ``(pdf, errors)``, ``errors`` keyed by page as :func:`check_math` (``"notebooks/mesa/setup.html"``);
     the PDF is written even with errors (the caller decides). Raises RuntimeError if the page does not load or
     the PDF is not written."""
@@ -366,6 +361,23 @@ def print_book(root: Path, browser: str | None = None, jb_cmd: list[str] | None 
     out = root / "_build" / "html" / PDF_NAME
     errors = typeset_and_print(index, out, _root_doc(root) + ".html", browser)
     return out, errors
+
+
+@contextmanager
+def _offline_page(browser: str):
+    """A page of headless Chromium (playwright's sync API) that loads only local files: the site's own MathJax,
+    never the network. Closed with its browser on exit."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=browser, args=[f for f in CHROMIUM_FLAGS if f != "--headless"])
+        try:
+            ctx = b.new_context()
+            ctx.route("**/*", lambda r: r.continue_() if r.request.url.startswith(("file:", "data:", "blob:"))
+                      else r.abort())
+            yield ctx.new_page()
+        finally:
+            b.close()
 
 
 def _own_thread(fn, *args):
@@ -384,18 +396,12 @@ def typeset_and_print(index: Path, out: Path, root_page: str, browser: str) -> d
 
 def _typeset_and_print(index: Path, out: Path, root_page: str, browser: str) -> dict[str, list[str]]:
     from playwright.sync_api import Error as PlaywrightError
-    from playwright.sync_api import sync_playwright
 
     out.parent.mkdir(parents=True, exist_ok=True)
     out.unlink(missing_ok=True)
     errors: dict[str, list[str]] = {}
     try:
-        with sync_playwright() as p:
-            b = p.chromium.launch(executable_path=browser, args=[f for f in CHROMIUM_FLAGS if f != "--headless"])
-            ctx = b.new_context()
-            ctx.route("**/*", lambda r: r.continue_() if r.request.url.startswith(("file:", "data:", "blob:"))
-                      else r.abort())
-            page = ctx.new_page()
+        with _offline_page(browser) as page:
             page.goto(index.as_uri(), wait_until="load", timeout=600_000)
             state = page.evaluate(_MATHJAX_DONE)
             for doc, message in page.evaluate(_ERRORS_BY_PAGE):
@@ -407,7 +413,6 @@ def _typeset_and_print(index: Path, out: Path, root_page: str, browser: str) -> 
             margin = "0.4in"
             page.pdf(path=str(out), format="Letter", print_background=True,
                      margin=dict(top=margin, bottom=margin, left=margin, right=margin))
-            b.close()
     except PlaywrightError as exc:
         raise RuntimeError(f"Chromium could not typeset or print {index.name}: {str(exc).splitlines()[0]}") from None
     if not out.is_file() or out.stat().st_size < 2_000:
@@ -483,15 +488,8 @@ _MATHJAX_DONE = """async () => {
 def _check_math_one_browser(html_dir: Path, files: list[Path], browser: str) -> dict[str, list[str]]:
     """:func:`check_math` over ``files`` (one Chromium for all of them, not one process per page: about 1 s
     per page less)."""
-    from playwright.sync_api import sync_playwright
-
     errors: dict[str, list[str]] = {}
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=browser, args=[f for f in CHROMIUM_FLAGS if f != "--headless"])
-        ctx = b.new_context()
-        ctx.route("**/*", lambda r: r.continue_() if r.request.url.startswith(("file:", "data:", "blob:"))
-                  else r.abort())  # offline: the site's own MathJax
-        page = ctx.new_page()
+    with _offline_page(browser) as page:
         for f in files:
             text = f.read_text(errors="replace")
             if "math" not in text:
@@ -507,7 +505,6 @@ def _check_math_one_browser(html_dir: Path, files: list[Path], browser: str) -> 
                 found.append(f"page did not render ({type(exc).__name__})")
             if found:
                 errors[str(f.relative_to(html_dir))] = found
-        b.close()
     return dict(sorted(errors.items()))
 
 
@@ -575,7 +572,8 @@ def build(root: Path | None = None, *, strict: bool = True, force: bool = False,
         bad = mathjax_unreachable(root / "_build" / "html")
         try:
             pdf, tex = print_book(root)
-            bad.update(tex)
+            for page, errs in tex.items():
+                bad.setdefault(page, []).extend(errs)
             print(f"companion book: TeX checked and {pdf.relative_to(root)} printed in "
                   f"{time.perf_counter() - t1:.0f} s")
         except (RuntimeError, subprocess.TimeoutExpired) as exc:
