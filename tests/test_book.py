@@ -404,17 +404,17 @@ def test_the_glance_page_lists_every_registered_result():
 @pytest.mark.slow
 def test_a_page_kernel_of_the_book_gets_one_blas_thread(tmp_path, monkeypatch):
     """``companion book`` executes two pages side by side: each page's kernel must see one thread for the mesa
-    kernel and torch (``COMPANION_THREADS``) and for NumPy's OpenBLAS (``OPENBLAS_NUM_THREADS``), whatever the
-    caller's environment held (an OpenBLAS threading over both cores against the other page ran each cot page
-    about twice as slowly)."""
-    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "7")
-    monkeypatch.setenv("COMPANION_THREADS", "7")
+    kernel and the cot trainer (``COMPANION_THREADS``), for NumPy's OpenBLAS (``OPENBLAS_NUM_THREADS``) and for
+    torch's own pool, whatever the caller's environment held (an OpenBLAS threading over both cores against the
+    other page ran each cot page about twice as slowly; torch's pool on both cores, two mesa pages three times)."""
+    for name in ("OPENBLAS_NUM_THREADS", "COMPANION_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        monkeypatch.setenv(name, "7")
     seen = tmp_path / "seen.txt"
     page = tmp_path / "page.md"
     page.write_text((FIXTURES / "toy.md").read_text().split("```{code-cell}")[0]
-                    + "```{code-cell} ipython3\nimport os\n"
+                    + "```{code-cell} ipython3\nimport os\nimport torch\n"
                     + f"open({str(seen)!r}, 'w').write(os.environ.get('OPENBLAS_NUM_THREADS', '') + ' ' + "
-                      "os.environ.get('COMPANION_THREADS', ''))\n```\n")
+                      "os.environ.get('COMPANION_THREADS', '') + ' ' + str(torch.get_num_threads()))\n```\n")
     path, seconds, err = book._execute_into_cache(str(tmp_path / "cache"), str(page), 120)
     assert err is None, err
-    assert seen.read_text() == "1 1"
+    assert seen.read_text() == "1 1 1"

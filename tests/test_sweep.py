@@ -197,6 +197,7 @@ THREADS_NB = SEED_PARAMS + """
 import os, pathlib
 pathlib.Path(results_dir, "threads.txt").write_text(os.environ.get("COMPANION_THREADS", "unset"))
 pathlib.Path(results_dir, "blas.txt").write_text(os.environ.get("OPENBLAS_NUM_THREADS", "unset"))
+pathlib.Path(results_dir, "omp.txt").write_text(os.environ.get("OMP_NUM_THREADS", "unset"))
 ```
 """
 
@@ -209,7 +210,8 @@ def test_cores_a_run_uses_them_all_a_sweep_shares_them(tmp_path):
 
     nb = tmp_path / "threads.md"
     nb.write_text(THREADS_NB)
-    env = {k: v for k, v in os.environ.items() if k not in ("COMPANION_THREADS", "OPENBLAS_NUM_THREADS")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("COMPANION_THREADS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     cores = available_cores()
     proc = subprocess.run([sys.executable, "-m", "companion", "run", str(nb), "-o", str(tmp_path / "r")],
                           cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
@@ -227,12 +229,14 @@ def test_cores_a_run_uses_them_all_a_sweep_shares_them(tmp_path):
     got = {p.read_text() for p in (tmp_path / "s" / "points").glob("*/threads.txt")}
     assert got == {str(share)}
     assert {p.read_text() for p in (tmp_path / "s" / "points").glob("*/blas.txt")} == {str(share)}
+    assert {p.read_text() for p in (tmp_path / "s" / "points").glob("*/omp.txt")} == {str(share)}  # torch's pool too
     # a chosen budget reaches NumPy's BLAS in a sweep's warm kernel too (Dask's workers default it to 1)
     proc = subprocess.run([sys.executable, "-m", "companion", "sweep", str(nb), "--grid", "seed=3", "--workers", "1",
                            "--out", str(tmp_path / "s3"), "--quiet"],
                           cwd=ROOT, capture_output=True, text=True, env=dict(env, COMPANION_THREADS="3"), timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert {p.read_text() for p in (tmp_path / "s3" / "points").glob("*/blas.txt")} == {"3"}
+    assert {p.read_text() for p in (tmp_path / "s3" / "points").glob("*/omp.txt")} == {"3"}  # Dask's default is 1
 
 
 def test_a_record_is_never_glued_onto_a_torn_line(tmp_path):

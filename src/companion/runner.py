@@ -573,12 +573,20 @@ def _jsonable(params: Mapping[str, Any]) -> dict:
 
 
 # ----------------------------------------------------------------------------- cores and lifetime
+#: the thread counts a kernel reads when its libraries load: NumPy's OpenBLAS, torch's OpenMP pool (its intra-op
+#: threads: every core unless told) and MKL (torch's BLAS on x86)
+THREAD_VARIABLES = ("COMPANION_THREADS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
 def use_threads(n: int) -> None:
-    """The kernels this process starts get ``n`` threads: ``COMPANION_THREADS`` (the mesa kernel, torch) and
-    ``OPENBLAS_NUM_THREADS`` (NumPy's BLAS, read when NumPy loads). An OpenBLAS left to thread over every core
-    spin-waits against the other processes sharing them: two cot trainings side by side on 2 cores ran 2.1 times
-    slower per step (45 against 22 ms) until each had one BLAS thread."""
-    os.environ["COMPANION_THREADS"] = os.environ["OPENBLAS_NUM_THREADS"] = str(n)
+    """The kernels this process starts get ``n`` threads: ``COMPANION_THREADS`` (the mesa kernel, the cot
+    trainer) and the variables NumPy's OpenBLAS, torch's OpenMP pool and MKL read when they load
+    (:data:`THREAD_VARIABLES`). A library left to thread over every core spin-waits against the other processes
+    sharing them: two cot trainings side by side on 2 cores ran 2.1 times slower per step (45 against 22 ms) until
+    each had one BLAS thread, and the Thm 4.1 and Prop 4.1 pages side by side took 32 and 37 s (9.8 and 8.7 s
+    alone) until each had one torch thread (11.3 and 10.4 s)."""
+    for name in THREAD_VARIABLES:
+        os.environ[name] = str(n)
 
 
 def threads_env(workers: int = 1) -> tuple[int, str]:
