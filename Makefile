@@ -9,26 +9,32 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.companion-installed
 BROWSER := $(VENV)/.browser-checked
 
-.PHONY: book test test-fast lint mutants install clean benchmark
+.PHONY: book test test-fast lint mutants install setup clean benchmark
 
 install: $(STAMP)
+
+# the venv and Chromium at once (two jobs): apt fetches and unpacks Chromium while pip installs the stack
+setup:
+	@$(MAKE) --no-print-directory -j2 $(STAMP) $(BROWSER)
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet -c constraints.txt -e ".[book,test]"
 	touch $(STAMP)
 
-# Headless Chromium (Debian's package) renders the built pages to check that every formula typesets.
-$(BROWSER): $(STAMP)
+# Headless Chromium (Debian's package) typesets the book (its TeX checked) and prints its PDF. Its stamp lives in
+# the venv, so a new venv checks again; it does not wait for the venv's packages (see setup).
+$(BROWSER):
+	@mkdir -p $(VENV)
 	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null); } || \
 	  echo "note: could not install chromium; formulas will not be checked in a browser"
 	@touch $@
 
-book: $(STAMP) $(BROWSER)
+book: setup
 	$(PY) -m companion book
 
-test: $(STAMP) $(BROWSER)
+test: setup
 	$(PY) tools/test_lanes.py
 
 # The fast lane: unit tests of the maths, data, training and verdict machinery; no notebook, papermill,
