@@ -66,8 +66,20 @@ def test_a_failing_verdict_fails_the_build_and_passing_results_are_collected(tmp
     status = book.build(root)
     out, err = capfd.readouterr()
     assert status == 0, (out + err)[-3000:]
-    assert "TeX checked and _build/html/companion.pdf printed" in out, out[-2000:]
+    # every page cached with passing verdicts: the verdict tables written before Sphinx reads them (one pass) and the
+    # book printed beside the HTML build
+    assert "TeX checked and _build/html/companion.pdf printed" in out and "(beside the HTML build)" in out, out[-2000:]
+    assert "(verdict tables changed)" not in out, out[-2000:]
     assert (root / "_build" / "html" / book.PDF_NAME).read_bytes().startswith(b"%PDF")
+    # the same cached verdicts, but the HTML build fails (a broken reference in the prose): the PDF printed beside
+    # it is not kept
+    (root / "_build" / "html" / book.PDF_NAME).unlink()
+    page = root / "notebooks" / "toy_pass.md"
+    page.write_text(page.read_text() + "\nSee {ref}`no-such-label`.\n")
+    status = book.build(root)
+    out, err = capfd.readouterr()
+    assert status != 0, (out + err)[-3000:]
+    assert not (root / "_build" / "html" / book.PDF_NAME).exists()
 
 
 @pytest.mark.slow

@@ -55,15 +55,15 @@ from .mesa.paper import paper_runs, warm_run_cache
 from .paths import repo_root
 from .report import RESULTS_URL, counts, dashboard_markdown, glance_markdown
 from .runner import use_threads
-from .sphinx_ext import encrypted_kernels
+from .sphinx_ext import encrypted_kernels, write_where_page
 from .sweeps_page import guard_cache as guard_sweeps_page
 from .text import slug
 from .verdict import METADATA_KEY
 from .where import all_results
 
 __all__ = ["code_hash", "guard_cache", "toc_pages", "pre_execute", "collect_results", "publish_results", "verdict_table",
-           "glance_table", "find_browser", "check_math", "mathjax_unreachable", "print_book", "typeset_and_print", "build",
-           "PDF_NAME", "CHROMIUM_FLAGS"]
+           "glance_table", "records_from_cache", "write_tables", "find_browser", "check_math", "mathjax_unreachable",
+           "print_book", "typeset_and_print", "build", "PDF_NAME", "CHROMIUM_FLAGS"]
 
 CACHE_DIR = Path("_build/.jupyter_cache")
 DOCTREES = Path("_build/.doctrees")  # Sphinx's environment: which pages it has read, and when
@@ -230,7 +230,28 @@ def pre_execute(root: Path, jobs: int = 2, warm_mesa: bool = True) -> dict[str, 
 
 
 def _records_from_notebook(path: Path) -> list[dict]:
-    nb = nbformat.read(path, as_version=4)
+    return _records_of(nbformat.read(path, as_version=4))
+
+
+def records_from_cache(root: Path, names: list[str]) -> dict[str, list[dict]] | None:
+    """The verdict records of the notebooks ``names`` as jupyter-cache holds their executed outputs (after
+    :func:`pre_execute`: the outputs the build will render), ``{name: records}``; ``None`` when a page is not in
+    the cache (the build itself will execute it, and only its outputs tell)."""
+    from jupyter_cache import get_cache
+    from myst_nb.core.read import myst_nb_reader_plugin
+
+    cache = get_cache(str(root / CACHE_DIR))
+    out: dict[str, list[dict]] = {}
+    for name in names:
+        try:
+            rec = cache.match_cache_notebook(myst_nb_reader_plugin(str(root / "notebooks" / f"{name}.md")))
+        except (KeyError, FileNotFoundError):
+            return None
+        out[name] = _records_of(cache.get_cache_bundle(rec.pk).nb)
+    return out
+
+
+def _records_of(nb) -> list[dict]:
     records: list[dict] = []
     for cell in nb.cells:
         for out in cell.get("outputs", []):
@@ -266,10 +287,18 @@ def collect_results(build_dir: Path, names: list[str] | None = None) -> dict:
     (results / "all.jsonl").write_text("".join(json.dumps(r) + "\n" for r in everything))
     summary.update(counts(everything))
     (results / "summary.json").write_text(json.dumps(summary, indent=2))
-    (build_dir / VERDICT_PAGE).write_text(verdict_table(names, everything, summary["missing"]))
-    (build_dir / GLANCE_PAGE).write_text(glance_table(everything))
+    write_tables(build_dir, names, everything, summary["missing"])
     publish_results(build_dir)
     return summary
+
+
+def write_tables(build_dir: Path, names: list[str], records: list[dict], missing: list[str]) -> None:
+    """The "Every claim" and "Results at a glance" tables (``build_dir/verdicts.md``, ``build_dir/glance.md``),
+    each written only when its text changes (an unchanged file keeps Sphinx from reading its page again)."""
+    for name, text in ((VERDICT_PAGE, verdict_table(names, records, missing)), (GLANCE_PAGE, glance_table(records))):
+        page = build_dir / name
+        if not page.is_file() or page.read_text() != text:
+            page.write_text(text)
 
 
 def publish_results(build_dir: Path) -> Path | None:
@@ -311,14 +340,17 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
-def _single_page(root: Path, jb_cmd: list[str] | None = None) -> Path:
+def _single_page(root: Path, jb_cmd: list[str] | None = None, out_dir: Path | None = None) -> Path:
     """The single-page build (``_build/singlehtml``) from the doctrees of the HTML build (nothing is executed or
     re-read), copied to ``companion-print.html`` at its top: the page is written at the root document's path
-    (book/intro.html) but links _static/ and _images/ as if it were at the top."""
+    (book/intro.html) but links _static/ and _images/ as if it were at the top. With ``out_dir``, a build of its
+    own in ``out_dir/_build/singlehtml`` (its own doctrees: it reads the pages, from jupyter-cache, and can run
+    beside the HTML build)."""
     jb = jb_cmd or [_jupyter_book()]
-    proc = subprocess.run([*jb, "build", str(root), "--builder", "singlehtml"], cwd=root, capture_output=True,
+    extra = ["--path-output", str(out_dir)] if out_dir is not None else []
+    proc = subprocess.run([*jb, "build", str(root), "--builder", "singlehtml", *extra], cwd=root, capture_output=True,
                           text=True)
-    single = root / "_build" / "singlehtml"
+    single = (out_dir if out_dir is not None else root) / "_build" / "singlehtml"
     page = single / (_root_doc(root) + ".html")
     if proc.returncode != 0 or not page.is_file():
         raise RuntimeError(f"single-page build failed:\n{(proc.stdout + proc.stderr)[-3000:]}")
@@ -343,7 +375,7 @@ _ERRORS_BY_PAGE = """() => {
 }"""
 
 
-def print_book(root: Path, browser: str | None = None, jb_cmd: list[str] | None = None
+def print_book(root: Path, browser: str | None = None, jb_cmd: list[str] | None = None, out_dir: Path | None = None
                ) -> tuple[Path, dict[str, list[str]]]:
     """Typeset the whole book once and print it: the single-page build (``_build/singlehtml``) is opened in headless
     Chromium (offline: the site's own MathJax), MathJax's TeX errors are read per page, and the same typeset page
@@ -353,12 +385,13 @@ def print_book(root: Path, browser: str | None = None, jb_cmd: list[str] | None 
     beside a second browser printing the same formulas (the README has both times).
     Returns ``(pdf, errors)``, ``errors`` keyed by page as :func:`check_math` (``"notebooks/mesa/setup.html"``);
     the PDF is written even with errors (the caller decides). Raises RuntimeError if the page does not load or
-    the PDF is not written."""
+    the PDF is not written. With ``out_dir``, the single page is a build of its own there (``_single_page``)
+    and the PDF is ``out_dir/companion.pdf``: what :func:`build` runs beside the HTML build."""
     browser = browser or find_browser()
     if browser is None:
         raise FileNotFoundError("no Chromium found to print the PDF (install Debian's 'chromium')")
-    index = _single_page(root, jb_cmd)
-    out = root / "_build" / "html" / PDF_NAME
+    index = _single_page(root, jb_cmd, out_dir)
+    out = (out_dir if out_dir is not None else root / "_build" / "html") / PDF_NAME
     errors = typeset_and_print(index, out, _root_doc(root) + ".html", browser)
     return out, errors
 
@@ -539,17 +572,31 @@ def build(root: Path | None = None, *, strict: bool = True, force: bool = False,
     if strict:
         cmd += ["-n", "-W", "--keep-going"]
     cmd += list(extra_args)
+    names = nbs.all_notebooks(root, toc_only=True)
     page, glance = root / "_build" / VERDICT_PAGE, root / "_build" / GLANCE_PAGE
+    # the verdict tables from the executed pages in jupyter-cache, before Sphinx reads them (no second pass)
+    cached = records_from_cache(root, names)
+    if cached is not None:
+        write_tables(root / "_build", names, [r for n in names for r in cached[n]], [n for n in names if not cached[n]])
     if not page.is_file():
         page.write_text("The table of verdicts is written when the notebooks of this build have run.\n")
     if not glance.is_file():
         glance.write_text("The results at a glance are written when the notebooks of this build have run.\n")
     before = page.read_text(), glance.read_text()
+    write_where_page(root)  # before the two builds below, which both read it
+    browser = find_browser()
+    printing, pool = None, ThreadPoolExecutor(max_workers=1)
+    if browser and cached is not None and all(cached[n] and all(r.get("passed") for r in cached[n]) for n in names):
+        # every page cached with passing verdicts: the single page is built and printed beside the HTML build, on
+        # the other core (its own folder; kept only if the HTML build succeeds with these same tables)
+        t_print = time.perf_counter()
+        printing = pool.submit(print_book, root, browser, None, root / "_build" / "print")
     print("+", " ".join(cmd), flush=True)
     t0 = time.perf_counter()
     status = subprocess.call(cmd, cwd=root)
-    summary = collect_results(root / "_build", nbs.all_notebooks(root, toc_only=True))
-    if (page.read_text(), glance.read_text()) != before:
+    summary = collect_results(root / "_build", names)
+    changed = (page.read_text(), glance.read_text()) != before
+    if changed:
         # second, incremental pass: only the "Every claim" and "Results at a glance" pages (they include the
         # new tables) are rebuilt
         print("+ (verdict tables changed) " + " ".join(cmd), flush=True)
@@ -565,17 +612,30 @@ def build(root: Path | None = None, *, strict: bool = True, force: bool = False,
         print(f"companion book: FAILED claims: {', '.join(summary['failed'])}", file=sys.stderr)
     if status == 0 and (summary["missing"] or summary["failed"]):
         status = 1
-    if status == 0 and find_browser():
+    if printing is not None and (status != 0 or changed):
+        try:  # printed from other tables than the final ones, or the build failed: not kept
+            printing.result()
+        except (RuntimeError, subprocess.TimeoutExpired):
+            pass
+        printing = None
+    pool.shutdown()
+    if status == 0 and browser:
         # the TeX of every page and the PDF in one typesetting of the whole book; a PDF printed from pages whose
         # TeX fails is removed again
         t1 = time.perf_counter()
         bad = mathjax_unreachable(root / "_build" / "html")
         try:
-            pdf, tex = print_book(root)
+            if printing is not None:
+                pdf = root / "_build" / "html" / PDF_NAME
+                done, tex = printing.result()
+                shutil.move(done, pdf)
+                t1 = t_print
+            else:
+                pdf, tex = print_book(root, browser)
             for page, errs in tex.items():
                 bad.setdefault(page, []).extend(errs)
             print(f"companion book: TeX checked and {pdf.relative_to(root)} printed in "
-                  f"{time.perf_counter() - t1:.0f} s")
+                  f"{time.perf_counter() - t1:.0f} s" + (" (beside the HTML build)" if printing is not None else ""))
         except (RuntimeError, subprocess.TimeoutExpired) as exc:
             print(f"companion book: the PDF failed: {exc}", file=sys.stderr)
             status = 1
