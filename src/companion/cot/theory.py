@@ -46,6 +46,7 @@ __all__ = [
     "v_curvature",
     "slow_manifold_time",
     "wishart_is_sample",
+    "IS_TAU",
     "looped_is_loss",
     "looped_is_optimum",
     "assumption41_init",
@@ -741,7 +742,11 @@ def slow_manifold_time(eta: float, k: int, sigma: float, w_target: float = 0.5, 
 
 
 # ----------------------------------------------------------------------------- heavy-tail-aware looped optimum
-def wishart_is_sample(d: int, n: int, num: int, rng: np.random.Generator, tau: float = 1.6):
+#: the covariance scale :math:`\tau` of the wide component of :func:`wishart_is_sample`'s defensive mixture
+IS_TAU = 1.6
+
+
+def wishart_is_sample(d: int, n: int, num: int, rng: np.random.Generator, tau: float = IS_TAU):
     r"""Spectra of S drawn from the defensive mixture :math:`q = \tfrac12 W(I) + \tfrac12 W(\tau I)` with the
     exact importance weights :math:`p/q` of the target Wishart law :math:`p = W(I)` (``num`` draws).
 
