@@ -93,3 +93,39 @@ def test_model_claim_of_the_construction_against_ood_row():
     # GD decays geometrically: L_{K+1} is nearer L_K than L_{K-1} is
     assert (c.falsifier_k, c.falsifier_value) == (5, m["next"]) and abs(m["next"] - m["pred"]) < abs(m["prev"] - m["pred"])
     assert thm4_2.condition_claim(row).predicted == 3 * row["rho"] ** 8
+
+
+def _rows(model_beyond, law_beyond=3.5e9, k_list=(2, 8, 12)):
+    """Two test covariances for the figure: one inside the boundary, one beyond it (unstable 0.99), the model's
+    medians of the second given."""
+    def row(law, model, unstable):
+        return {"unstable": unstable, "ks": {k: {"law": (law[i],), "model": (model[i],)} for i, k in enumerate(k_list)}}
+    return {"1_1": row([0.5, 0.05, 0.005], [0.5, 0.05, 0.006], 0.0),
+            "4_4": row([10.0, 1e6, law_beyond], [12.0, 1e80, model_beyond], 0.99)}
+
+
+@pytest.mark.parametrize("model", [1.8e250, math.inf, math.nan])
+def test_figure_draws_a_model_that_outgrows_gd_by_hundreds_of_decades(model):
+    """Seen at a held-out seed of the page's domain point (seed 44): the trained model's median error at k = 12 on
+    Sigma = 4I was 1.8e250 against GD's 3.5e9, and the log axis spanning it raised OverflowError in matplotlib. The
+    panel ends three decades above the GD law; the model's point sits on its top edge."""
+    import matplotlib.pyplot as plt
+
+    k_list = [2, 8, 12]
+    rows = _rows(model)
+    phase = thm4_2.phase_diagram(3, 4, 4, np.random.default_rng(0), num=50)
+    fig = thm4_2.figure(rows, k_list, phase, 1.0, 4)
+    fig.canvas.draw()  # the tick labels are computed here
+    ax0 = fig.axes[0]
+    assert ax0.get_ylim()[1] == thm4_2.axis_cap(rows, k_list, 1.0) == 1e13  # 3.5e9 -> 1e10, three decades up
+    plt.close(fig)
+
+
+def test_beyond_words_say_which_grows_faster():
+    k_list = [2, 8, 12]
+    assert thm4_2.beyond_words(_rows(1.8e250), k_list) == "grows faster than GD's (at k = 12)"
+    assert thm4_2.beyond_words(_rows(math.nan), k_list) == "grows faster than GD's (at k = 12)"
+    assert thm4_2.beyond_words(_rows(1e8), k_list) == "grows too, more slowly (at k = 12)"
+    rows = _rows(1e8)
+    rows["4_4"]["unstable"] = 0.3  # near, not beyond: nothing to say
+    assert thm4_2.beyond_words(rows, k_list).startswith("is not measured here")

@@ -32,7 +32,7 @@ from ..train import replicate_seed, threads1
 
 __all__ = ["CLAIMS", "RESULT", "NEAR_STEP", "NO_BOUNDARY", "parse_spectrum", "spectrum_name", "ood_row", "regime",
            "ClaimNumbers", "model_claim", "growth_claim", "condition_claim", "in_distribution_growth", "phase_diagram",
-           "figure", "manifest"]
+           "figure", "axis_cap", "beyond_words", "manifest"]
 
 #: the falsifier of the model claims: GD one step short or long (whichever expectation is nearer the prediction)
 NEAR_STEP = "the construction one CoT step short or long (K - 1 or K + 1 GD steps), the nearer"
@@ -210,17 +210,29 @@ def figure(rows: dict, k_list, phase: dict, floor: float, k_train: int):
     """``fig_cot_thm42``: (a) the trained model's median error per test covariance against the GD law; (b) the phase diagram of the
     median k-step GD error (``phase``: :func:`phase_diagram`)."""
     fig, (ax0, ax1) = new_figure(ncols=2, width=3.6, height=3.1)
+    ks = np.asarray(k_list)
+    cap = axis_cap(rows, k_list, floor)
+    above = False
     for c, (name, r) in enumerate(rows.items()):
-        ax0.semilogy(k_list, [r["ks"][k]["law"][0] for k in k_list], "-", color=f"C{c}",
+        law = np.array([r["ks"][k]["law"][0] for k in k_list], dtype=float)
+        model = np.array([r["ks"][k]["model"][0] for k in k_list], dtype=float)
+        ax0.semilogy(ks, np.where(np.isfinite(law) & (law <= cap), law, np.nan), "-", color=f"C{c}",
                      label=f"Σ: {name.replace('_', ':').replace('p', '.')}")
-        ax0.semilogy(k_list, [r["ks"][k]["model"][0] for k in k_list], "o", ms=5, mfc="none", color=f"C{c}")
+        out = ~np.isfinite(model) | (model > cap)
+        ax0.semilogy(ks[~out], model[~out], "o", ms=5, mfc="none", color=f"C{c}")
+        if out.any():  # beyond the axis: drawn on its top edge
+            ax0.semilogy(ks[out], np.full(int(out.sum()), cap), "^", ms=6, color=f"C{c}", clip_on=False)
+            above = True
     ax0.axhline(floor, color="k", lw=0.8, ls=":", label="no-CoT floor (Σ = I)")
+    if above:
+        ax0.set_ylim(top=cap)
+        ax0.plot([], [], "^", ms=6, color="0.4", label="model above the axis")
     ax0.set_xlabel("CoT steps k at test time")
     ax0.set_ylabel(r"median $\|\hat w_k - w^\star\|^2$")
     ax0.set_title("(a) trained model (o) vs GD law (—)")
     legend_outside(ax0, "below", ncol=2)
     ratios, etas = phase["ratios"], phase["etas"]
-    lm = np.log10(np.clip(phase["median"], 1e-300, None))
+    lm = np.log10(np.clip(phase["median"], 1e-300, 1e300))  # an overflowed median (inf) at the top of the scale
     vmin, vmax = np.percentile(lm, [2, 98])
     im = ax1.pcolormesh(ratios, etas, np.clip(lm, vmin, vmax), cmap="viridis", shading="auto", vmin=vmin, vmax=vmax)
     cs = ax1.contour(ratios, etas, phase["unstable"], levels=[0.01, 0.5], colors=["w", "r"], linewidths=1)
@@ -233,6 +245,32 @@ def figure(rows: dict, k_list, phase: dict, floor: float, k_train: int):
     ax1.grid(False)
     fig.colorbar(im, ax=ax1, shrink=0.85)
     return fig
+
+
+def axis_cap(rows: dict, k_list, floor: float) -> float:
+    """The top of :func:`figure`'s panel (a): three decades above the largest finite GD-law median (or the floor).
+    Beyond the stability boundary the trained model's error can outgrow GD's by hundreds of decades (its CoT
+    recursion is not exactly linear in the state), and a log axis spanning them cannot be drawn; such points sit on
+    the top edge, marked."""
+    vals = [r["ks"][k]["law"][0] for r in rows.values() for k in k_list]
+    top = max([v for v in vals if np.isfinite(v) and v > 0] + [floor])
+    return float(10.0 ** (math.ceil(math.log10(top)) + 3))
+
+
+def beyond_words(rows: dict, k_list) -> str:
+    """How the trained model's median error compares with the GD law's at the largest test k, on the test covariances
+    beyond the stability boundary (:func:`regime`): the words that end the figure caption's sentence "there the
+    trained model's error ..."."""
+    k = max(k_list)
+    pairs = [(r["ks"][k]["model"][0], r["ks"][k]["law"][0]) for r in rows.values() if regime(r) == "beyond"]
+    if not pairs:
+        return "is not measured here: no test covariance lies beyond it"
+    slower = [bool(np.isfinite(m) and m <= g) for m, g in pairs]  # an overflowed model (inf, NaN) counts as faster
+    if all(slower):
+        return f"grows too, more slowly (at k = {k})"
+    if not any(slower):
+        return f"grows faster than GD's (at k = {k})"
+    return f"grows more slowly than GD's on some of them and faster on others (at k = {k})"
 
 
 def regime(row: dict) -> str:
