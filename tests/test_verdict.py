@@ -284,3 +284,17 @@ def test_an_undecided_reason_turns_a_failure_into_not_resolvable_and_never_a_pas
     with pytest.raises(ValueError, match="undecided"):
         v.bound("empty", quantity="q", bound=1.0, measured=1.5, comparison="upper", reason="r", se=0.01,
                 falsifier="the floor", falsifier_value=1.0, undecided=" ")
+
+
+def test_a_sign_test_without_the_power_to_find_the_predicted_effect_is_undecided_when_it_misses(tmp_path):
+    """A qualitative sign claim takes the same ``undecided`` reason (Thm 4.3's ``unmasked_lower_*``: at a held-out
+    seed of its smoke point the predicted gap was under 8 SE of the paired test, and the 4-SE sign test missed it):
+    a miss is not_resolvable with the reason, a hit passes as without it."""
+    v = make(tmp_path, manifest=("miss", "hit"))
+    why = "the predicted gap -3.7 is less than 8 SE (7.5) below 0"
+    miss = v.qualitative("miss", quantity="q", predicted=-3.75, measured=-3.0, comparison="upper", tolerance=0.0,
+                         falsifier="no gap", falsifier_value=0.0, reason="r", undecided=why)
+    assert miss.status == "not_resolvable" and miss.note == why and miss.passed
+    hit = v.qualitative("hit", quantity="q", predicted=-3.75, measured=-5.0, comparison="upper", tolerance=0.0,
+                        falsifier="no gap", falsifier_value=0.0, reason="r", undecided=why)
+    assert hit.status == "passed" and hit.note is None

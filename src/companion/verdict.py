@@ -422,14 +422,16 @@ class Verdict:
                           falsifier_value=falsifier_value, headline=headline, undecided=undecided)
 
     def qualitative(self, claim: str, *, quantity: str, predicted, measured, comparison: str, tolerance: float,
-                    falsifier: str, reason: str, falsifier_value=None) -> Record:
+                    falsifier: str, reason: str, falsifier_value=None, undecided: str | None = None) -> Record:
         """A sign or an ordering; ``falsifier`` names the alternative it rules out, and ``falsifier_value`` that
-        alternative's value, which must lie outside the tolerance (without one the claim is ``not_resolvable``)."""
+        alternative's value, which must lie outside the tolerance (without one the claim is ``not_resolvable``).
+        ``undecided``: as in :meth:`check` (e.g. a predicted effect too small against the measured noise for the
+        sign test to find it reliably)."""
         if not falsifier:
             raise ValueError(f"{claim}: a qualitative claim names the alternative it rules out")
         return self.check(claim, kind="qualitative", quantity=quantity, predicted=predicted, measured=measured,
                           tolerance=tolerance, comparison=comparison, reason=reason, falsifier=falsifier,
-                          falsifier_value=falsifier_value)
+                          falsifier_value=falsifier_value, undecided=undecided)
 
     def not_applicable(self, claim: str, *, kind: str, quantity: str, reason: str) -> Record:
         """Record that a declared claim does not apply at these parameters, and why."""
