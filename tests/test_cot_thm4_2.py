@@ -126,6 +126,9 @@ def test_beyond_words_say_which_grows_faster():
     assert thm4_2.beyond_words(_rows(1.8e250), k_list) == "grows faster than GD's (at k = 12)"
     assert thm4_2.beyond_words(_rows(math.nan), k_list) == "grows faster than GD's (at k = 12)"
     assert thm4_2.beyond_words(_rows(1e8), k_list) == "grows too, more slowly (at k = 12)"
+    mixed = _rows(1.8e250)
+    mixed["5_5"] = _rows(1e8)["4_4"]  # a second covariance beyond the boundary, where the model is slower
+    assert thm4_2.beyond_words(mixed, k_list).startswith("grows more slowly than GD's on some test covariances and faster")
     rows = _rows(1e8)
     rows["4_4"]["unstable"] = 0.3  # near, not beyond: nothing to say
     assert thm4_2.beyond_words(rows, k_list).startswith("is not measured here")

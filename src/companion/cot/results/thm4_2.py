@@ -270,7 +270,7 @@ def beyond_words(rows: dict, k_list) -> str:
         return f"grows too, more slowly (at k = {k})"
     if not any(slower):
         return f"grows faster than GD's (at k = {k})"
-    return f"grows more slowly than GD's on some of them and faster on others (at k = {k})"
+    return f"grows more slowly than GD's on some test covariances and faster on others (at k = {k})"
 
 
 def regime(row: dict) -> str:
