@@ -25,7 +25,7 @@ from ..model import blocks, cot_effective_blocks
 from ..stats import replicate_errors, trained_vs_prediction
 
 __all__ = ["CLAIMS", "RESULT", "PREV_STEP", "TOL", "MARGIN", "FIT", "separation_parameter", "stage_analysis", "matrix_flow", "regime_errors",
-           "regime_decay_ratio", "full_eval", "trained_weights", "figures", "manifest"]
+           "regime_decay_ratio", "regime_unresolved", "full_eval", "trained_weights", "figures", "manifest"]
 
 FLOW = "companion.cot.theory.reduced_flow_converged"
 #: the falsifier of the trained-model claim: the construction one GD step short
@@ -202,6 +202,17 @@ def regime_decay_ratio(regime: list[dict]) -> float:
     """The largest ratio (err(next d) + 4 SE) / (err(d) - 4 SE) along the regime (:func:`regime_errors`): below 1
     when the error falls at every step of d by more than 4 standard errors on each side."""
     return max((b["err"] + 4 * b["se"]) / max(a["err"] - 4 * a["se"], 1e-300) for a, b in zip(regime, regime[1:]))
+
+
+def regime_unresolved(regime: list[dict]) -> str | None:
+    """Why :func:`regime_decay_ratio` cannot decide, or ``None``: an error (other than the last) that is not 4 standard
+    errors above 0 leaves nothing to fall from by 4 more (seen at a held-out seed of the page's smoke point: the ratio
+    divided by the floor 1e-300 and read 7.8e295)."""
+    low = [a for a in regime[:-1] if a["err"] - 4 * a["se"] <= 0]
+    if not low:
+        return None
+    return ("the Monte-Carlo error at " + ", ".join(f"d = {a['d']} ({a['err']:.3g} +- {a['se']:.2g})" for a in low)
+            + " is within 4 SE of 0: a decay by more than 4 SE from it cannot be measured with this sample")
 
 
 def full_eval(runs, pred, k: int, eval_batch: int, seed: int) -> dict:
