@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from companion import params as P
 from companion import stats as S
 from companion.mesa import evidence as E
 from companion.mesa import stability as St
@@ -98,6 +99,52 @@ def test_hessian_power_iteration_against_the_reduced_curvature():
     lam = St.hessian_max_eig(data, *init_diagonal(3, 0.5, 1.5, torch.complex128))
     al, _ = th.alpha_beta("sparse", 1.0, 3, 10)
     assert lam >= 0.9 * al * (0.5**2 + 1.5**2)
+
+
+def test_set_max_eig_matches_the_dense_hessian():
+    """Lanczos on the Hessian-vector products (complex128, and complex64 with the training-set settings) against
+    the largest eigenvalue of the dense Hessian (central differences, d = 2: 24 real parameters)."""
+    d = 2
+    data = generate("gaussian", 60, d, 6, 1.0, np.random.default_rng(5), torch.complex128)
+    W = init_diagonal(d, 0.5, 1.5, torch.complex128)
+    n = W[0].numel() + W[1].numel()
+
+    def grad(v):
+        z = torch.from_numpy(v[:n] + 1j * v[n:])
+        _, gk, gp = loss_grad_fast(data, W[0] + z[:W[0].numel()].reshape(W[0].shape),
+                                   W[1] + z[W[0].numel():].reshape(W[1].shape))
+        g = torch.cat([gk.reshape(-1), gp.reshape(-1)]).numpy()
+        return np.concatenate([g.real, g.imag])
+
+    eps, cols = 1e-5, []
+    for i in range(2 * n):
+        e = np.zeros(2 * n)
+        e[i] = eps
+        cols.append((grad(e) - grad(-e)) / (2 * eps))
+    H = np.array(cols)
+    lam = np.linalg.eigvalsh((H + H.T) / 2)[-1]
+    assert St.set_max_eig(data, *W, tol=1e-8)[0] == pytest.approx(lam, rel=1e-4)
+    lo = St.set_max_eig(data.to(torch.complex64), *(w.to(torch.complex64) for w in W), eps=1e-3, tol=1e-2, ncv=4,
+                        dtype=torch.complex64)[0]
+    assert lo == pytest.approx(lam, rel=1e-2)
+
+
+def test_sweep_step_is_stable_on_every_replicate_set_issue_24_seed_52():
+    """Prop 4.1's T sweep at the smoke point, seed 52: one replicate set of m = 100 (index 15 at T = 10) is 11.8
+    times stiffer than the 400 independent sequences of ``stability_bound``, and GD at a quarter of that bound
+    diverged at epoch 4. The step over the training sets themselves trains it."""
+    from companion.mesa import evidence as E
+    from companion.mesa import train
+
+    sets = E.replicate_sets(400, 10, 52)
+    assert sets[15][0] == 100
+    old = St.stable_lr("gaussian", 1.0, 5, 10, [(0.5, 1.5)], 0.25, 52)
+    new = St.stable_lr("gaussian", 1.0, 5, 10, [(0.5, 1.5)], 0.25, 52, sets=sets)
+    assert new < old / 8
+    kw = E.replicate_kwargs("gaussian", 1.0, 5, 10, 0.5, 1.5, new, 30, 400, 10, 52)[15]
+    assert np.isfinite(train.run(**kw).ab[-1])
+    with pytest.raises(P.ParameterError, match="diverged"):
+        train.run(**dict(kw, lr=old))
 
 
 def test_kernel_at_d7_matches_the_torch_path():

@@ -83,7 +83,8 @@ def test_paper_runs_are_distinct_and_include_the_replicates():
         want += E.replicate_kwargs("full_one", 1.0, c["d"], c["T"], 0.5, 1.5, 5e-4, c["epochs"], r["m_rep_mask"],
                                    r["n_rep_mask"], c["seed"], mask=mask)
     want += E.replicate_kwargs("gaussian", 1.0, c["d"], 10, 0.5, 1.5, St.stable_lr("gaussian", 1.0, c["d"], 10, [(0.5, 1.5)],
-                               0.25, c["seed"]), c["epochs"], 10_000, 10, c["seed"])
+                               0.25, c["seed"], sets=E.replicate_sets(10_000, 10, c["seed"])), c["epochs"], 10_000, 10,
+                               c["seed"])
     want.append(E.first_step_kwargs("full_one", c["d"], c["T"], c["m"], 2.0, 2.0, 5e-4, c["seed"]))
     for kw in want:
         assert tuple(sorted(asdict(RunConfig(**kw)).items())) in set(keys), kw

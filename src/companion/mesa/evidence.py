@@ -179,6 +179,13 @@ def replicate_kwargs(law, scale: float, d: int, T: int, a0: float, b0: float, lr
             + [dict(kw, m=max(1, m // 4), seed=replicate_seed(seed, 17 + k)) for k in range(n_rep)])
 
 
+def replicate_sets(m: int, n_rep: int, seed: int) -> list[tuple[int, tuple[int, int]]]:
+    """The training sets of :func:`replicate_kwargs` as ``(m, data seed)`` pairs, the seed the entropy
+    :func:`companion.mesa.train.run` draws the set from (for :func:`companion.mesa.stability.training_set_bound`)."""
+    kws = replicate_kwargs("gaussian", 1.0, 1, 3, 1.0, 1.0, 0.0, 1, m, n_rep, seed)
+    return [(kw["m"], MESA_TRAIN_DATA.entropy(kw["seed"])) for kw in kws]
+
+
 def sweep_replicates(n_rep: int, Ts) -> dict:
     r"""Replicate training sets per context length of a trained T sweep: ``n_rep`` at the shortest T and
     :math:`n(T)=\max\big(3,\ \mathrm{round}(n_{\rm rep}\sqrt{T_{\min}/T})\big)` at longer ones.

@@ -12,7 +12,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 
-from companion.mesa.evidence import first_step_kwargs, replicate_kwargs, sweep_replicates
+from companion.mesa.evidence import first_step_kwargs, replicate_kwargs, replicate_sets, sweep_replicates
 from companion.mesa.stability import euler_rate_design, stable_lr
 from companion.mesa.train import run
 
@@ -77,7 +77,8 @@ def paper_runs() -> list[dict]:
                                 rep["n_rep_mask"], seed, mask=mask)
     reps = sweep_replicates(T_SWEEP["n_rep"], T_SWEEP["Ts"])
     for TT in T_SWEEP["Ts"]:
-        lrT = stable_lr("gaussian", 1.0, d, TT, [(a0, b0)], T_SWEEP["kappa"], seed)
+        lrT = stable_lr("gaussian", 1.0, d, TT, [(a0, b0)], T_SWEEP["kappa"], seed,
+                        sets=replicate_sets(T_SWEEP["m_sweep"], reps[TT], seed))
         out += replicate_kwargs("gaussian", 1.0, d, TT, a0, b0, lrT, E, T_SWEEP["m_sweep"], reps[TT], seed)
     kappa = inspect.signature(stable_lr).parameters["kappa"].default  # the appendix page's kappa (its default)
     des = euler_rate_design("sparse", 1.0, d, T, kappa)  # the appendix's contraction rate

@@ -20,13 +20,14 @@ import numpy as np
 import torch
 
 from companion import params as P
+from companion.cache import cached
 from companion.mesa import theory as th
 from companion.mesa.data import generate
 from companion.mesa.model import loss_grad_fast
 from companion.mesa.train import init_diagonal
 from companion.seeds import MESA_HESSIAN_DATA
 
-__all__ = ["hessian_max_eig", "stability_bound", "stable_lr", "reduced_stability", "RATE_WINDOW", "euler_rate_design"]
+__all__ = ["hessian_max_eig", "set_max_eig", "stability_bound", "training_set_bound", "stable_lr", "reduced_stability", "RATE_WINDOW", "euler_rate_design"]
 
 
 def hessian_max_eig(data, W_KQ, W_PV, iters: int = 30, eps: float = 1e-6, seed: int = 0) -> float:
@@ -73,11 +74,75 @@ def stability_bound(law, scale: float, d: int, T: int, inits, m_h: int = 400, se
     return dict(lr_max=2.0 / worst, lam=worst, at=where)
 
 
-def stable_lr(law, scale: float, d: int, T: int, inits, kappa: float = 0.25, seed: int = 0) -> float:
-    r"""A step size at the fraction ``kappa`` of the full-parameter stability bound over every init of the run
-    (:func:`stability_bound`): :math:`\eta = \kappa\,\min 2/\lambda_{\max}`."""
+def set_max_eig(data, W_KQ, W_PV, v0=None, eps: float = 1e-6, tol: float = 1e-3, ncv: int | None = None,
+                dtype=torch.complex128) -> tuple[float, np.ndarray]:
+    r"""Largest eigenvalue of the Hessian of the empirical loss of ``data`` in all real parameters at
+    (``W_KQ``, ``W_PV``), by Lanczos (:func:`scipy.sparse.linalg.eigsh`) on the forward-difference Hessian-vector
+    products of :func:`hessian_max_eig`, started from ``v0`` (a nearby set's top eigenvector; ones when None).
+    Lanczos converges from below to the extreme eigenvalue in about 10–20 products where 30 power iterations can
+    stop several per cent short (5 % at m = 400, T = 20). Returns ``(lambda_max, its eigenvector)``."""
+    from scipy.sparse.linalg import LinearOperator, eigsh
+
+    data = data.to(dtype)
+    W_KQ = torch.as_tensor(W_KQ).to(dtype)
+    W_PV = torch.as_tensor(W_PV).to(dtype)
+    _, gk0, gp0 = loss_grad_fast(data, W_KQ, W_PV)
+    nk, n = W_KQ.numel(), W_KQ.numel() + W_PV.numel()
+
+    def split(v):  # real vector of length 2 n -> the two complex perturbations
+        z = torch.from_numpy(v[:n] + 1j * v[n:]).to(dtype)
+        return z[:nk].reshape(W_KQ.shape), z[nk:].reshape(W_PV.shape)
+
+    def hvp(v):
+        v = np.asarray(v, dtype=float).ravel()
+        s = float(np.linalg.norm(v)) or 1.0
+        vk, vp = split(v / s)
+        _, gk1, gp1 = loss_grad_fast(data, W_KQ + eps * vk, W_PV + eps * vp)
+        z = torch.cat([((gk1 - gk0) / eps).reshape(-1), ((gp1 - gp0) / eps).reshape(-1)]).to(torch.complex128).numpy()
+        return s * np.concatenate([z.real, z.imag])
+
+    op = LinearOperator((2 * n, 2 * n), matvec=hvp, dtype=float)
+    start = np.ones(2 * n) if v0 is None else np.asarray(v0, dtype=float)
+    val, vec = eigsh(op, k=1, which="LA", tol=tol, v0=start, ncv=ncv)
+    return float(val[0]), vec[:, 0]
+
+
+@cached
+def training_set_bound(law, scale: float, d: int, T: int, inits, sets, tol: float = 1e-2, ncv: int = 4) -> dict:
+    r"""The largest stable step size of full-parameter GD *on each training set it runs on*: the largest Hessian
+    eigenvalue of each set's own empirical loss (:func:`set_max_eig`) at every init and at its limit, the set drawn as
+    :func:`companion.mesa.train.run` draws it (``sets``: pairs ``(m, data_seed)``, the seed a NumPy entropy tuple,
+    :meth:`companion.seeds.SpawnKey.entropy` of :data:`~companion.seeds.MESA_TRAIN_DATA`).
+
+    Why: the curvature is a sixth-moment average of the set's tokens, heavy-tailed for a Gaussian start, so a small
+    set can be far stiffer than the population: at the smoke point of ``mesa/prop4_1_gaussian`` (seed 52, d = 5,
+    T = 10, m = 100) one replicate set was 11.8 times the bound of :func:`stability_bound`'s 400 independent
+    sequences, and GD at a quarter of that bound diverged at epoch 4. Returns ``lr_max`` (= 2 / the largest
+    lambda), the largest lambda and where (set index and point)."""
+    al, be = th.alpha_beta(law, scale, d, T)
+    worst, where, v0 = 0.0, None, {}
+    for i, (m, seed) in enumerate(sets):
+        data = generate(law, int(m), d, T, scale, np.random.default_rng(list(seed)), torch.complex64)
+        for a0, b0 in inits:
+            for pt, (a, b) in enumerate(((a0, b0), th.limits(a0, b0, be / al))):
+                lam, v0[a0, b0, pt] = set_max_eig(data, *init_diagonal(d, a, b, torch.complex64), v0.get((a0, b0, pt)),
+                                                   eps=1e-3, tol=tol, ncv=ncv, dtype=torch.complex64)
+                if lam > worst:
+                    worst, where = lam, dict(set=i, m=int(m), a=a, b=b)
+    return dict(lr_max=2.0 / worst if worst > 0 else math.inf, lam=worst, at=where)
+
+
+def stable_lr(law, scale: float, d: int, T: int, inits, kappa: float = 0.25, seed: int = 0, sets=()) -> float:
+    r"""A step size at the fraction ``kappa`` of the full-parameter stability bound over every init of the run:
+    :math:`\eta = \kappa\,\min 2/\lambda_{\max}`, the minimum over :func:`stability_bound` (400 independent
+    sequences) and, when ``sets`` are given, over the training sets GD will run on with this step
+    (:func:`training_set_bound`)."""
     kappa = P.real("kappa", kappa, min=0, max=1, min_open=True, max_open=True)
-    return kappa * stability_bound(law, scale, d, T, inits, seed=seed)["lr_max"]
+    lr_max = stability_bound(law, scale, d, T, inits, seed=seed)["lr_max"]
+    if len(sets):
+        lr_max = min(lr_max, training_set_bound(law, scale, d, T, [tuple(map(float, i)) for i in inits],
+                                                 [(int(m), tuple(map(int, e))) for m, e in sets])["lr_max"])
+    return kappa * lr_max
 
 
 def reduced_stability(law, scale: float, d: int, T: int, lr: float, inits) -> dict:

@@ -16,21 +16,22 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from scipy import stats
 
 from companion import params as P
 from companion import stats as S
 from companion.claims import ClaimSpec, ResultSpec
 from companion.mesa import theory as th
-from companion.mesa.data import generate
-from companion.mesa.evidence import ab_evidence, extrapolated_ab, loss_evidence, population_ab, sweep_replicates, training_stats
+from companion.mesa.data import ARData, generate
+from companion.mesa.evidence import ab_evidence, extrapolated_ab, loss_evidence, population_ab, replicate_sets, sweep_replicates, training_stats
 from companion.mesa.figures import POPULATION, TRAINED, init_label, plain_log_ticks
-from companion.mesa.model import per_sequence_loss
+from companion.mesa.model import predict_fast
 from companion.mesa.stability import stable_lr
 from companion.mesa.train import init_diagonal
 from companion.plotting import COLORS, legend_outside, new_figure
 from companion.seeds import MESA_POSITION_EVAL
 
-__all__ = ["CLAIMS", "RESULT", "manifest", "t_sweep", "no_recovery", "limit_positions", "limit_position_losses",
+__all__ = ["CLAIMS", "RESULT", "manifest", "t_sweep", "no_recovery", "limit_positions", "radial_moments", "limit_position_losses",
            "ratio_curves", "T_sweep"]
 
 CLAIMS = (
@@ -72,7 +73,7 @@ def t_sweep(Ts, n_rep: int, d: int, a0: float, b0: float, epochs: int, m_sweep: 
     reps = sweep_replicates(n_rep, Ts)
     sweep = {}
     for TT in Ts:
-        lrT = stable_lr("gaussian", 1.0, d, TT, [(a0, b0)], kappa, seed)
+        lrT = stable_lr("gaussian", 1.0, d, TT, [(a0, b0)], kappa, seed, sets=replicate_sets(m_sweep, reps[TT], seed))
         sweep[TT] = extrapolated_ab("gaussian", 1.0, d, TT, a0, b0, lrT, epochs, m_sweep, reps[TT], seed,
                                     offmanifold=True)
     return sweep, reps
@@ -113,19 +114,62 @@ def no_recovery(r_mid, a0: float, b0: float, epochs: int, n_batches: int = 20) -
     return out
 
 
+def radial_moments(d: int, scale: float) -> tuple[float, float, float]:
+    r"""The moments :math:`E\,r^2, E\,r^4, E\,r^6` of the radius :math:`r=|x_1|` of :math:`x_1\sim N(0,\sigma^2 I_d)`:
+    :math:`r^2/\sigma^2\sim\chi^2_d`, so :math:`E\,r^{2k}=\sigma^{2k}\,d(d+2)\cdots(d+2k-2)` (from scipy's
+    chi-square law, not from the moments of :mod:`companion.mesa.theory` that the prediction uses)."""
+    chi2 = stats.chi2(int(d))
+    return tuple(float(scale ** (2 * k) * chi2.moment(k)) for k in (1, 2, 3))
+
+
 def limit_position_losses(law, scale: float, d: int, T: int, positions, m_eval: int, seed: int) -> dict:
     r"""Per-position test loss of the limit model (diagonal, ab = c*(T); not a learned model) at test
     positions ``positions`` (contexts longer than the training T allowed), by Monte Carlo on ``m_eval`` fresh
     sequences (seed stream :data:`~companion.seeds.MESA_POSITION_EVAL`, ``[seed, 4]``), against
-    :math:`\ell_t(c^*)` (:func:`companion.mesa.theory.position_loss`)."""
+    :math:`\ell_t(c^*)` (:func:`companion.mesa.theory.position_loss`).
+
+    *The estimator: the radius integrated exactly.* The per-sequence loss of a Gaussian start is heavy-tailed
+    (degree 6 in :math:`x_1`; its variance involves :math:`E x^{12}`), and the plain mean's SE under-covers: at
+    d = 4, T = 30 and 1000 sequences its z against the exact value had mean −0.44 and s.d. 1.25 over 200 seeds,
+    and a held-out seed failed at 4.2 SE. Write :math:`x_1=r\,u` with :math:`|u|=1`: the prediction is cubic in
+    the tokens and the target linear, so the loss at position t is
+
+    .. math:: L = \tfrac12\,|r^3\hat y_t(u)-r\,x_{t+1}(u)|^2
+              = r^2 A + r^4 B + r^6 C,\quad A=\tfrac12|x_{t+1}(u)|^2,\ B=-\mathrm{Re}\,\hat y_t(u)^H x_{t+1}(u),
+              \ C=\tfrac12|\hat y_t(u)|^2 ,
+
+    and for a Gaussian start r is independent of the direction u and of the phases. So
+    :math:`E L = E[r^2]E[A]+E[r^4]E[B]+E[r^6]E[C]`, with the radius moments exact (:func:`radial_moments`), and
+    the Monte Carlo averages :math:`v_n=E r^2 A_n+E r^4 B_n+E r^6 C_n` over the directions and phases of the
+    sequences: bounded summands (:math:`|x_{t+1}(u)|=1` and :math:`|\hat y_t(u)|\le|c^*|`), an unbiased mean and
+    an SE whose coverage was measured: z mean 0.02–0.08, s.d. 0.98–1.05, largest :math:`|z|` 3.3, over
+    300–400 seeds at (d, T, σ) = (4, 30, 1), (2, 10, 0.5), (6, 50, 2) (``tests/test_prop4_1.py`` repeats a
+    smaller check). The model is evaluated on the sequences themselves (the fused kernel at the unit-radius
+    start); only the radius is integrated in closed form.
+
+    Raises ``ParameterError('law')`` for a law other than ``"gaussian"`` (the radius is independent of the
+    direction only for a rotation-invariant law).
+    """
+    if law != "gaussian":
+        raise P.ParameterError("law", f"the limit-model estimator needs the Gaussian law (a radius independent of "
+                                      f"the direction); got {law!r}")
     pos = [int(t) for t in positions]
     cst = th.c_star(law, scale, d, T)
     P.memory("m_test, T", 16.0 * m_eval * d * 12 * len(pos), "the limit-model evaluation")
     data = generate(law, m_eval, d, max(pos) + 1, scale, MESA_POSITION_EVAL.rng(seed), torch.complex128)
-    W = init_diagonal(d, 1.0, cst, torch.complex128)
-    out = [S.mean_se(per_sequence_loss(data, *W, positions=[t])) for t in pos]
-    return dict(c=cst, mean=[o[0] for o in out], se=[o[1] for o in out],
-                pred=[float(th.position_loss(law, scale, d, t, cst)) for t in pos])
+    u = data.x1 / data.x1.abs().pow(2).sum(1, keepdim=True).sqrt()                 # (m, d), |u| = 1
+    unit = ARData(x1=u, lam=data.lam, T=data.T, theta=data.theta)
+    y = predict_fast(unit, *init_diagonal(d, 1.0, cst, torch.complex128), positions=pos)  # (m, P, d)
+    x_next = unit.tables(np.asarray(pos))[2]                                          # (m, P, d)
+    A = 0.5 * x_next.abs().pow(2).sum(-1)
+    B = -(y.conj() * x_next).real.sum(-1)
+    C = 0.5 * y.abs().pow(2).sum(-1)
+    r2, r4, r6 = radial_moments(d, scale)
+    v = (r2 * A + r4 * B + r6 * C).numpy()                                            # (m, P)
+    out = [S.mean_se(v[:, k]) for k in range(len(pos))]
+    return dict(c=cst, mean=[o[0] for o in out], se=[o[1] for o in out], dof=m_eval - 1,
+                pred=[float(th.position_loss(law, scale, d, t, cst)) for t in pos],
+                floor=float(th.position_loss(law, scale, d, 1e300, cst)))
 
 
 # ---- figures
