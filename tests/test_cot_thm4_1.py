@@ -52,3 +52,22 @@ def test_regime_decay_is_undecided_where_an_error_is_not_resolved_from_0():
     why = T41.regime_unresolved(low)
     assert why is not None and "d = 4" in why and "d = 2" not in why
     assert T41.regime_decay_ratio(low) > 1  # what the claim would otherwise have failed on
+
+
+def test_regime_decay_falsifier_has_a_value_the_claim_can_reject():
+    """Without a value the falsifier was never rejected and the claim was ``not_resolvable`` at every parameter. Its
+    value is the decay statistic with no decay (each error equal to the one before): above 1, so a decay measured
+    at every step rejects it, and a flat regime does not pass."""
+    from companion.cot.results import thm4_1 as T41
+    from companion.verdict import Verdict
+
+    fine = [dict(d=2, err=1.0, se=0.01), dict(d=4, err=0.5, se=0.01), dict(d=8, err=0.2, se=0.01)]
+    flat = [dict(d=2, err=1.0, se=0.01), dict(d=4, err=0.99, se=0.01), dict(d=8, err=0.98, se=0.01)]
+    assert T41.regime_no_decay_ratio(fine) > 1
+    assert T41.regime_decay_ratio(fine) < 1 < T41.regime_decay_ratio(flat)
+    for name, reg in (("fine", fine), ("flat", flat)):
+        v = Verdict("cot/thm4_1_dynamics", manifest=["cot41_regime_decay"], parameters={})
+        v.qualitative("cot41_regime_decay", quantity=name, predicted=1.0, measured=T41.regime_decay_ratio(reg),
+                      comparison="upper", tolerance=0.0, falsifier="no decay with d",
+                      falsifier_value=T41.regime_no_decay_ratio(reg), reason="4 SE each side")
+        assert v.records[-1].status == ("passed" if name == "fine" else "failed")

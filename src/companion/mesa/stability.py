@@ -77,7 +77,7 @@ def stability_bound(law, scale: float, d: int, T: int, inits, m_h: int = 400, se
 def set_max_eig(data, W_KQ, W_PV, v0=None, eps: float = 1e-6, tol: float = 1e-3, ncv: int | None = None,
                 dtype=torch.complex128) -> tuple[float, np.ndarray]:
     r"""Largest eigenvalue of the Hessian of the empirical loss of ``data`` in all real parameters at
-    (``W_KQ``, ``W_PV``), by Lanczos (:func:`scipy.sparse.linalg.eigsh`) on the forward-difference Hessian-vector
+    (``W_KQ``, ``W_PV``), by Lanczos (``scipy.sparse.linalg.eigsh``) on the forward-difference Hessian-vector
     products of :func:`hessian_max_eig`, started from ``v0`` (a nearby set's top eigenvector; ones when None).
     Lanczos converges from below to the extreme eigenvalue in about 10–20 products where 30 power iterations can
     stop several per cent short (5 % at m = 400, T = 20). Returns ``(lambda_max, its eigenvector)``."""

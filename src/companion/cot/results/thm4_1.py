@@ -25,7 +25,7 @@ from ..model import blocks, cot_effective_blocks
 from ..stats import replicate_errors, trained_vs_prediction
 
 __all__ = ["CLAIMS", "RESULT", "PREV_STEP", "TOL", "MARGIN", "FIT", "separation_parameter", "stage_analysis", "matrix_flow", "regime_errors",
-           "regime_decay_ratio", "regime_unresolved", "full_eval", "trained_weights", "figures", "manifest"]
+           "regime_decay_ratio", "regime_no_decay_ratio", "regime_unresolved", "full_eval", "trained_weights", "figures", "manifest"]
 
 FLOW = "companion.cot.theory.reduced_flow_converged"
 #: the falsifier of the trained-model claim: the construction one GD step short
@@ -37,7 +37,7 @@ TOL, MARGIN = 1e-6, 100.0
 FIT = (1e-8, 1e-5)
 REGIME_DECAY = ClaimSpec("cot41_regime_decay", "qualitative", "monte_carlo",
                          prediction="companion.cot.results.thm4_1.regime_errors",
-                         falsifier="no decay with d: a Theta(1) error per coordinate")
+                         falsifier="no decay with d: each error equal to the one before")
 REGIME = ClaimSpec("cot41_regime_d{d:num}", "bound", "monte_carlo", prediction="companion.cot.theory.mp_rate")
 CLAIMS = (
     ClaimSpec("cot41_separation", "qualitative", "ode", prediction="companion.cot.theory.v_curvature",
@@ -202,6 +202,12 @@ def regime_decay_ratio(regime: list[dict]) -> float:
     """The largest ratio (err(next d) + 4 SE) / (err(d) - 4 SE) along the regime (:func:`regime_errors`): below 1
     when the error falls at every step of d by more than 4 standard errors on each side."""
     return max((b["err"] + 4 * b["se"]) / max(a["err"] - 4 * a["se"], 1e-300) for a, b in zip(regime, regime[1:]))
+
+
+def regime_no_decay_ratio(regime: list[dict]) -> float:
+    """The falsifier's value of :func:`regime_decay_ratio`: the same statistic when the error does not decay with d
+    (each next error equal to the one before, with its own standard error), above 1 by the 4-SE margins."""
+    return max((a["err"] + 4 * b["se"]) / max(a["err"] - 4 * a["se"], 1e-300) for a, b in zip(regime, regime[1:]))
 
 
 def regime_unresolved(regime: list[dict]) -> str | None:
