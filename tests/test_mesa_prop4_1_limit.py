@@ -7,14 +7,15 @@ x_1 exactly. These tests check its coverage over many seeds against the closed f
 import numpy as np
 import pytest
 
+from companion.mesa import analysis as A
 from companion.mesa.results import prop4_1 as R
 from companion.params import ParameterError
 
 
 def test_radial_moments_are_the_chi_square_moments():
     # E r^2, E r^4, E r^6 of |x| for x ~ N(0, s^2 I_d): s^2 d, s^4 d(d+2), s^6 d(d+2)(d+4)
-    assert np.allclose(R.radial_moments(3, 1.0), (3, 15, 105))
-    assert np.allclose(R.radial_moments(5, 0.5), (5 * 0.25, 35 * 0.0625, 315 * 0.5**6))
+    assert np.allclose(A.radial_moments(3, 1.0), (3, 15, 105))
+    assert np.allclose(A.radial_moments(5, 0.5), (5 * 0.25, 35 * 0.0625, 315 * 0.5**6))
 
 
 @pytest.mark.parametrize("d, T, scale", [(3, 10, 1.0), (5, 20, 0.7)])
@@ -32,3 +33,27 @@ def test_limit_model_z_is_standard_normal_over_seeds(d, T, scale):
 def test_limit_model_needs_a_gaussian_start():
     with pytest.raises(ParameterError, match="law"):
         R.limit_position_losses("sparse", 1.0, 3, 10, [9], 100, 0)
+
+
+def test_radial_losses_rest_on_an_exact_polynomial_in_the_radius_for_any_weights():
+    """For any weights a sequence's loss is r^2 A + r^4 B + r^6 C in the radius of x_1 (a cubic prediction, a linear
+    target): the coefficients read at r^2 = 1, 2, 3 give the loss at r^2 = 5; and on a Gaussian test set the
+    radius-integrated mean agrees with the plain mean."""
+    import torch
+
+    from companion.mesa.data import ARData, generate
+    from companion.mesa.model import per_sequence_loss
+
+    d = 3
+    g = torch.Generator().manual_seed(1)
+    W = (0.3 * torch.randn(2 * d, 2 * d, dtype=torch.complex128, generator=g),
+         0.3 * torch.randn(d, 2 * d, dtype=torch.complex128, generator=g))
+    data = generate("gaussian", 20000, d, 8, 0.8, 4, torch.complex128)
+    u = data.x1 / data.x1.abs().pow(2).sum(1, keepdim=True).sqrt()
+    L = [per_sequence_loss(ARData(x1=u * q**0.5, lam=data.lam, T=8, theta=data.theta), *W) for q in (1.0, 2.0, 3.0, 5.0)]
+    coef = np.linalg.solve(np.array([[q, q * q, q**3] for q in (1.0, 2.0, 3.0)]), np.array(L[:3]))
+    assert np.allclose(np.array([5.0, 25.0, 125.0]) @ coef, L[3], rtol=1e-9)
+    v = A.radial_losses(data, *W, 0.8)
+    plain = per_sequence_loss(data, *W)
+    assert abs(v.mean() - plain.mean()) < 4 * np.hypot(v.std() / np.sqrt(v.size), plain.std() / np.sqrt(plain.size))
+    assert v.std() < plain.std() / 2  # the radius carries most of the spread

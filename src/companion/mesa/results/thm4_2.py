@@ -136,7 +136,7 @@ def capability(result, stats, m_test: int | None = None) -> dict:
     cf = ab["falsifier_value"]  # population GD with the falsifier's alpha (N m6 where m24 > 0: towards m4/m6)
     out = dict(holds=holds, ab=ab)
     for key, pos in (("whole", None), ("last", [T - 1])):
-        q = loss_evidence(result, ab["predicted"], ab["se"], positions=pos, m_test=m_test, dof_ab=ab["dof"])
+        q = loss_evidence(result, ab["predicted"], ab["se"], positions=pos, m_test=m_test, dof_ab=ab["dof"], off=ab["off"])
         if holds:
             if pos is None:
                 fv = d / 2 * (al_f * cf * cf - 2 * be * cf + (T - 2) * mo.m2)
@@ -148,7 +148,8 @@ def capability(result, stats, m_test: int | None = None) -> dict:
         else:
             q.update(falsifier=_RECOVERS, falsifier_value=0.0)
         # complex64 weights: predictions carry a relative round-off ~1e-7, i.e. 1e-14 of the zero-predictor loss
-        q["floor"] = 1e-13 * q["zero_loss"]
+        q["systematic"] = q["floor"]  # the off-manifold shift, the ab band's curvature, the entries off the manifold
+        q["floor"] = q["systematic"] + 1e-13 * q["zero_loss"]
         out[key] = q
     return out
 
