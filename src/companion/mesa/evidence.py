@@ -164,7 +164,7 @@ def loss_evidence(result, c_pop: float, se_ab: float, positions=None, m_test: in
       prediction describes a model on the diagonal manifold, and a finite training set leaves entries off it.
 
     Returns measured, predicted, se, dof, ``slope`` :math:`L'`, ``curvature`` :math:`L''`, ``ab_floor``,
-    ``remnant`` (mean, se), ``floor`` = ``ab_floor`` + |remnant mean|, the ``estimator`` in words, the per-sequence
+    ``remnant`` (mean, se), ``floor`` (``ab_floor`` plus the absolute remnant mean), the ``estimator`` in words, the per-sequence
     losses and ``zero_loss`` (the zero predictor's)."""
     c = result.config
     law, s, d, T = c["law"], c["scale"], c["d"], c["T"]
