@@ -45,8 +45,8 @@ def test_each_family_is_kept_in_full_at_its_init():
 
 def test_the_diagonal_difference_is_nearly_flat_and_the_sum_is_not():
     """On the manifold plus one family of the init's entries: per unit squared size, (A11_jj - A22_jj)/2 (seen only
-    by the x_0 = 0 boundary term) costs a small fraction of what the off-diagonal W_KQ entries and the sum
-    (A11_jj + A22_jj)/2 (seen at every position) cost."""
+    by the x_0 = 0 boundary term) costs a small fraction of what the sum (A11_jj + A22_jj)/2 (seen at every
+    position) costs, and well under the off-diagonal W_KQ entries."""
     K0, P0 = _init()
     j = np.arange(D)
     off = ~np.eye(D, dtype=bool)
@@ -70,4 +70,20 @@ def test_the_diagonal_difference_is_nearly_flat_and_the_sum_is_not():
         per_unit[fam] = out[fam]["cost"] / size
     assert "were zero at the init" in R.family_words(out)
     assert per_unit["kq_off"] > 0 and per_unit["diag_sum"] > 0, per_unit
-    assert abs(per_unit["diag_diff"]) < 0.1 * min(per_unit["kq_off"], per_unit["diag_sum"]), per_unit
+    # the sum costs 80 times more; the off-diagonal entries about 4 times (radius-integrated, 1e5 sequences: 2.75,
+    # 228, 11.7 per unit; a bound of 0.1 x kq_off held before only through the plain mean's heavy-tailed noise)
+    assert abs(per_unit["diag_diff"]) < 0.05 * per_unit["diag_sum"], per_unit
+    assert abs(per_unit["diag_diff"]) < 0.5 * per_unit["kq_off"], per_unit
+
+
+
+def test_the_manifold_part_keeps_the_real_red_diagonals_and_nothing_else():
+    """The loss claim compares the runs' parts on the manifold (``analysis.manifold_part``): the real diagonals of
+    the red blocks A21 and P1, every other entry zero."""
+    from companion.mesa.analysis import manifold_part
+
+    K0, P0 = (torch.from_numpy(w) for w in _init())
+    K, P = manifold_part(K0 + 1j * K0, P0 + 1j * P0)
+    j = np.arange(D)
+    assert torch.equal(K[D + j, j], K0[D + j, j]) and torch.equal(P[j, j], P0[j, j])
+    assert int((K != 0).sum()) == D and int((P != 0).sum()) == D
