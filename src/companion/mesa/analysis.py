@@ -13,19 +13,20 @@ from companion.mesa.model import loss_grad_fast, per_sequence_loss, predict, rat
 from companion.mesa.train import init_diagonal
 from companion.seeds import MESA_TEST_DATA, MESA_TRAIN_DATA
 
-__all__ = ["weights", "ratio_entries", "per_sequence_loss", "radial_moments", "radial_losses", "manifold_part", "test_data",
+__all__ = ["weights", "ratio_entries", "per_sequence_loss", "radial_moments", "radial_losses", "radial_terms", "manifold_part", "test_data",
            "train_data", "gradient_blocks"]
 
 
 def radial_moments(d: int, scale: float) -> tuple[float, float, float]:
     r"""The moments :math:`E\,r^2, E\,r^4, E\,r^6` of the radius :math:`r=|x_1|` of :math:`x_1\sim N(0,\sigma^2 I_d)`:
     :math:`r^2/\sigma^2\sim\chi^2_d`, so :math:`E\,r^{2k}=\sigma^{2k}\,d(d+2)\cdots(d+2k-2)` (from scipy's chi-square
-    law, not from the moments of :mod:`companion.mesa.theory` that the predictions use)."""
+    law, not from the moments of :mod:`companion.mesa.theory` that the predictions use). For the sparse-Gaussian
+    law (one active coordinate :math:`g\,e_J`) the radius is :math:`|g|`: ``d`` = 1."""
     chi2 = stats.chi2(int(d))
     return tuple(float(scale ** (2 * k) * chi2.moment(k)) for k in (1, 2, 3))
 
 
-def radial_losses(data: ARData, W_KQ, W_PV, scale: float, positions=None) -> np.ndarray:
+def radial_losses(data: ARData, W_KQ, W_PV, scale: float, positions=None, dof: int | None = None) -> np.ndarray:
     r"""Per-sequence losses of any weights on a Gaussian start with the radius of :math:`x_1` integrated exactly: an
     unbiased, light-tailed replacement of :func:`per_sequence_loss` for test-set means.
 
@@ -35,13 +36,23 @@ def radial_losses(data: ARData, W_KQ, W_PV, scale: float, positions=None) -> np.
     at :math:`r^2 = 1, 2, 3`). For :math:`x_1\sim N(0,\sigma^2I)` the radius is independent of the direction u and
     of the phases, so :math:`v = E[r^2]A + E[r^4]B + E[r^6]C` (:func:`radial_moments`) has the mean of L, while L
     itself is of degree six in :math:`x_1` and its test-set mean has an SE that under-covers (its z had s.d. 1.25
-    at 1000 sequences; held-out seeds failed at about 4 SE). ``data``: the test set, drawn at scale ``scale``."""
-    u = data.x1 / data.x1.abs().pow(2).sum(1, keepdim=True).sqrt()                           # (m, d), |u| = 1
+    at 1000 sequences; held-out seeds failed at about 4 SE). ``data``: the test set, drawn at scale ``scale``;
+    ``dof``: the chi-square degrees of freedom of the radius (:func:`radial_moments`; default ``data.d``, the
+    Gaussian law)."""
+    return radial_terms(data, lambda unit: per_sequence_loss(unit, W_KQ, W_PV, positions=positions), dof, scale)
+
+
+def radial_terms(data: ARData, f, dof: int | None = None, scale: float = 1.0):
+    r"""Any statistic ``f(data)`` that is a polynomial :math:`r^2A+r^4B+r^6C` in the radius of a Gaussian start (a
+    loss, a gradient, a mean over sequences of either), with the radius integrated exactly: ``f`` evaluated on the
+    unit-radius sequences scaled to :math:`r^2 = 1, 2, 3`, the coefficients solved for, and combined with
+    :func:`radial_moments` (``dof`` as in :func:`radial_losses`). Returns what ``f`` returns, as a NumPy array."""
+    u = data.x1 / data.x1.abs().pow(2).sum(1, keepdim=True).sqrt()
     r2 = np.array([1.0, 2.0, 3.0])
-    L = np.array([per_sequence_loss(ARData(x1=u * float(np.sqrt(q)), lam=data.lam, T=data.T, theta=data.theta),
-                                    W_KQ, W_PV, positions=positions) for q in r2])            # (3, m)
-    coef = np.linalg.solve(r2[:, None] ** np.arange(1, 4)[None, :], L)                        # (3, m): A, B, C
-    return np.asarray(radial_moments(data.d, scale)) @ coef
+    vals = np.array([np.asarray(f(ARData(x1=u * float(np.sqrt(q)), lam=data.lam, T=data.T, theta=data.theta)))
+                     for q in r2])
+    coef = np.linalg.solve(r2[:, None] ** np.arange(1, 4)[None, :], vals.reshape(3, -1)).reshape(vals.shape)
+    return np.tensordot(np.asarray(radial_moments(data.d if dof is None else dof, scale)), coef, axes=1)
 
 
 def manifold_part(W_KQ: torch.Tensor, W_PV: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
