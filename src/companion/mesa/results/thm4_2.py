@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from companion.claims import ClaimSpec, ResultSpec
+from companion.mesa import paper
 from companion.mesa import theory as th
 from companion.mesa.data import ARData
 from companion.mesa.empirical import exact_population
@@ -29,7 +30,7 @@ from companion.mesa.train import init_diagonal, run
 from companion.plotting import COLORS, legend_outside, new_figure
 from companion.text import number_tag
 
-__all__ = ["CLAIMS", "RESULT", "ELSEWHERE", "LAWS", "tag", "manifest", "conditions", "capability_table", "exact_loss_at_cstar",
+__all__ = ["CLAIMS", "RESULT", "elsewhere", "LAWS", "tag", "manifest", "conditions", "capability_table", "exact_loss_at_cstar",
            "capability", "test_loss_curves", "capability_probe"]
 
 #: the laws of the page's table of Assumption 4.2
@@ -43,8 +44,8 @@ _NOT_RECOVER = "does not recover (independent coordinates: m24 = m2 m4)"
 _STEP_KAPPA = "(ii) alone suffices (T -> infinity reading): the model learns the step 1/kappa = m4/m6"
 
 # the sparse law (Example 4.1) satisfies Assumption 4.2 at every scale: an ordering against the non-recovering
-# theory; the probe laws that violate it run at scale 1: the population loss they keep (the Gaussian's claims are
-# Prop 4.1's, :data:`ELSEWHERE`)
+# theory; the three probe laws that violate it run at scale 1: the population loss they keep (at the paper's
+# settings the Gaussian's claims are Prop 4.1's: :func:`elsewhere`)
 CLAIMS = (
     ClaimSpec("exact_Lstar_{law}", "numerics", "closed_form", prediction="companion.mesa.theory.population_loss"),
     ClaimSpec("loss_sparse_{s:num}", "qualitative", "trained", prediction="companion.mesa.results.thm4_2.capability",
@@ -55,7 +56,7 @@ CLAIMS = (
     ClaimSpec(f"{what}_{law}_{{s:num}}", "statistical", "trained", headline=what == "loss",
               prediction="companion.mesa.evidence.loss_evidence",
               falsifier=_STEP_KAPPA if law == "rademacher" else _RECOVERS)
-    for law in ("rademacher", "sparse_gaussian") for what in ("loss", "last"))  # the Gaussian: ELSEWHERE
+    for law in ("gaussian", "rademacher", "sparse_gaussian") for what in ("loss", "last"))
 
 RESULT = ResultSpec(paper="mesa", number="Theorem 4.2", title="capability: recovery iff Assumption 4.2",
                     label="mesa-thm-4-2", notebook="mesa/thm4_2_capability", module=__name__, claims=CLAIMS,
@@ -68,16 +69,21 @@ def tag(law, s) -> str:
     return f"{law}_{number_tag(s)}"
 
 
-#: the trained models whose loss claims live on another page: the Gaussian at scale 1 is Prop 4.1's subject, and
-#: at the paper's settings its run is the one of ``no_recovery_*`` there (the same model, prediction and band:
-#: one record per fact)
-ELSEWHERE = {("gaussian", 1.0): "mesa/prop4_1_gaussian"}
+def elsewhere(result) -> str | None:
+    """The page whose claims already record this trained model, or None: the Gaussian at scale 1 from the middle
+    init at the paper's settings is the run of Prop 4.1's ``no_recovery_*`` (the same model, prediction and band;
+    one record per fact). At other settings (the smoke and domain points, a sweep) no other page trains it, and
+    this page records it."""
+    c = result.config
+    a0, b0 = paper.INITS[len(paper.INITS) // 2]
+    same = dict(law="gaussian", scale=1.0, a0=a0, b0=b0, lr=dict(paper.TABLE1["gaussian"])[1.0], **paper.COMMON)
+    return "mesa/prop4_1_gaussian" if all(c.get(k) == v for k, v in same.items()) else None
 
 
 def manifest(cond: dict, cap: dict) -> list[str]:
     """The claim ids the page's verdict declares, for the laws of ``cond`` and the trained models ``cap`` (not those
-    of :data:`ELSEWHERE`)."""
-    return [f"exact_Lstar_{law}" for law in cond] + [f"{k}_{tag(*key)}" for key in cap if key not in ELSEWHERE
+    recorded on another page: :func:`elsewhere`)."""
+    return [f"exact_Lstar_{law}" for law in cond] + [f"{k}_{tag(*key)}" for key, q in cap.items() if not q["elsewhere"]
                                                      for k in ("loss", "last")]
 
 
@@ -143,7 +149,7 @@ def capability(result, stats, m_test: int | None = None) -> dict:
     al_f = falsifier_alpha(law, s, d, T)[1]
     _, be = th.alpha_beta(law, s, d, T)
     cf = ab["falsifier_value"]  # population GD with the falsifier's alpha (N m6 where m24 > 0: towards m4/m6)
-    out = dict(holds=holds, ab=ab)
+    out = dict(holds=holds, ab=ab, elsewhere=elsewhere(result))
     for key, pos in (("whole", None), ("last", [T - 1])):
         q = loss_evidence(result, ab["predicted"], ab["se"], positions=pos, m_test=m_test, dof_ab=ab["dof"], off=ab["off"])
         if holds:
