@@ -106,11 +106,10 @@ def test_trained_loss_band_holds_the_curvature_and_the_entries_off_the_manifold_
     degree-6 loss under-covered, the trained ab sat 0.057 above the restricted GD (a loss of about 2.6 through the
     quadratic loss, 0.37 through its slope), and the entries off the manifold cost 3.3. With the radius integrated,
     the curvature and the remnants in the band the claim holds; with the old band it does not."""
-    from companion.mesa.evidence import ab_evidence, loss_evidence, training_stats
+    from companion.mesa.evidence import ab_evidence, loss_evidence, run_sets, training_stats
     from companion.mesa.stability import stable_lr
-    from companion.seeds import MESA_TRAIN_DATA
 
-    lr = stable_lr("gaussian", 1.0, 5, 12, [(0.5, 1.5)], 0.25, 84, sets=[(400, MESA_TRAIN_DATA.entropy(84))])
+    lr = stable_lr("gaussian", 1.0, 5, 12, [(0.5, 1.5)], 0.25, 84, sets=run_sets([(400, 84)]))
     r = train.run(law="gaussian", scale=1.0, d=5, T=12, m=400, m_test=400, a0=0.5, b0=1.5, lr=lr, epochs=100, seed=84)
     ab = ab_evidence(r, training_stats("gaussian", 400, 5, 12, 84, 10))
     q = loss_evidence(r, ab["predicted"], ab["se"], dof_ab=ab["dof"], off=ab["off"])

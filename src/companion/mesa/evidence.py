@@ -217,11 +217,16 @@ def replicate_kwargs(law, scale: float, d: int, T: int, a0: float, b0: float, lr
             + [dict(kw, m=max(1, m // 4), seed=replicate_seed(seed, 17 + k)) for k in range(n_rep)])
 
 
+def run_sets(runs) -> list[tuple[int, tuple[int, int]]]:
+    """The training sets of runs given as ``(m, seed)`` pairs (the arguments of :func:`companion.mesa.train.run`), as
+    ``(m, data seed)`` pairs, the seed the entropy the run draws its set from (for the ``sets`` of
+    :func:`companion.mesa.stability.stable_lr`)."""
+    return [(int(m), MESA_TRAIN_DATA.entropy(seed)) for m, seed in runs]
+
+
 def replicate_sets(m: int, n_rep: int, seed: int) -> list[tuple[int, tuple[int, int]]]:
-    """The training sets of :func:`replicate_kwargs` as ``(m, data seed)`` pairs, the seed the entropy
-    :func:`companion.mesa.train.run` draws the set from (for :func:`companion.mesa.stability.training_set_bound`)."""
-    kws = replicate_kwargs("gaussian", 1.0, 1, 3, 1.0, 1.0, 0.0, 1, m, n_rep, seed)
-    return [(kw["m"], MESA_TRAIN_DATA.entropy(kw["seed"])) for kw in kws]
+    """The training sets of :func:`replicate_kwargs` (:func:`run_sets`)."""
+    return run_sets((kw["m"], kw["seed"]) for kw in replicate_kwargs("gaussian", 1.0, 1, 3, 1.0, 1.0, 0.0, 1, m, n_rep, seed))
 
 
 def sweep_replicates(n_rep: int, Ts) -> dict:
