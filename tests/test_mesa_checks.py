@@ -75,7 +75,7 @@ def test_falsifiers():
     d, T = 5, 20
     name, al_f = E.falsifier_alpha("gaussian", 2.0, d, T)
     _, be = th.alpha_beta("gaussian", 2.0, d, T)
-    assert be / al_f == pytest.approx(1 / (5 * 2.0**2), rel=1e-14) and "infinity" in name
+    assert be / al_f == pytest.approx(1 / (5 * 2.0**2), rel=1e-14) and "\\infty" in name
     name, al_f = E.falsifier_alpha("sparse", 1.0, d, T)
     al, be = th.alpha_beta("sparse", 1.0, d, T)
     assert al_f > al and "independent" in name  # sparse: m24 = 0, the falsifier puts m2 m4 in its place

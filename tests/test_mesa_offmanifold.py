@@ -69,7 +69,7 @@ def test_the_band_adds_the_measured_feedback_in_absolute_value_and_the_reason_na
     assert offmanifold_floor(1e-6, res) == 1e-6 + 3e-5
     assert offmanifold_floor(1e-6, -2e-4) == 1e-6 + 2e-4  # one run's ab - ab_diag (ab_evidence's "off")
     assert offmanifold_words(res, se=1e-5) == ("what the extrapolation leaves of the off-manifold feedback, measured "
-                                               "(-3e-05, -3.00 SE; its decay ratio over m/4 -> m 2.50, 4 for 1/m)")
+                                               "(-3e-05, -3.00 SE; its decay ratio from $m/4$ to $m$ is 2.50, 4 for a $1/m$ law)")
     assert offmanifold_words(-2e-4, predicted=0.1, see="mesa/thm4_1_emergence").endswith(
         "same training set (-0.0002, -0.20 %; see mesa/thm4_1_emergence)")
     with pytest.raises(ValueError):

@@ -324,3 +324,57 @@ def test_the_whole_book_prints_as_one_pdf(smoke_site):
     for name in nbs.all_notebooks():
         assert f'id="verdict-{name.replace("/", "-").replace("_", "-")}"' in printed, f"{name} is not in the PDF"
     assert 'href="../companion.pdf"' in (html / "book" / "intro.html").read_text()
+
+
+_FOREST_JS = """(label) => {
+  const anchor = document.getElementById(label);
+  const section = anchor && (anchor.closest('section') || anchor.parentElement);
+  const col = document.querySelector('article') || document.body;
+  const imgs = Array.from((section || document).querySelectorAll('figure.cv-forest img'));
+  const box = document.querySelector('.cv-answer');
+  return {inVerdict: !!section && imgs.length > 0,
+          plots: imgs.map(i => ({width: i.getBoundingClientRect().width, natural: i.naturalWidth,
+                                 column: col.getBoundingClientRect().width, alt: i.getAttribute('alt') || ''})),
+          answer: box ? box.innerText : null,
+          answerFirst: !!box && !!section &&
+            (box.compareDocumentPosition(section) & Node.DOCUMENT_POSITION_FOLLOWING) > 0,
+          typeset: box ? box.querySelectorAll('mjx-container, .MathJax').length : 0,
+          asciiInTables: Array.from(document.querySelectorAll('.cv-reason, .cv-falsifier'))
+                              .filter(e => /->|\\+-|sigma\\^/.test(e.innerText)).length};
+}"""
+
+
+@pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["1280px", "phone"])
+def test_each_result_page_shows_its_forest_plot_under_its_verdict_and_its_answer_first(browser, smoke_site, viewport):
+    """Under each notebook's Verdict heading a forest plot drawn from its records (decoded, with alt text, within
+    the column at 1280 px and on a phone); the "In this book" box before the verdict section; no ASCII arrows or
+    powers in the reasons and falsifiers; on "Results at a glance" the forest plot of the decisive claims."""
+    from companion.report import verdict_label
+
+    html = _site(smoke_site)
+    visit = Visit(browser, viewport)
+    problems = []
+    try:
+        for name in nbs.all_notebooks():
+            page = visit.open(html / "notebooks" / f"{name}.html")
+            page.wait_for_timeout(500)
+            seen = page.evaluate(_FOREST_JS, verdict_label(name))
+            if not seen["inVerdict"]:
+                problems.append(f"{name}: no forest plot under the Verdict heading")
+            for p in seen["plots"]:
+                if p["natural"] <= 0 or p["width"] > p["column"] + 1 or "Forest plot" not in p["alt"]:
+                    problems.append(f"{name}: forest plot {p}")
+            if not seen["answer"] or "Headline claim" not in seen["answer"] or not seen["answerFirst"]:
+                problems.append(f"{name}: no 'In this book' box before the verdict ({seen['answer']!r})")
+            if seen["asciiInTables"]:
+                problems.append(f"{name}: {seen['asciiInTables']} reasons or falsifiers in ASCII maths")
+        glance = html / "book" / "glance.html"
+        if glance.is_file():
+            page = visit.open(glance)
+            n = page.evaluate("() => Array.from(document.querySelectorAll('figure.cv-forest-glance img'))"
+                              ".filter(i => i.naturalWidth > 0).length")
+            if n < 1:
+                problems.append("Results at a glance: no forest plot")
+    finally:
+        visit.close()
+    assert not problems, "\n".join(problems)

@@ -22,10 +22,15 @@ The standard
 
 from __future__ import annotations
 
+import math
+
 import matplotlib
 import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.lines import Line2D
 
-__all__ = ["use_book_style", "new_figure", "legend_outside", "enforce_standard", "COLORS", "COLUMN_WIDTH", "MAX_WIDTH", "MIN_FONT_PT",
+__all__ = ["use_book_style", "new_figure", "legend_outside", "enforce_standard", "forest", "forest_rows", "COLORS",
+           "COLUMN_WIDTH", "MAX_WIDTH", "MIN_FONT_PT", "STATUS_STYLE", "FOREST_LIMIT", "FOREST_WIDTH",
            "FORMAT"]
 
 #: the book's line colours, in order of use
@@ -166,3 +171,112 @@ def legend_outside(target, where: str = "below", ncol: int | None = None, **kw):
         opts = dict(loc="upper left", bbox_to_anchor=(1.02, 1.0), ncol=ncol or 1)
     opts.update(kw)
     return target.legend(handles, labels, **opts)
+
+
+# ------------------------------------------------------------------------------------------- forest plots
+#: marker and colour of a measurement by its status (shape and colour: readable in greyscale and by the colour-blind)
+STATUS_STYLE = {"passed": ("o", "#2ca02c", "passed"), "not_resolvable": ("D", "#ff7f0e", "not resolvable"),
+                "failed": ("s", "#d62728", "failed")}
+FOREST_LIMIT = 30.0  #: the axis ends at this many band half-widths; a falsifier beyond it is a triangle at the edge
+FOREST_WIDTH = 3.6  #: inches: the per-page forest plot fits a phone's column (about 358 CSS px) at full size
+
+
+def forest_rows(records) -> list[dict]:
+    """The rows of a forest plot: every statistical record and every bound with a standard error that has numbers
+    (not applicable ones have none), headline rows first, each in the records' order. A row's values are in
+    *band half-widths* from the prediction, :math:`u(v) = (v - p)/t` with ``t`` the record's tolerance
+    (``crit * se + floor``): the measurement at :math:`u(m)`, its band :math:`u(m) \\pm 1`, the prediction at 0 and
+    the falsifier at :math:`u(f)`. A claim passes when its band covers 0 and not the falsifier."""
+    rows = []
+    for r in records:
+        r = r if isinstance(r, dict) else r.__dict__
+        if r.get("kind") not in ("statistical", "bound") or r.get("se") is None:
+            continue
+        p, m, t = r.get("predicted"), r.get("measured"), r.get("tolerance")
+        if not all(isinstance(x, (int, float)) and math.isfinite(x) for x in (p, m, t)):
+            continue
+        unit = t if t > 0 else (abs(p) * 1e-12 or 1e-300)
+        f = r.get("falsifier_value")
+        rows.append(dict(claim=r.get("claim", "?"), status=r.get("status", "passed"), headline=bool(r.get("headline")),
+                         measured=(m - p) / unit,
+                         falsifier=(f - p) / unit if isinstance(f, (int, float)) and math.isfinite(f) else None,
+                         side={"upper": "upper", "lower": "lower"}.get(r.get("comparison"), "both"),
+                         crit=r.get("crit"), floor_share=(r.get("floor") or 0.0) / t if t > 0 else 0.0,
+                         label=r.get("label") or r.get("claim", "?")))
+    return sorted(rows, key=lambda row: not row["headline"])
+
+
+def _crit_text(row) -> str:
+    if row["crit"] is None:
+        return ""
+    sign = {"upper": "≤ ", "lower": "≥ "}.get(row["side"], "± ")
+    return f"{sign}{row['crit']:.1f} SE" + (" +fl." if row["floor_share"] >= 0.1 else "")
+
+
+def forest(records, *, title: str | None = None, width: float = FOREST_WIDTH):
+    """A forest plot of a page's statistical claims (drawn from its verdict records, so it cannot disagree with
+    the table): one row per claim (:func:`forest_rows`), headline rows first and starred, the claim id written
+    above its row (so the axis keeps the whole width on a phone). The x axis is the
+    distance from the prediction in band half-widths (symmetric-log beyond 2): the prediction is the dashed line at
+    0, the measurement a marker whose shape and colour give the status (● passed, ◆ not resolvable, ■ failed)
+    with its band as a bar (one-sided for a bound), the falsifier a ✕ (a ▶ or ◀ at the edge when it lies beyond
+    :data:`FOREST_LIMIT`); the critical value in standard errors ends each row ("+fl." when a systematic floor
+    makes a tenth of the band or more). Returns the figure, or None when no record has a row."""
+    rows = forest_rows(records)
+    if not rows:
+        return None
+    use_book_style()
+    n = len(rows)
+    row_h = 0.44  # inches: the claim id above, the bar below
+    height = 0.95 + row_h * n + (0.25 if title else 0.0)
+    fig = plt.figure(figsize=(width, height))
+    # the axes left of the critical values (right), in inches
+    left, right = 0.12 / width, 1 - 0.8 / width
+    bottom, top = 0.78 / height, 1 - (0.3 if title else 0.05) / height
+    ax = fig.add_axes((left, bottom, right - left, top - bottom))
+    lim = FOREST_LIMIT
+    ax.set_xscale("symlog", linthresh=2.0, linscale=1.2)
+    ax.set_xlim(-lim, lim)
+    ax.set_ylim(n - 0.35, -0.75)
+    ax.axvline(0.0, color="0.2", lw=1.0, ls="--", zorder=1)
+    ax.axvspan(-1, 1, color="0.92", zorder=0, lw=0)
+    ax.grid(False)
+    for y, row in enumerate(rows):
+        x = float(np.clip(row["measured"], -lim, lim))
+        lo, hi = row["measured"] - 1, row["measured"] + 1
+        if row["side"] == "upper":
+            hi = row["measured"]
+        elif row["side"] == "lower":
+            lo = row["measured"]
+        marker, color, _ = STATUS_STYLE.get(row["status"], ("o", "0.4", row["status"]))
+        ax.plot([max(lo, -lim), min(hi, lim)], [y, y], color=color, lw=2.2, solid_capstyle="butt", zorder=2)
+        ax.plot([x], [y], marker=marker, ms=6.5, color=color, mfc=color if row["status"] != "not_resolvable" else "white",
+                mew=1.6, zorder=3)
+        f = row["falsifier"]
+        if f is not None:
+            if abs(f) <= lim:
+                ax.plot([f], [y], marker="x", ms=6.5, mew=1.6, color="#7f3b8c", zorder=4)
+            else:
+                ax.plot([np.sign(f) * lim], [y], marker=">" if f > 0 else "<", ms=6, color="#7f3b8c", zorder=4,
+                        clip_on=False)
+        ax.text(1.03, y, _crit_text(row), transform=ax.get_yaxis_transform(), va="center", ha="left", fontsize=9)
+        ax.text(0.01, y - 0.42, ("★ " if row["headline"] else "") + row["label"], transform=ax.get_yaxis_transform(),
+                va="center", ha="left", fontsize=9, fontweight="bold" if row["headline"] else "normal",
+                family="monospace", zorder=5,
+                bbox=dict(facecolor="white", edgecolor="none", pad=0.6, alpha=0.85))
+    ax.set_yticks([])
+    ticks = [-10, -1, 0, 1, 10]
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([str(t).replace("-", "−") for t in ticks])
+    ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+    ax.set_xlabel("(value − prediction) / band", fontsize=9)
+    if title:
+        ax.set_title(title, fontsize=10, loc="left")
+    present = [s for s in ("passed", "not_resolvable", "failed") if any(r["status"] == s for r in rows)]
+    handles = [Line2D([], [], marker=STATUS_STYLE[s][0], color=STATUS_STYLE[s][1], lw=2.2, ms=6,
+                      mfc="white" if s == "not_resolvable" else STATUS_STYLE[s][1], label=STATUS_STYLE[s][2])
+               for s in present]
+    handles.append(Line2D([], [], marker="x", ls="none", color="#7f3b8c", ms=6, mew=1.6, label="falsifier"))
+    fig.legend(handles=handles, loc="lower left", bbox_to_anchor=(0.0, 0.0), ncol=len(handles), frameon=False,
+               fontsize=9, handlelength=1.2, columnspacing=0.8, handletextpad=0.4, borderaxespad=0.1)
+    return fig

@@ -13,17 +13,20 @@ kind; the dashboard counts the claims per kind and per target. The "Results at a
 
 from __future__ import annotations
 
+import base64
 import html
+import io
 import math
 from collections import Counter
 
+from . import plotting
 from .claims import EVIDENCE_KINDS, KINDS, STATUSES, TARGETS, ResultSpec
-from .text import label, short_number, slug
+from .text import label, math_html, plain_text, short_number, slug
 from .where import PAPERS
 
 __all__ = ["verdict_label", "verdict_table_markdown", "verdict_table_html", "dashboard_markdown", "counts",
            "fmt_number", "tolerance_text", "RESULTS_URL", "CLOSE", "is_close_competitor", "decisive_claim",
-           "glance_markdown"]
+           "glance_markdown", "forest_html", "answer_markdown", "FOREST_CAPTION"]
 
 RESULTS_URL = "results"  # the build's JSON lines, published under _build/html/results/
 
@@ -110,14 +113,14 @@ def _target(r: dict) -> str:
 
 
 def _details(r: dict) -> str:
-    parts = [f"<span class='cv-quantity'>{_esc(r.get('quantity', ''))}</span>"]
+    parts = [f"<span class='cv-quantity'>{math_html(r.get('quantity', ''))}</span>"]
     if r.get("reason"):
-        parts.append(f"<span class='cv-reason'><b>Why:</b> {_esc(r['reason'])}</span>")
+        parts.append(f"<span class='cv-reason'><b>Why:</b> {math_html(r['reason'])}</span>")
     if r.get("note"):
         parts.append(f"<span class='cv-note'><b>{_STATUS.get(_status(r), '').capitalize()}:</b> "
-                     f"{_esc(r['note'])}</span>")
+                     f"{math_html(r['note'])}</span>")
     if r.get("falsifier"):
-        f = _esc(r["falsifier"])
+        f = math_html(r["falsifier"])
         if r.get("falsifier_value") is not None:
             f += f" = {fmt_number(r['falsifier_value'])}"
         if r.get("z_falsifier") is not None:
@@ -132,6 +135,8 @@ def _details(r: dict) -> str:
                 else f", z = {fmt_number(r.get('z'))}")
         parts.append(f"<span class='cv-se'>SE {fmt_number(r['se'])}{crit}"
                      + (f", floor {fmt_number(r['floor'])}" if r.get("floor") else "") + "</span>")
+    if r.get("detail"):
+        parts.append(f"<details class='cv-detail'><summary>Method</summary>{math_html(r['detail'])}</details>")
     return " ".join(parts)
 
 
@@ -157,7 +162,7 @@ def _claim_rows(r: dict, href: str) -> str:
     cells = [
         f"<td class='cv-status' data-label='verdict'><span class='cv-badge cv-{st}'>{_STATUS.get(st, st)}</span></td>",
         f"<td class='cv-tol' data-label='tolerance'>{tolerance_text(r)}</td>",
-        f"<td class='cv-claim' data-label='claim'><a href='{_esc(href)}' title='{_esc(r.get('quantity', ''))}'>"
+        f"<td class='cv-claim' data-label='claim'><a href='{_esc(href)}' title='{_esc(plain_text(r.get('quantity', '')))}'>"
         f"<code>{short}</code></a></td>",
         f"<td class='cv-kind' data-label='kind'>{_esc(r.get('kind', '?'))}<br>"
         f"<small class='cv-target'>{_esc(_target(r).replace('_', ' '))}</small></td>",
@@ -459,7 +464,7 @@ def _glance_row(spec: ResultSpec, records: list[dict]) -> str:
     predicted = fmt_number(r.get("predicted")) + _z_text(r.get("z_theory"))
     if r.get("falsifier"):
         value = r.get("falsifier_value")
-        falsifier = _esc(r["falsifier"]) + (f" = {fmt_number(value)}{_z_text(r.get('z_falsifier'))}"
+        falsifier = math_html(r["falsifier"]) + (f" = {fmt_number(value)}{_z_text(r.get('z_falsifier'))}"
                                             if value is not None else " <small>(no value)</small>")
     else:
         falsifier = "—"
@@ -508,9 +513,112 @@ def glance_markdown(results: tuple[ResultSpec, ...] | list[ResultSpec], records:
         rows = [s for s in results if s.paper == paper]
         lines += [f"## {_PAPER_TITLES.get(paper, paper)}", ""]
         body = "".join(_glance_row(s, by_nb.get(s.notebook, [])) for s in rows)
+        decisive = []
+        for s in rows:
+            r, _ = decisive_claim(by_nb.get(s.notebook, []))
+            if r is not None:
+                decisive.append(dict(r, label=f"{s.number.split(',')[0]}: {r.get('claim', '?')}",
+                                     headline=False))
+        plot = forest_html(decisive, caption="One row per result: its decisive claim, drawn as on the result's page. "
+                           + FOREST_CAPTION.split(": ", 1)[1].replace("(★ headline)", ""), scale=1.4,
+                           extra_class="cv-forest-glance")
+        if plot:
+            lines += [plot, ""]
         lines += ["<div class='cv-wrap cv-wrap-summary'><table class='cv-summary cv-glance' "
                   "style='table-layout: fixed; width: 100%'><colgroup>"
                   + "".join(f"<col style='width: {w}%'>" for _, w in heads) + "</colgroup><thead><tr>"
                   + "".join(f"<th scope='col'>{h}</th>" for h, _ in heads)
                   + f"</tr></thead><tbody>{body}</tbody></table></div>", ""]
     return "\n".join(lines)
+
+
+
+# ------------------------------------------------------------------------------------------- forest plots
+FOREST_CAPTION = ("Each row is a statistical claim (★ headline): its measurement (● passed, ◆ not resolvable, "
+                  "■ failed) with its band as a bar, in band half-widths from the prediction (the dashed line at 0; "
+                  "the grey zone is where a measurement is accepted), and its falsifier ✕ (▶ or ◀ at the edge: "
+                  "further out). At the right, the band's critical value in standard errors (+fl.: a systematic "
+                  "floor is a tenth of the band or more). A claim passes when its bar covers 0 and not the ✕.")
+
+
+def forest_html(records: list[dict], *, title: str | None = None, caption: str = FOREST_CAPTION,
+                scale: float = 1.25, extra_class: str = "") -> str:
+    """The forest plot of ``records`` (:func:`companion.plotting.forest`) as one raw-HTML ``<figure>`` (no blank
+    line: it sits in the same HTML block as a table): the SVG inline as a data URI, so that the page needs no
+    file beside it, shown at ``scale`` times its true size where the column allows (``max-width: 100%`` on a
+    phone, where the true size fits), with alt text naming every row and its status, and ``caption``.
+    ``""`` when no record has a row."""
+    import matplotlib.pyplot as plt
+
+    fig = plotting.forest(records, title=title)
+    if fig is None:
+        return ""
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight", pad_inches=0.05)
+    width_in = fig.get_tightbbox(fig.canvas.get_renderer()).width + 0.1
+    plt.close(fig)
+    data = base64.b64encode(buf.getvalue().encode()).decode()
+    rows = plotting.forest_rows(records)
+    alt = ("Forest plot of the statistical claims: " + "; ".join(
+        f"{row['label']} {_STATUS.get(row['status'], row['status'])}" for row in rows) + ".")
+    cls = f"cv-forest {extra_class}".strip()
+    return (f"<figure class='{cls}'><img src='data:image/svg+xml;base64,{data}' alt='{_esc(alt)}' "
+            f"style='width: {round(width_in * 96 * scale)}px'><figcaption>{_esc(caption)}</figcaption></figure>")
+
+
+def _value_pm(r: dict) -> str:
+    m = fmt_number(r.get("measured"))
+    return m + (f" ± {fmt_number(r['se'])}" if r.get("se") is not None else "")
+
+
+def answer_markdown(spec: ResultSpec | None, records: list[dict]) -> str:
+    """MyST for a result page's "In this book" box: its decisive claim (:func:`decisive_claim`, as on "Results at
+    a glance") with what it measured, its measurement ± SE against the prediction and the falsifier (each with
+    its distance in SE), the verdict with its band, and links to the result's first figure and to the verdict
+    section. Glued by :class:`companion.verdict.Verdict` as ``verdict_answer``: computed from the records, never
+    typed."""
+    r, decisive = decisive_claim(records)
+    if r is None:
+        return "This run recorded no claim."
+    st = _status(r)
+    words = {"passed": "**passed**", "failed": "**failed**", "not_resolvable": "**not resolvable**",
+             "not_applicable": "**not applicable**"}[st]
+    what = r.get("quantity", "")
+    lines = [f"Headline claim `{r.get('claim')}` ({r.get('kind')} on "
+             f"{'a trained transformer' if r.get('target') == 'trained' else (r.get('target') or 'no target').replace('_', ' ')}"
+             f"): {what}."]
+    if r.get("measured") is not None:
+        pred = f"the prediction {fmt_number(r.get('predicted'))}"
+        if r.get("z_theory") is not None:
+            pred += f" ({_z_words(r['z_theory'])} away)"
+        sent = f"Measured {_value_pm(r)} against {pred}"
+        if r.get("falsifier"):
+            sent += f" and the falsifier, {r['falsifier']}"
+            if r.get("falsifier_value") is not None:
+                sent += f", {fmt_number(r['falsifier_value'])}"
+                if r.get("z_falsifier") is not None:
+                    sent += f" ({_z_words(r['z_falsifier'])} away)"
+        sent += f": {words}"
+        if r.get("crit") is not None:
+            sent += f", with a band of {r['crit']:.1f} SE"
+        lines.append(sent + ".")
+    else:
+        lines.append(f"Not applicable at these parameters: {r.get('reason', '')}")
+    if r.get("note") and st == "not_resolvable":
+        lines.append(f"Not resolvable: {r['note']}.")
+    if not decisive and spec is not None and not spec.setting:
+        lines.append("No decisive claim on a trained model at these parameters (a headline statistical claim on "
+                     f"a trained transformer that passed against a falsifier within {CLOSE:.0%} of the prediction).")
+    links = []
+    if spec is not None and spec.figures:
+        links.append(f"[the figure](#{spec.figures[0].replace('_', '-')})")
+    if r.get("notebook"):
+        links.append(f"[every claim of this page](#{verdict_label(r['notebook'])})")
+    if links:
+        lines.append("See " + " and ".join(links) + ".")
+    return " ".join(lines)
+
+
+def _z_words(z) -> str:
+    z = abs(z)
+    return "∞ SE" if z == math.inf else (f"{z:.1f} SE" if z < 100 else f"{fmt_number(z)} SE")

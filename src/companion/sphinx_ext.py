@@ -35,6 +35,7 @@ from pathlib import Path
 
 from docutils import nodes
 
+from .text import plain_text
 from .verdict import METADATA_KEY
 from .where import where_markdown
 
@@ -86,21 +87,6 @@ def _renumber(app, env):
 
 
 # ----------------------------------------------------------------------------------------- alt text
-_TEX_WORDS = {"sigma": "σ", "eta": "η", "alpha": "α", "beta": "β", "gamma": "γ", "lambda": "λ", "theta": "θ",
-              "rho": "ρ", "mu": "μ", "Sigma": "Σ", "infty": "∞", "pm": "±", "sim": "~", "le": "≤", "leq": "≤",
-              "ge": "≥", "geq": "≥", "ne": "≠", "neq": "≠", "to": "→", "approx": "≈", "times": "×", "cdot": "·",
-              "star": "*", "Nor": "N", "E": "E", "ldots": "…", "dots": "…"}
-
-
-def plain_text(tex: str) -> str:
-    """Caption text without TeX markup, for alt text: ``x_1\\sim\\Nor(0,\\sigma^2I)`` -> ``x_1 ~ N(0,σ^2I)``."""
-    text = re.sub(r"\\(?:mathrm|mathbf|mathsf|operatorname|rm|bf|text|mathcal|left|right|bigl|bigr|Bigl|Bigr|big|,|;|!|quad|qquad)\b", " ",
-                  tex)
-    text = re.sub(r"\\([A-Za-z]+)", lambda m: _TEX_WORDS.get(m.group(1), m.group(1)), text)
-    text = text.replace("{", "").replace("}", "").replace("$", "")
-    return " ".join(text.split())
-
-
 def _caption_text(figure: nodes.figure) -> str:
     for cap in figure.findall(nodes.caption):
         text = plain_text(cap.astext())

@@ -27,6 +27,13 @@ A claim is evidence, or it is not a claim. Every claim has a **kind**:
 ``qualitative``
     A sign or an ordering, naming the alternative it rules out.
 
+**Words.** A record's ``quantity`` says what was measured, its ``reason`` in at most :data:`REASON_MAX`
+characters (two lines of the page) what was compared and why the band is what it is, and its ``detail`` the
+full method behind the band (degrees of freedom, control variates, floors), folded under the reason on the
+page. Maths in all of them (and in the falsifier's name) is TeX between single dollars, e.g.
+``falsifier="$T\\to\\infty$: $1/(5\\sigma^2)$"``: the tables typeset it (:func:`companion.text.math_html`) and
+the tests refuse ASCII maths (:func:`companion.text.ascii_math`).
+
 **Falsifiers.** Every statistical and every qualitative claim names its falsifier (a call without one is a
 ``ValueError``); identity and numerics claims name none, and a bound may. A falsifier named without its value
 is never rejected: the claim is ``not_resolvable`` at best. A claim that names no falsifier passes when the
@@ -53,7 +60,7 @@ Usage (the last computational cell of a notebook)::
     v = Verdict("mesa/prop4_1_gaussian", manifest=["ratio_T10"], results_dir=results_dir)
     v.statistical("ratio_T10", quantity="trained ratio at T = 10 vs c*(T) sigma^2",
                   predicted=c_T, measured=mu, se=se, dof=7, z=4, floor=1e-12,
-                  falsifier="T -> infinity constant 1/5", falsifier_value=0.2,
+                  falsifier=r"$T\\to\\infty$ constant $1/5$", falsifier_value=0.2,
                   reason="4 SE over 8 replicate training sets")
     v.finish()   # table + glue + results file; raises VerdictError if anything failed
 
@@ -61,7 +68,9 @@ Comparisons (``comparison=``): ``"abs"`` ``|measured - predicted| <= tolerance``
 ``|measured - predicted| <= tolerance * |predicted|`` (identity and numerics only); ``"upper"``
 ``measured <= predicted + tolerance``; ``"lower"`` ``measured >= predicted - tolerance``.
 
-For every claim ``c`` the glue keys ``c_predicted``, ``c_measured``, ``c_tolerance``, ``c_error``,
+The verdict cell shows the page's forest plot (:func:`companion.report.forest_html`) above the table, and glues
+``verdict_answer`` (Markdown: the decisive claim in words, :func:`companion.report.answer_markdown`) for the page's
+"In this book" box. For every claim ``c`` the glue keys ``c_predicted``, ``c_measured``, ``c_tolerance``, ``c_error``,
 ``c_falsifier_value``, ``c_z_theory``, ``c_z_falsifier``, ``c_crit``, ``c_dof`` (floats, NaN where absent) and
 ``c_verdict``
 (the status text) are available to ``{glue:text}`` roles in the prose.
@@ -86,13 +95,14 @@ from typing import Any, Iterable
 
 from . import notebooks as nbs
 from .claims import EVIDENCE_KINDS, KINDS, STATUSES, ClaimSpec, ResultSpec
-from .report import verdict_table_markdown
+from .report import answer_markdown, forest_html, verdict_table_markdown
 from .stats import MANY_DOF, critical
 from .text import number_text, slug
 from .where import PAPERS
 
 __all__ = [
-    "Verdict", "VerdictError", "Record", "METADATA_KEY", "KINDS", "EVIDENCE_KINDS", "STATUSES", "MAX_CRIT", "slug",
+    "Verdict", "VerdictError", "Record", "METADATA_KEY", "KINDS", "EVIDENCE_KINDS", "STATUSES", "MAX_CRIT",
+    "REASON_MAX", "slug",
     "result_of",
 ]
 
@@ -100,6 +110,8 @@ METADATA_KEY = "companion_results"
 #: the widest critical value (in standard errors) at which a statistical claim can pass: z = 4 needs about
 #: 7.5 degrees of freedom or more (:func:`companion.stats.critical`); a wider band is ``not_resolvable``
 MAX_CRIT = 8.0
+#: the longest reason, in characters as typeset (:func:`companion.text.plain_text`): two lines of the page
+REASON_MAX = 200
 _COMPARISONS = ("abs", "rel", "upper", "lower")
 _CLAIM_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 
@@ -157,6 +169,7 @@ class Record:
     parameters: dict = field(default_factory=dict)
     target: str | None = None  # what was measured (companion.claims.TARGETS), from the result's CLAIMS
     note: str | None = None  # why a claim whose theory was accepted is not_resolvable
+    detail: str | None = None  # the full method behind the band (folded under the reason on the page)
 
 
 def _dof(claim: str, dof) -> float | None:
@@ -248,6 +261,7 @@ class Verdict:
         dof: float | None = None,
         crit: float | None = None,
         undecided: str | None = None,
+        detail: str | None = None,
     ) -> Record:
         """Compare one measured number with its prediction; remember (and return) the record.
 
@@ -329,7 +343,7 @@ class Verdict:
             floor=None if floor is None else float(floor), falsifier=falsifier, falsifier_value=_plain(fval),
             z_theory=_plain(z_th), z_falsifier=_plain(z_f), dof=_plain(dof), crit=_plain(crit),
             headline=bool(headline), parameters=self.parameters, target=target,
-            note="; ".join(notes) if status == "not_resolvable" else None,
+            note="; ".join(notes) if status == "not_resolvable" else None, detail=detail or None,
         )
         self.records.append(rec)
         return rec
@@ -358,20 +372,23 @@ class Verdict:
 
     # ------------------------------------------------------------------ the kinds
     def identity(self, claim: str, *, quantity: str, predicted, measured, tolerance: float,
-                 comparison: str = "abs", reason: str) -> Record:
+                 comparison: str = "abs", reason: str, detail: str | None = None) -> Record:
         """Two implementations of the same mathematics agree to round-off (an implementation test)."""
         return self.check(claim, kind="identity", quantity=quantity, predicted=predicted, measured=measured,
-                          tolerance=tolerance, comparison=comparison, reason=reason)
+                          tolerance=tolerance, comparison=comparison, reason=reason, detail=detail)
 
     def numerics(self, claim: str, *, quantity: str, predicted, measured, tolerance: float,
-                 comparison: str = "abs", reason: str, headline: bool = False) -> Record:
+                 comparison: str = "abs", reason: str, headline: bool = False,
+                 detail: str | None = None) -> Record:
         """An integrator, quadrature or exact average against a closed form, at its error-control tolerance."""
         return self.check(claim, kind="numerics", quantity=quantity, predicted=predicted, measured=measured,
-                          tolerance=tolerance, comparison=comparison, reason=reason, headline=headline)
+                          tolerance=tolerance, comparison=comparison, reason=reason, headline=headline,
+                          detail=detail)
 
     def statistical(self, claim: str, *, quantity: str, predicted, measured, se, falsifier: str,
                     falsifier_value=None, z: float = 4.0, floor: float = 0.0, comparison: str = "abs",
-                    reason: str, headline: bool = False, dof: float | None = None) -> Record:
+                    reason: str, headline: bool = False, dof: float | None = None,
+                    detail: str | None = None) -> Record:
         """A simulation against an independent prediction at ``crit * se + floor``; passes only when the
         falsifier is rejected at the same tolerance and ``crit <= MAX_CRIT`` (``not_resolvable`` when the
         theory is accepted but not both; a falsifier without a value is never rejected).
@@ -393,12 +410,13 @@ class Verdict:
         return self.check(claim, kind="statistical", quantity=quantity, predicted=predicted, measured=measured,
                           tolerance=crit * se_ + fl, comparison=comparison, reason=reason, se=se_, z=z, floor=fl,
                           falsifier=falsifier, falsifier_value=falsifier_value, headline=headline,
-                          dof=dof, crit=crit)
+                          dof=dof, crit=crit, detail=detail)
 
     def bound(self, claim: str, *, quantity: str, bound, measured, comparison: str, reason: str,
               tolerance: float | None = None, se=None, z: float = 4.0, floor: float = 0.0,
               falsifier: str | None = None, falsifier_value=None, headline: bool = False,
-              dof: float | None = None, undecided: str | None = None) -> Record:
+              dof: float | None = None, undecided: str | None = None,
+              detail: str | None = None) -> Record:
         """An inequality a theorem states: ``measured <= bound`` (``"upper"``) or ``>=`` (``"lower"``),
         up to ``tolerance`` (round-off) or ``crit * se + floor`` (a simulated quantity; ``crit`` as in
         :meth:`statistical`). ``undecided``: as in :meth:`check`."""
@@ -414,15 +432,18 @@ class Verdict:
             return self.check(claim, kind="bound", quantity=quantity, predicted=bound, measured=measured,
                               tolerance=crit * se_ + float(floor), comparison=comparison, reason=reason, se=se_,
                               z=z, floor=float(floor), falsifier=falsifier, falsifier_value=falsifier_value,
-                              headline=headline, dof=dof, crit=crit, undecided=undecided)
+                              headline=headline, dof=dof, crit=crit, undecided=undecided,
+                              detail=detail)
         if dof is not None:
             raise ValueError(f"{claim}: degrees of freedom belong to a standard error; this bound has none")
         return self.check(claim, kind="bound", quantity=quantity, predicted=bound, measured=measured,
                           tolerance=tolerance, comparison=comparison, reason=reason, falsifier=falsifier,
-                          falsifier_value=falsifier_value, headline=headline, undecided=undecided)
+                          falsifier_value=falsifier_value, headline=headline, undecided=undecided,
+                          detail=detail)
 
     def qualitative(self, claim: str, *, quantity: str, predicted, measured, comparison: str, tolerance: float,
-                    falsifier: str, reason: str, falsifier_value=None, undecided: str | None = None) -> Record:
+                    falsifier: str, reason: str, falsifier_value=None, undecided: str | None = None,
+                    detail: str | None = None) -> Record:
         """A sign or an ordering; ``falsifier`` names the alternative it rules out, and ``falsifier_value`` that
         alternative's value, which must lie outside the tolerance (without one the claim is ``not_resolvable``).
         ``undecided``: as in :meth:`check` (e.g. a predicted effect too small against the measured noise for the
@@ -431,9 +452,11 @@ class Verdict:
             raise ValueError(f"{claim}: a qualitative claim names the alternative it rules out")
         return self.check(claim, kind="qualitative", quantity=quantity, predicted=predicted, measured=measured,
                           tolerance=tolerance, comparison=comparison, reason=reason, falsifier=falsifier,
-                          falsifier_value=falsifier_value, undecided=undecided)
+                          falsifier_value=falsifier_value, undecided=undecided,
+                          detail=detail)
 
-    def not_applicable(self, claim: str, *, kind: str, quantity: str, reason: str) -> Record:
+    def not_applicable(self, claim: str, *, kind: str, quantity: str, reason: str,
+                       detail: str | None = None) -> Record:
         """Record that a declared claim does not apply at these parameters, and why."""
         self._new_id(claim)
         if kind not in KINDS:
@@ -443,7 +466,8 @@ class Verdict:
         target, headline = self._spec(claim, kind)
         rec = Record(notebook=self.notebook, claim=claim, kind=kind, status="not_applicable", quantity=quantity,
                      predicted=None, measured=None, tolerance=None, comparison="abs", error=None, passed=True,
-                     reason=reason, parameters=self.parameters, target=target, headline=headline)
+                     reason=reason, parameters=self.parameters, target=target, headline=headline,
+                     detail=detail or None)
         self.records.append(rec)
         return rec
 
@@ -457,6 +481,10 @@ class Verdict:
         out = [f"{c}: declared but not recorded" for c in self.manifest if c not in made]
         out += [f"{c}: recorded but not declared in the manifest" for c in made if c not in self.manifest]
         return out + self.spec_problems
+
+    def answer_markdown(self) -> str:
+        """The page's "In this book" box (:func:`companion.report.answer_markdown`), glued as ``verdict_answer``."""
+        return answer_markdown(self.result, [asdict(r) for r in self.records])
 
     def table_markdown(self) -> str:
 
@@ -509,8 +537,9 @@ class Verdict:
                     val = getattr(r, key)
                     glue(f"{r.claim}_{key}", float(val) if val is not None else math.nan, display=False)
                 glue(f"{r.claim}_verdict", r.status.replace("_", " "), display=False)
+            glue("verdict_answer", Markdown(self.answer_markdown()), display=False)
         display(
-            Markdown(self.table_markdown()),
+            Markdown(forest_html([asdict(r) for r in self.records]) + self.table_markdown()),
             metadata={METADATA_KEY: [asdict(r) for r in self.records]},
         )
 

@@ -90,8 +90,8 @@ def falsifier_alpha(law, scale: float, d: int, T: int) -> tuple[str, float]:
     mo = th.moments(law, scale, d) if isinstance(law, str) else law
     N = T - 2
     if mo.m24 > 0:
-        return "T -> infinity constant m4/m6 (1/(5 sigma^2) for the Gaussian)", N * mo.m6
-    return "independent coordinates (m24 = m2 m4)", N * mo.m6 + (d - 1) * th.harmonic(N) * mo.m2 * mo.m4
+        return r"the $T\to\infty$ constant $m_4/m_6$ ($1/(5\sigma^2)$ for the Gaussian)", N * mo.m6
+    return r"independent coordinates ($m_{24} = m_2 m_4$)", N * mo.m6 + (d - 1) * th.harmonic(N) * mo.m2 * mo.m4
 
 
 def population_ab(law, scale: float, d: int, T: int, a0, b0, lr: float, epochs: int, falsifier: bool = False):
@@ -192,16 +192,18 @@ def loss_evidence(result, c_pop: float, se_ab: float, positions=None, m_test: in
     ab_floor = abs(slope) * abs(off) + 0.5 * curv * (abs(off) + S.critical(z, dof_ab) * se_ab) ** 2
     return dict(measured=mu, predicted=pred, se=se, dof=dof, se_test=se_test, slope=slope, curvature=curv,
                 ab_floor=ab_floor, remnant=remnant, floor=ab_floor + abs(remnant[0]),
-                estimator="the radius of x_1 integrated exactly" if gauss else "plain test-set mean",
+                estimator="the radius of $x_1$ integrated exactly" if gauss else "the plain mean over sequences",
                 losses=losses, zero_loss=d / 2 * (T - 2 if positions is None else len(np.atleast_1d(positions))) * mo.m2)
 
 
 def loss_words(ev: dict) -> str:
-    """The band of a :func:`loss_evidence` claim in words: the estimator and the two measured systematic parts."""
+    """The band of a :func:`loss_evidence` claim in words (for a record's ``detail``): the estimator and the two
+    measured systematic parts."""
     r, rse = ev["remnant"]
-    return (f"test-set mean ({ev['estimator']}) and the jackknife SE of ab through the loss (Welch degrees of "
-            f"freedom) + the off-manifold shift of ab and the ab band's curvature through the loss ({ev['ab_floor']:.3g}) "
-            f"+ the measured cost of the trained entries off the diagonal manifold ({r:+.3g} +- {rse:.2g})")
+    return (f"test-set mean ({ev['estimator']}) and the jackknife SE of $ab$ through the loss (Welch degrees of "
+            f"freedom) + the off-manifold shift of $ab$ and the $ab$ band's curvature through the loss "
+            f"({ev['ab_floor']:.3g}) + the measured cost of the trained entries off the diagonal manifold "
+            f"(${r:+.3g} \\pm {rse:.2g}$)")
 
 
 def replicate_kwargs(law, scale: float, d: int, T: int, a0: float, b0: float, lr: float, epochs: int, m: int,
@@ -395,7 +397,7 @@ def offmanifold_words(off, *, se: float | None = None, predicted: float | None =
             raise ValueError("offmanifold_words: the extrapolated residual needs the claim's standard error se")
         r = off["measured"]
         words = (f"what the extrapolation leaves of the off-manifold feedback, measured ({r:+.3g}, {r / se:+.2f} SE; "
-                 f"its decay ratio over m/4 -> m {off['ratio']:.2f}, 4 for 1/m")
+                 f"its decay ratio from $m/4$ to $m$ is {off['ratio']:.2f}, 4 for a $1/m$ law")
     else:
         if predicted is None:
             raise ValueError("offmanifold_words: one run's difference needs the claim's prediction")

@@ -1,0 +1,150 @@
+"""What a reader sees of a verdict: the forest plot drawn from the records (it cannot disagree with the table),
+the "In this book" answer, and words with typeset maths (no ASCII maths, reasons in two lines)."""
+
+import base64
+import math
+import re
+
+import pytest
+
+from companion.claims import ClaimSpec, ResultSpec
+from companion.plotting import FOREST_LIMIT, forest, forest_rows
+from companion.report import answer_markdown, forest_html, glance_markdown, verdict_table_html
+from companion.text import ascii_math, math_html, plain_text, segments
+from companion.verdict import REASON_MAX, Verdict
+
+SPEC = ResultSpec(paper="paper", number="Theorem 9.9", title="t", label="paper-thm-9-9", notebook="paper/nb",
+                  module="m", figures=("fig_paper_main",),
+                  claims=(ClaimSpec("h", "statistical", "trained", headline=True), ClaimSpec("s{i}", "statistical", "trained"),
+                          ClaimSpec("b", "bound", "trained"), ClaimSpec("n", "numerics", "closed_form")))
+
+
+def _verdict(tmp_path):
+    v = Verdict("paper/nb", manifest=["h", "s1", "s2", "s3", "b", "n"], parameters={}, results_dir=tmp_path,
+                result=SPEC)
+    v.statistical("h", quantity="the trained $ab$", predicted=0.2, measured=0.203, se=0.002, falsifier="the $T\\to\\infty$ constant",
+                  falsifier_value=0.25, reason="4 SE of replicates", headline=True, detail="Welch, 9 dof")
+    v.statistical("s1", quantity="q", predicted=1.0, measured=1.05, se=0.01, falsifier="f", falsifier_value=1.2,
+                  reason="r")  # fails: 5 SE from the prediction
+    v.statistical("s2", quantity="q", predicted=1.0, measured=1.01, se=0.01, falsifier="f", falsifier_value=1.02,
+                  reason="r")  # the falsifier inside the band: not resolvable
+    v.statistical("s3", quantity="q", predicted=1.0, measured=0.99, se=0.01, falsifier="f", falsifier_value=1e6,
+                  reason="r")  # the falsifier far beyond the axis
+    v.bound("b", quantity="q", bound=1.0, measured=0.9, comparison="upper", se=0.05, reason="r")
+    v.numerics("n", quantity="q", predicted=1.0, measured=1.0, tolerance=1e-9, reason="r")
+    return v
+
+
+def _records(v):
+    return [r.__dict__ for r in v.records]
+
+
+def test_forest_rows_put_each_claim_where_its_status_says(tmp_path):
+    """In band half-widths from the prediction: a passed claim's band covers 0 and not the falsifier, a failed
+    one's misses 0, a not-resolvable one's covers both; the headline first; numerics claims have no row."""
+    v = _verdict(tmp_path)
+    status = {r.claim: r.status for r in v.records}
+    assert status == {"h": "passed", "s1": "failed", "s2": "not_resolvable", "s3": "passed", "b": "passed", "n": "passed"}
+    rows = forest_rows(_records(v))
+    assert [r["claim"] for r in rows] == ["h", "s1", "s2", "s3", "b"]
+    for row in rows:
+        rec = next(r for r in v.records if r.claim == row["claim"])
+        covers0 = abs(row["measured"]) <= 1 if row["side"] == "both" else row["measured"] <= 1
+        assert covers0 == (rec.status != "failed"), row
+        assert math.isclose(row["measured"], (rec.measured - rec.predicted) / rec.tolerance)
+        if row["falsifier"] is not None and rec.status != "failed":
+            assert (abs(row["measured"] - row["falsifier"]) > 1) == (rec.status == "passed"), row
+    assert rows[3]["falsifier"] > FOREST_LIMIT  # drawn as a triangle at the edge
+
+
+def test_the_forest_plot_draws_every_row_with_its_status_marker(tmp_path):
+    fig = forest(_records(_verdict(tmp_path)))
+    ax = fig.axes[0]
+    texts = [t.get_text() for t in ax.texts]
+    assert "★ h" in texts and all(c in texts for c in ("s1", "s2", "s3", "b")), texts
+    markers = [ln.get_marker() for ln in ax.lines]
+    assert markers.count("o") == 3 and markers.count("s") == 1 and markers.count("D") == 1, markers
+    assert ">" in markers, "a falsifier beyond the axis is a triangle at the edge"
+    assert any(t == "± 4.0 SE" for t in texts) and any(t.startswith("≤ ") for t in texts), texts
+    assert forest([r for r in _records(_verdict(tmp_path)) if r["kind"] == "numerics"]) is None
+
+
+def test_the_forest_html_embeds_the_plot_with_alt_text_and_a_caption(tmp_path):
+    html = forest_html(_records(_verdict(tmp_path)))
+    assert html.startswith("<figure class='cv-forest'>") and "\n\n" not in html
+    svg = base64.b64decode(re.search(r"base64,([A-Za-z0-9+/=]+)", html).group(1)).decode()
+    assert svg.lstrip().startswith("<?xml") and "<svg" in svg
+    alt = re.search(r"alt='([^']*)'", html).group(1)
+    assert all(w in alt for w in ("h passed", "s1 FAILED", "s2 not resolvable")), alt
+    assert "<figcaption>" in html
+
+
+def test_the_verdict_cell_shows_the_plot_above_the_table(tmp_path):
+    v = _verdict(tmp_path)
+    rendered = forest_html(_records(v)) + v.table_markdown()
+    assert rendered.index("cv-forest") < rendered.index("cv-table")
+
+
+def test_the_answer_names_the_headline_with_its_numbers_and_links(tmp_path):
+    v = _verdict(tmp_path)
+    text = answer_markdown(SPEC, _records(v))
+    assert "`h`" in text and "0.203 ± 0.002" in text and "0.25" in text and "**passed**" in text, text
+    assert "1.5 SE away" in text and "23.5 SE away" in text, text  # |0.203-0.2|/0.002, |0.203-0.25|/0.002
+    assert "(#fig-paper-main)" in text and "(#verdict-paper-nb)" in text, text
+    assert "the $T\\to\\infty$ constant" in text
+    assert v.answer_markdown() == text
+
+
+def test_the_glance_page_draws_one_forest_row_per_result(tmp_path):
+    recs = _records(_verdict(tmp_path))
+    md = glance_markdown([SPEC], recs)
+    assert md.count("<figure class='cv-forest cv-forest-glance'>") == 1
+    assert "Theorem 9.9: h" in re.search(r"alt='([^']*)'", md).group(1)
+
+
+def test_the_detail_is_recorded_and_folded_under_the_reason(tmp_path):
+    v = _verdict(tmp_path)
+    assert v.records[0].detail == "Welch, 9 dof" and v.records[1].detail is None
+    table = verdict_table_html(_records(v))
+    assert "<details class='cv-detail'><summary>Method</summary>Welch, 9 dof</details>" in table
+
+
+# ------------------------------------------------------------------------------------ words with maths
+def test_maths_between_dollars_is_typeset_and_code_between_backticks_is_code():
+    assert segments("a $x<1$ b `c_d` e") == [("text", "a "), ("math", "x<1"), ("text", " b "), ("code", "c_d"),
+                                              ("text", " e")]
+    html = math_html("a $x<1$ and `id` <b>")
+    assert html == ('a <span class="math notranslate nohighlight">\\(x&lt;1\\)</span> and <code>id</code> &lt;b&gt;')
+    assert plain_text("$T\\to\\infty$: $\\frac{1}{5\\sigma^2}$") == "T→∞: (1)/(5σ^2)"
+
+
+@pytest.mark.parametrize("text", ["T -> infinity constant", "1/(5 sigma^2)", "m4/m6", "x_1 integrated", "sqrt(m)",
+                                  "0.1 +- 0.01", "T = 100", "a <= b", "eta*lambda", "decay over m/4 -> m", "x^2"])
+def test_ascii_maths_is_found(text):
+    assert ascii_math(text), text
+
+
+@pytest.mark.parametrize("text", ["$T\\to\\infty$ constant", "$1/(5\\sigma^2)$", "float64 round-off, DOP853",
+                                  "4 SE of 16 replicate training sets, Student-t on 9.5 degrees of freedom",
+                                  "Fig. 1a at `ab_gaussian_1`", "complex64 and float32", "the law's 99 % quantile"])
+def test_typeset_words_pass(text):
+    assert ascii_math(text) == [], ascii_math(text)
+
+
+def test_the_words_check_of_the_notebook_runs_refuses_a_long_reason_and_ascii_maths():
+    """tests/test_notebooks.py checks every record of every smoke and domain run with this rule."""
+    from test_notebooks import word_problems
+
+    ok = {"claim": "c", "quantity": "the trained $ab$", "reason": "4 SE of replicates", "falsifier": "$1/5$"}
+    assert word_problems(ok) == []
+    assert word_problems(dict(ok, reason="x" * (REASON_MAX + 1)))
+    assert word_problems(dict(ok, falsifier="T -> infinity constant 1/5"))
+    assert word_problems(dict(ok, detail="Welch dof, m4 and m6 control variates"))
+
+
+def test_every_declared_falsifier_is_typeset():
+    """The falsifiers of every result's CLAIMS manifest (shown on "Where is each result") typeset their maths."""
+    from companion.book import all_results
+
+    bad = [(s.notebook, c.id, c.falsifier) for s in all_results() for c in s.claims if ascii_math(c.falsifier)]
+    assert not bad, bad
