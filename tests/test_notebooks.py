@@ -39,6 +39,23 @@ def test_every_notebook_has_two_valid_domain_points():
             coerce_parameters(name, nbs.parameters(name), values or {})
 
 
+def word_problems(r: dict) -> list[str]:
+    """What a reader would trip over in a record's words: a reason longer than two lines
+    (:data:`companion.verdict.REASON_MAX` characters as typeset), ASCII maths outside ``$...$``."""
+    from companion.text import ascii_math, plain_text
+    from companion.verdict import REASON_MAX
+
+    out = []
+    if len(plain_text(r.get("reason") or "")) > REASON_MAX:
+        out.append(f"{r['claim']}: a reason of {len(plain_text(r['reason']))} characters (at most {REASON_MAX}; "
+                   "the method goes to detail=)")
+    for key in ("quantity", "reason", "falsifier", "detail", "note"):
+        found = ascii_math(r.get(key) or "")
+        if found:
+            out.append(f"{r['claim']}.{key}: ASCII maths {found}")
+    return out
+
+
 def _assert_verdict_holds(name, run):
     assert run["status"] == "ok" and run["records"], run
     bad = [r for r in run["records"] if r.get("status") not in ("passed", "not_resolvable", "not_applicable")]
@@ -49,6 +66,8 @@ def _assert_verdict_holds(name, run):
             assert r["reason"].strip(), r
         if r["kind"] == "statistical" and r["status"] != "not_applicable":
             assert r.get("falsifier") and r.get("se") is not None, r
+    words = [w for r in run["records"] for w in word_problems(r)]
+    assert not words, f"{name}: " + "\n".join(words)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -62,6 +81,10 @@ def test_anatomy_and_parameters_cell(name):
     assert f"({verdict_label(name)})=" in text, "a label on the verdict section (the dashboard links to it)"
     assert re.search(r"companion (sweep|run) " + re.escape(name), text), "a 'try it' command for this notebook"
     assert "{glue:" in text, "numbers glued into the prose"
+    box = text.find("{glue:md} verdict_answer")
+    assert box > 0, "an 'In this book' box glued from the records (verdict_answer)"
+    assert box < text.index("## Parameters") and box < text.index(f"({verdict_label(name)})="), \
+        "the page's answer before its method"
     specs = nbs.parameters(name)
     assert "seed" in specs and "results_dir" in specs
     for spec in specs.values():

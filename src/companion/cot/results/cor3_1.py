@@ -11,22 +11,25 @@ gives. One identity claim checks the formula against the minimum of the exact on
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from matplotlib.ticker import NullFormatter, ScalarFormatter
 
 from companion.claims import ClaimSpec, ResultSpec
 from companion.params import integer
 from companion.plotting import legend_outside, new_figure
-from companion.stats import mean_se
+from companion.stats import ROUNDOFF, critical, mean_se
 
+from ...text import tex_number
 from .. import theory as th
 from ..stats import replicate_errors, trained_vs_prediction
-from .thm3_1 import last_quarter_drift, train_until_converged
+from .thm3_1 import CONVERGED, MAX_DOUBLINGS, last_quarter_drift, train_until_converged
 
 __all__ = ["CLAIMS", "RESULT", "PROPORTIONAL_FLOOR", "grid_pairs", "floor_proportional", "floor_from_moments",
-           "floor_mc", "trained_floor", "figure", "manifest"]
+           "floor_mc", "trained_floor", "record_formula", "record_trained", "figure", "manifest"]
 
-PROPORTIONAL_FLOOR = "the proportional-limit (Marchenko-Pastur) floor d^2/(n+d)"
+PROPORTIONAL_FLOOR = "the proportional-limit (Marchenko–Pastur) floor $d^2/(n+d)$"
 
 IDENTITY = ClaimSpec("cot_c31_floor_formula", "identity", "closed_form", prediction="companion.cot.theory.no_cot_floor")
 TRAINED = ClaimSpec("cot_c31_trained_d{d}_n{n}", "statistical", "trained", headline=True,
@@ -101,6 +104,66 @@ def trained_floor(d: int, n: int, *, lr: float, lr_final: float, path: float, re
     out = trained_vs_prediction(err if res.replicates > 1 else err[0], th.no_cot_floor(d, n), z=z)
     drift = float(np.mean(last_quarter_drift(res.steps, res.eval_loss)))
     return dict(out, drift=drift, steps=steps, path=p, converged=converged, res=res)
+
+
+
+
+
+def record_formula(v, formula_gap: float, pairs) -> None:
+    r"""Record the identity ``cot_c31_floor_formula`` on the verdict ``v``: the closed-form floor
+    :math:`d(d+1)/(n+d+1)` against the minimum of the exact one-step error :math:`L_1(\eta)`
+    (:func:`floor_from_moments`), the largest gap over the grid ``pairs`` divided by :math:`d` (``formula_gap``),
+    at :math:`10^3` times the round-off floor."""
+    tol = 1e3 * ROUNDOFF
+    v.identity("cot_c31_floor_formula",
+               quantity=r"largest $|d(d+1)/(n+d+1) - \min_\eta L_1(\eta)|/d$ over the grid",
+               predicted=0.0, measured=formula_gap, tolerance=tol,
+               reason=r"the closed-form floor against the vertex of the exact quadratic $L_1(\eta)$ (Wishart "
+                      "moments) at every pair of the grid; band: round-off",
+               detail=rf"$L_1(\eta) = c + b\eta + a\eta^2$ evaluated at $\eta = 0, 1, 2$ by `gd_error_wishart` "
+                      "(sums over the exact Wishart trace moments), and its minimum $c - b^2/(4a)$, at the "
+                      rf"{len(pairs)} pairs $(d, n)$ of the grid; neither `no_cot_floor` nor `eta_star` enters. "
+                      rf"Tolerance ${tex_number(tol)}$, $10^3$ times the float64 round-off floor ${tex_number(ROUNDOFF)}$ of "
+                      r"the book, a margin for the cancellation in $c - b^2/(4a)$ (both terms near $d$ when the "
+                      "floor is small).")
+
+
+def record_trained(v, trained: dict, eval_batch: int):
+    r"""Record the headline claims ``cot_c31_trained_d{d}_n{n}`` on the verdict ``v``, one per trained pair
+    (``trained[d, n]``: :func:`trained_floor`): the mean error of the R seeds against the floor
+    :math:`d(d+1)/(n+d+1)` at 4 SE (the wider of the seed spread, Student-t, and the prompts) plus the
+    last-quarter drift and round-off; the falsifier is the proportional-limit floor :math:`d^2/(n+d)`. Returns the
+    record of the last pair (the largest, the one the prose reports), or None when no pair was trained."""
+    head = None
+    for (d, n), t in trained.items():
+        R = len(t["means"]) if "means" in t else 1
+        seeds = math.isfinite(t["dof"])
+        band = "4 SE of the seed spread (Student-t)" if seeds else "4 SE over the evaluation prompts"
+        drift = abs(t["drift"])
+        rule = (f"met after {t['steps']} Adam steps (path {t['path']:g})" if t["converged"] else
+                f"not met after {MAX_DOUBLINGS} doublings of the path; the last run had {t['steps']} Adam steps "
+                f"(path {t['path']:g})")
+        other = (f"the prompts-only standard error {tex_number(t['se_prompts'])} (normal), a lower bound" if seeds else
+                 f"the seed spread {tex_number(t.get('se_seeds', math.nan))} on $R - 1 = {R - 1}$ degrees of freedom")
+        fal = floor_proportional(d, n)
+        head = v.statistical(
+            f"cot_c31_trained_d{d}_n{n}",
+            quantity=rf"{R} trained no-CoT LSAs at $d = {d}$, $n = {n}$: mean error against $d(d+1)/(n+d+1)$",
+            predicted=t["pred"], measured=t["mean"], se=t["se"], dof=t["dof"], z=4,
+            floor=ROUNDOFF * d + drift, falsifier=PROPORTIONAL_FLOOR, falsifier_value=fal, headline=True,
+            reason=rf"mean error of {R} training seeds against the floor $d(d+1)/(n+d+1)$; band: {band}, plus "
+                   "what the mean loss still moved over the last quarter of training",
+            detail=rf"Each seed evaluated on its own {eval_batch} fresh prompts. Standard error {tex_number(t['se'])} "
+                   f"from {t['se_from']}, the wider of two valid bands at the level of 4 normal SE (critical "
+                   rf"value ${tex_number(critical(4, t['dof']))}$); the other was {other}. Floor: the last-quarter "
+                   rf"drift of the seeds' mean evaluation loss, ${tex_number(drift)}$ (the optimisation error left), "
+                   rf"plus round-off $d\cdot10^{{-13}} = {tex_number(ROUNDOFF * d)}$. Training: full no-CoT LSAs from "
+                   "random weights in one batch (Adam, fresh prompts, float64); the stopping rule (each seed's "
+                   f"evaluation loss falls over the last quarter by at most {100 * CONVERGED:g} % of the floor "
+                   rf"$d(d+1)/(n+d+1)$) "
+                   rf"was {rule}. Falsifier $d^2/(n+d) = {fal:.6g}$ against the floor ${t['pred']:.6g}$, a "
+                   r"relative gap $n/((d+1)(n+d))$.")
+    return head
 
 
 def figure(d_list, ratios, pairs, mc: dict, trained: dict):

@@ -13,19 +13,21 @@ import numpy as np
 from companion.claims import ClaimSpec, ResultSpec
 from companion.plotting import legend_outside, new_figure
 from companion.seeds import COT_EVAL
+from companion.stats import ROUNDOFF, band_words
 
+from ...text import tex_number
 from .. import theory as th
 from ..data import make_generator, sample_prompts
 from ..stats import model_errors, replicate_errors, trained_vs_prediction
 from ..train import cached_train_full
 from .thm4_1 import PREV_STEP
 
-__all__ = ["CLAIMS", "RESULT", "MP_FLOOR", "cot_vs_no_cot", "figure", "manifest"]
+__all__ = ["CLAIMS", "RESULT", "MP_FLOOR", "cot_vs_no_cot", "figure", "manifest", "record_pairs"]
 
 COT = ClaimSpec("cotexp_cot_n{n}", "statistical", "trained", headline=True, prediction="companion.cot.theory.gd_error_mc",
                 falsifier=PREV_STEP)
 #: the falsifier of the no-CoT claims: the floor without its finite-size corrections
-MP_FLOOR = "the floor's proportional (Marchenko-Pastur) limit d^2/(n+d)"
+MP_FLOOR = r"the floor's proportional (Marchenko–Pastur) limit $d^2/(n+d)$"
 NO_COT = ClaimSpec("cotexp_no_cot_n{n}", "statistical", "trained", headline=True,
                    prediction="companion.cot.theory.no_cot_floor", falsifier=MP_FLOOR)
 CLAIMS = (COT, NO_COT)
@@ -75,6 +77,53 @@ def cot_vs_no_cot(d: int, n: int, eta: float, k: int, *, steps: int, lr: float, 
                                                                                        make_generator(COT_EVAL(seed))), 1),
                                             floor),
                 unstable=float(np.mean(eta * eigs[:, -1] > 2)), q999=q999, eta999=eta999)
+
+
+
+
+
+
+def record_pairs(v, runs: list, *, replicates: int, eval_batch: int, d: int) -> list:
+    r"""The two headline claims at each n (``runs``: :func:`cot_vs_no_cot` rows): ``cotexp_cot_n{n}``, the mean
+    evaluation error of the ``replicates`` trained CoT models against :math:`\E\tr(I-\eta S)^{2k}` (falsifier: one GD
+    step fewer), not applicable where divergent prompts (:math:`\eta\lambda_{\max}(S) > 2`) are expected among the
+    ``eval_batch`` evaluation prompts; and ``cotexp_no_cot_n{n}``, the no-CoT model's error against the floor
+    :math:`d(d+1)/(n+d+1)` (falsifier: its proportional limit :math:`d^2/(n+d)`).
+
+    Returns the record of each CoT claim, in the order of ``runs`` (for the prose)."""
+    out = []
+    floor = ROUNDOFF * d
+    for r in runs:
+        n, mc, mn, u = r["n"], r["m_cot"], r["m_noc"], r["unstable"]
+        if u * eval_batch >= 1:
+            out.append(v.not_applicable(
+                f"cotexp_cot_n{n}", kind="statistical",
+                quantity=rf"$n = {n}$: CoT evaluation error vs $\E\tr(I - \eta S)^{{2k}}$",
+                reason=rf"about {u * eval_batch:.0f} divergent prompts ($\eta\lambda_{{\max}}(S) > 2$) are expected among "
+                       "the evaluation prompts: the mean is heavy-tailed and has no usable standard error",
+                detail=rf"A fraction ${tex_number(u, '.1e')}$ of the independent spectra has $\eta\lambda_{{\max}}(S) > 2$, so "
+                       rf"about {u * eval_batch:.0f} of the {eval_batch} evaluation prompts are expected to diverge; "
+                       "the medians are compared on `cot/thm4_2_ood`."))
+        else:
+            out.append(v.statistical(
+                f"cotexp_cot_n{n}",
+                quantity=rf"$n = {n}$: trained CoT models ({replicates} seeds), mean evaluation error vs "
+                         r"$\E\tr(I - \eta S)^{2k}$",
+                predicted=mc["pred"], measured=mc["mean"], se=mc["se"], dof=mc["dof"], z=4, floor=floor,
+                falsifier=COT.falsifier, falsifier_value=r["prev"].mean, headline=True,
+                reason=rf"4 SE of the mean of {replicates} trained models, over training seeds or prompts (the wider "
+                       "band), and of the independent Monte-Carlo prediction",
+                detail=f"Level of 4 normal standard errors; the wider of two valid bands decided: {mc['se_from']}, "
+                       "combined (Welch) with the standard error of the independent Monte-Carlo sample of spectra "
+                       rf"(`companion.cot.stats.trained_vs_prediction`); round-off floor ${tex_number(floor)}$."))
+        v.statistical(f"cotexp_no_cot_n{n}",
+                      quantity=rf"$n = {n}$: trained no-CoT model, evaluation error vs the floor $d(d+1)/(n+d+1)$",
+                      predicted=mn["pred"], measured=mn["mean"], se=mn["se"], dof=mn["dof"], z=4, floor=floor,
+                      falsifier=MP_FLOOR, falsifier_value=r["floor_mp"], headline=True,
+                      reason="4 standard errors over the evaluation prompts, plus round-off",
+                      detail=rf"The mean of the model's per-prompt errors on {eval_batch} fresh prompts, band "
+                             rf"{band_words(mn['dof'])}, against the exact floor; round-off floor ${tex_number(floor)}$.")
+    return out
 
 
 def figure(runs: list, d: int, k: int):

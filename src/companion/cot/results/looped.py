@@ -21,8 +21,9 @@ from companion.claims import ClaimSpec, ResultSpec
 from companion.params import TrainingDiverged
 from companion.plotting import legend_outside, new_figure
 from companion.seeds import COT_EVAL, COT_ISO_EVAL, COT_PROMPTS
-from companion.stats import mean_se
+from companion.stats import ROUNDOFF, combine, mean_se
 
+from ...text import tex_number
 from .. import theory as th
 from ..data import Prompts, make_generator, sample_prompts
 from ..grads import outcome_loss_grads
@@ -31,12 +32,13 @@ from ..stats import model_errors, trained_vs_prediction
 from ..train import Optimizer, TrainResult, threads1, train_looped_isotropic
 
 __all__ = ["CLAIMS", "RESULT", "loop_counts", "best_polynomial_loss", "looped_optima", "looped_sparse_simulation", "looped_trained_vs_optimum",
-           "SPARSE_TRAIN", "train_looped_sparse", "sparse_trained_vs_optimum", "full_vs_floor", "figure", "manifest"]
+           "SPARSE_TRAIN", "train_looped_sparse", "sparse_trained_vs_optimum", "full_vs_floor", "figure", "manifest",
+           "record_part_a", "record_part_b", "record_full"]
 
-W13_FIXED = "W13 = I is as good: the loss at c_k"
+W13_FIXED = r"$W_{13} = I$ is as good: the loss at $c_k$"
 CLAIMS = (
     ClaimSpec("cotloop_c2", "statistical", "monte_carlo", prediction="companion.cot.theory.looped_optimum_exact_k2",
-              falsifier="the one-layer step eta* is also optimal for two loops"),
+              falsifier=r"the one-layer step $\eta^\star$ is also optimal for two loops"),
     ClaimSpec("cotloop_L2", "statistical", "monte_carlo", prediction="companion.cot.theory.looped_optimum_exact_k2",
               falsifier="looping buys nothing: the one-layer floor"),
     ClaimSpec("cotloop_two_param_sim", "statistical", "monte_carlo",
@@ -243,9 +245,94 @@ def full_vs_floor(res, d: int, n: int, k: int, num: int, seed: int, z: float = 4
     diff = earlier - errors
     drop = mean_se(diff[np.isfinite(diff)]) if np.isfinite(diff).sum() > 1 else (math.nan, math.nan)
     still = bool(i < len(steps) - 1 and np.isfinite(drop[0]) and drop[0] > z * drop[1])
-    why = (f"the full model was still training: its error on the check prompts fell {drop[0]:.3g} ± {drop[1]:.2g} "
-           f"from step {int(steps[i])} to step {int(steps[-1])} (more than {z:g} SE)") if still else None
+    why = (f"the full model was still training: its error on the check prompts fell ${tex_number(drop[0])} \\pm "
+           f"{tex_number(drop[1], '.2g')}$ from step {int(steps[i])} to step {int(steps[-1])} (more than {z:g} SE)"
+           if still else None)
     return dict(out, drop=drop, drop_from=int(steps[i]), drop_to=int(steps[-1]), still_falling=still, undecided=why)
+
+
+# --------------------------------------------------------------------------------------------- the verdict
+
+
+
+def _seeds_detail(m: dict, what: str, d: int) -> str:
+    """The band of a :func:`companion.cot.stats.trained_vs_prediction` claim against the optimum (b), for ``detail``."""
+    return (f"Level of 4 normal standard errors; the wider of two valid bands decided: {m['se_from']}, combined "
+            f"(Welch) with the Monte-Carlo error of {what} on the independent sample of spectra; round-off floor "
+            rf"${tex_number(ROUNDOFF)}\,d = {tex_number(ROUNDOFF * d)}$.")
+
+
+def record_part_a(v, opt_a: dict, L2_is, *, c2_exact: float, L2_exact: float, eta_star: float, floor: float,
+                  d: int) -> None:
+    r"""Part (a) at :math:`k = 2` (:math:`W_{13} = I`): ``cotloop_c2``, the importance-weighted Monte-Carlo argmin
+    :math:`c_2` (``opt_a[2]``, :func:`looped_optima`) against the exact quartic optimum ``c2_exact`` (falsifier: the
+    one-layer step :math:`\eta^\star`), and ``cotloop_L2``, the weighted estimate ``L2_is`` of
+    :math:`\E\tr(I-c_2S)^4` against the exact moments ``L2_exact`` (falsifier: the one-layer floor)."""
+    v.statistical("cotloop_c2", quantity=r"$c_2$: importance-weighted Monte-Carlo argmin vs the exact quartic optimum",
+                  predicted=c2_exact, measured=opt_a[2][0], se=opt_a[2][1], z=4, floor=ROUNDOFF,
+                  falsifier=CLAIMS[0].falsifier, falsifier_value=eta_star,
+                  reason="4 linearised standard errors of the weighted argmin (from its first two derivatives), plus round-off",
+                  detail=r"The argmin of the importance-weighted $\E\tr(I-cS)^4$ on spectra from the defensive "
+                         rf"mixture $\tfrac12 W(I) + \tfrac12 W(\tau I)$, $\tau = {th.IS_TAU:g}$; "
+                         r"by linearisation, $\mathrm{SE}(\hat c) = \mathrm{SE}(\hat F'(c))/\hat F''(c)$ (normal); the exact "
+                         r"optimum from "
+                         rf"the Wishart moments; round-off floor ${tex_number(ROUNDOFF)}$.")
+    v.statistical("cotloop_L2", quantity=r"$\E\tr(I - c_2 S)^4$: importance-weighted Monte Carlo vs exact moments",
+                  predicted=L2_exact, measured=L2_is[0], se=L2_is[1], z=4, floor=ROUNDOFF * d,
+                  falsifier=CLAIMS[1].falsifier, falsifier_value=floor,
+                  reason="4 standard errors of the weighted mean, plus round-off",
+                  detail=r"The importance-weighted mean of $\tr(I - c_2 S)^4$ at the exact $c_2$ (weights bounded by "
+                         rf"2, normal band) against the exact Wishart moments; round-off floor ${tex_number(ROUNDOFF * d)}$.")
+
+
+def record_part_b(v, e_sim, pred_b, iso: dict, sp: dict, *, loss_a: float, k: int, replicates: int, d: int) -> None:
+    r"""Part (b) at :math:`k` = ``k`` loops, against the optimum :math:`(c, b)` with a trained :math:`W_{13}` scale (the
+    falsifier of each: :math:`W_{13} = I`, the loss ``loss_a`` at :math:`c_k`): ``cotloop_two_param_sim``, the sparse
+    looped LSA simulated at that optimum (``e_sim``, ``pred_b``: :func:`looped_sparse_simulation`);
+    ``cotloop_trained_optimum`` (a headline), ``replicates`` isotropic looped models trained from random starts
+    (``iso``: :func:`looped_trained_vs_optimum`); ``cotloop_trained_sparse`` (the decisive headline), looped
+    transformers trained on the blocks :math:`W_{13}, V_{31}` from random matrices (``sp``:
+    :func:`sparse_trained_vs_optimum`)."""
+    v.statistical("cotloop_two_param_sim",
+                  quantity=rf"simulated sparse looped model at the $(c, b)$ optimum, $k = {k}$",
+                  predicted=pred_b[0], measured=e_sim[0], se=combine(e_sim[1], pred_b[1]), z=4, floor=ROUNDOFF * d,
+                  falsifier=W13_FIXED, falsifier_value=loss_a,
+                  reason="4 combined standard errors (simulated prompts and the independent spectrum sample)",
+                  detail=r"The looped LSA at $V_{31} = -cb\,I$, $W_{13} = I/b$, $W_{24} = -1$ on fresh prompts "
+                         r"against $\E\sum_j(1-bh_j)^2$, $h_j = 1-(1-c\lambda_j)^k$, on the spectra; the two "
+                         rf"standard errors combined in quadrature (normal); round-off floor ${tex_number(ROUNDOFF * d)}$.")
+    m = iso["m"]
+    v.statistical("cotloop_trained_optimum",
+                  quantity=rf"trained isotropic looped models ($k = {k}$, {replicates} seeds): error vs the optimum (b)",
+                  predicted=m["pred"], measured=m["mean"], se=m["se"], dof=m["dof"], z=4, floor=ROUNDOFF * d,
+                  falsifier=W13_FIXED, falsifier_value=loss_a, headline=True,
+                  reason=rf"4 SE of the mean of {replicates} trained models, over training seeds or prompts (the wider "
+                         "band), and of the optimum's loss on the independent spectra",
+                  detail=_seeds_detail(m, "the optimum's loss", d))
+    R = SPARSE_TRAIN["replicates"]
+    v.statistical("cotloop_trained_sparse",
+                  quantity=r"looped transformers trained on the blocks $W_{13}$, $V_{31}$ from random matrices "
+                           rf"($k = {k}$, {R} seeds): error vs the optimum (b)",
+                  predicted=sp["pred"], measured=sp["mean"], se=sp["se"], dof=sp["dof"], z=4, floor=ROUNDOFF * d,
+                  falsifier=W13_FIXED, falsifier_value=loss_a, headline=True,
+                  reason=rf"4 SE of the mean of {R} trained models, over training seeds or prompts (the wider band), "
+                         "and of the optimum's loss on the independent spectra",
+                  detail=_seeds_detail(sp, "the optimum's loss", d))
+
+
+def record_full(v, tr: dict, *, floor: float, k: int, d: int) -> None:
+    r"""``cotloop_trained``: the full-parameter looped model trained from random weights (``tr``: :func:`full_vs_floor`)
+    below the one-layer floor ``floor``; undecided, never passed, when it fails the bound while its error was still
+    falling (``tr["undecided"]``)."""
+    v.bound("cotloop_trained", quantity=rf"trained full looped model ($k = {k}$) below the one-layer floor",
+            bound=floor, measured=tr["mean"], comparison="upper", se=tr["se"], dof=tr["dof"], z=4, floor=ROUNDOFF * d,
+            falsifier=CLAIMS[5].falsifier, falsifier_value=floor, undecided=tr["undecided"],
+            reason="the floor bounds every one-layer model; 4 standard errors over the evaluation prompts",
+            detail=r"The floor $d(d+1)/(n+d+1)$ is the smallest error of any one-layer model "
+                   "(`companion.cot.theory.no_cot_floor`); the model's mean error on fresh prompts with its standard "
+                   f"error over them (normal); round-off floor ${tex_number(ROUNDOFF * d)}$. Whether it was still "
+                   rf"improving: its error at step {tr['drop_from']} minus at step {tr['drop_to']}, "
+                   rf"${tex_number(tr['drop'][0])} \pm {tex_number(tr['drop'][1], '.2g')}$ on the same prompts.")
 
 
 def figure(ks, opt_a: dict, opt_b: dict, eigs, eta: float, floor: float, k_check: int, marks: dict, d: int, n: int):

@@ -18,11 +18,13 @@ from companion.claims import ClaimSpec, ResultSpec
 from companion.plotting import legend_outside, new_figure
 from companion.seeds import COT_PROMPTS
 
+from ...text import tex_number
 from ..data import cot_tokens, embed, gd_trajectory, make_generator, sample_prompts
 from ..model import construction, cot_inference, teacher_forced_loss, teacher_forced_loss_direct
 from ..train import threads1
 
-__all__ = ["CLAIMS", "RESULT", "EPS", "roundoff_bound", "setup_identities", "figure", "manifest"]
+__all__ = ["CLAIMS", "RESULT", "EPS", "roundoff_bound", "setup_identities", "record_identities", "figure",
+           "manifest"]
 
 CLAIMS = (
     ClaimSpec("cot_gd_iterates", "identity", "closed_form", prediction="companion.cot.data.gd_trajectory"),
@@ -88,6 +90,58 @@ def setup_identities(d: int, n: int, k: int, eta: float, batch: int, seed: int) 
         err_cot=((w_cot - prompts.w_star[:, None, :]) ** 2).sum(-1).numpy(),
         err_gd=((W_gd - prompts.w_star[:, None, :]) ** 2).sum(-1).numpy(),
     )
+
+
+
+
+
+def record_identities(v, r: dict, d: int, n: int, k: int) -> None:
+    r"""Record the five identities of the page on the verdict ``v`` (``r``: :func:`setup_identities`).
+
+    CoT inference with the construction against the GD iterates :math:`w_i` and against the closed form
+    :math:`w_k - w^\star = -(I-\eta S)^k w^\star`; the fast teacher-forced loss (6) and its gradient against the
+    per-position definition; the loss (6) of the construction, zero. Every band is the float64 round-off bound
+    :func:`roundoff_bound`, :math:`k(n+k)D\epsilon` with :math:`D = 2d+2`."""
+    batch = int(r["err_cot"].shape[0])
+    bound = (rf"float64 round-off bound $k(n+k)D\epsilon = {tex_number(r['tol'])}$ at $d = {d}$, $n = {n}$, $k = {k}$: "
+             rf"each CoT step sums over $D = 2d+2 = {2 * d + 2}$ rows and $n+k = {n + k}$ columns, a relative "
+             rf"error of order $(n+k)D\epsilon$, and $k$ steps add up ($\epsilon = {tex_number(EPS)}$, the float64 machine "
+             "precision)")
+    why = r"float64 round-off of $k$ CoT steps over $n+k$ columns of $D$ rows: the bound $k(n+k)D\epsilon$"
+    v.identity("cot_gd_iterates",
+               quantity=r"$\max|\hat w_i - w_i^{\rm GD}| / \max|w|$ over prompts and $i \le k$ (construction)",
+               predicted=0.0, measured=r["gd_gap"], tolerance=r["tol"],
+               reason="CoT inference with the construction against the GD iterates; " + why,
+               detail=f"{batch} prompts, every step $i = 1, \\dots, k$, errors relative to the largest GD entry "
+                      rf"$\max|w| = {tex_number(r['scale'])}$. Band: " + bound + ".")
+    v.identity("cot_closed_form",
+               quantity=r"$\max|(\hat w_k - w^\star) + (I - \eta S)^k w^\star| / \max|w|$",
+               predicted=0.0, measured=r["closed_gap"], tolerance=r["tol"],
+               reason=r"CoT error after $k$ steps against the closed form $-(I-\eta S)^k w^\star$; " + why,
+               detail=f"{batch} prompts; the matrix power $(I-\\eta S)^k$ by `torch.linalg.matrix_power`, errors relative to "
+                      rf"$\max|w| = {tex_number(r['scale'])}$. Band: " + bound + ".")
+    v.identity("cot_fast_loss",
+               quantity="relative difference, fast vs direct teacher-forced loss (random weights)",
+               predicted=0.0, measured=r["loss_rel"], tolerance=r["tol"],
+               reason="the batched loss (6) against its per-position definition: they differ only in the order "
+                      r"of summation, so the band is the round-off bound $k(n+k)D\epsilon$",
+               detail="`teacher_forced_loss` against `teacher_forced_loss_direct` on 4 prompts with random dense "
+                      r"$\WKQ, \WPV$ (entries $\Nor(0, 0.09/D)$), relative to the direct loss. Band: " + bound + ".")
+    v.identity("cot_fast_grad",
+               quantity="largest relative difference of the gradients (fast vs direct)",
+               predicted=0.0, measured=r["grad_rel"], tolerance=r["tol"],
+               reason="gradients of the batched loss (6) and of its definition: summation order only, so the band "
+                      r"is the round-off bound $k(n+k)D\epsilon$",
+               detail=r"The gradients in $\WKQ$ and $\WPV$ by autograd, on the same 4 prompts and random weights as "
+                      "the loss; the largest entry-wise difference relative to the largest entry of the direct "
+                      "gradient, the worse of the two matrices. Band: " + bound + ".")
+    v.identity("cot_construction_loss", quantity="CoT loss (6) of the construction", predicted=0.0,
+               measured=r["L_constr"], tolerance=r["tol_loss"],
+               reason=r"exactly zero; each of the $kD$ residual entries may carry the round-off bound times "
+                      r"$\max|w|$",
+               detail=rf"Band $\frac12 kD(k(n+k)D\epsilon\max|w|)^2 = {tex_number(r['tol_loss'])}$, with "
+                      rf"$\max|w| = {tex_number(r['scale'])}$ over the {batch} prompts: the loss is half the sum of the "
+                      r"$k$ squared residual columns of $D$ entries each. Round-off: " + bound + ".")
 
 
 def figure(r: dict, d: int, n: int, k: int):

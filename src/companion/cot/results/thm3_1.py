@@ -20,16 +20,18 @@ import numpy as np
 from companion.claims import ClaimSpec, ResultSpec
 from companion.params import integer, real
 from companion.plotting import legend_outside, new_figure
-from companion.stats import replicate_se
+from companion.stats import ROUNDOFF, band_words, critical, replicate_se
 
+from ...text import tex_number
 from .. import theory as th
 from ..model import no_cot_effective_matrix
 from ..train import cached_train_full
 
 __all__ = ["CLAIMS", "RESULT", "PROPORTIONAL_STEP", "CONVERGED", "MAX_DOUBLINGS", "eta_proportional", "adam_horizon",
-           "last_quarter_drift", "train_until_converged", "eta_argmin_mc", "trained_eta_eff", "no_cot_eta_eff", "figure", "manifest"]
+           "last_quarter_drift", "train_until_converged", "eta_argmin_mc", "trained_eta_eff", "no_cot_eta_eff",
+           "record_trained", "record_argmin", "figure", "manifest"]
 
-PROPORTIONAL_STEP = "the proportional-limit (Marchenko-Pastur) step n/(n+d)"
+PROPORTIONAL_STEP = "the proportional-limit (Marchenko–Pastur) step $n/(n+d)$"
 #: the stopping rule: a replicate has converged when its evaluation loss fell over the last quarter of the
 #: horizon by at most this fraction of the floor (:func:`train_until_converged`)
 CONVERGED = 0.01
@@ -175,6 +177,58 @@ def trained_eta_eff(d: int, n: int, *, lr: float, lr_final: float, path: float, 
     return dict(etas=etas, mean=float(mean), se=float(se), dof=R - 1, traj=traj,
                 drift=float(last_quarter_drift(res.steps, traj.mean(axis=1))), steps=steps, path=p,
                 converged=converged, res=res)
+
+
+
+
+
+def record_trained(v, model: dict, eta_s: float, eta_mp: float, d: int, n: int) -> None:
+    r"""Record the headline claim ``cot31_eta_eff`` on the verdict ``v``: the mean effective step
+    :math:`\eta_{\rm eff} = \tr(A)/d` of the trained full no-CoT LSAs (``model``: :func:`trained_eta_eff`) against
+    :math:`\eta^\star = n/(n+d+1)` at 4 SE (Student-t on the seed spread) plus the last-quarter drift and
+    round-off; the falsifier is the proportional-limit step :math:`n/(n+d)` (``eta_mp``)."""
+    R, dof = len(model["etas"]), model["dof"]
+    drift = abs(model["drift"])
+    rule = (f"met after {model['steps']} Adam steps (path {model['path']:g})" if model["converged"] else
+            f"not met after {MAX_DOUBLINGS} doublings of the path; the last run had {model['steps']} Adam steps "
+            f"(path {model['path']:g})")
+    v.statistical("cot31_eta_eff",
+                  quantity=rf"{R} trained full no-CoT LSAs: mean effective step $\tr(A)/d$ against $\eta^\star$",
+                  predicted=eta_s, measured=model["mean"], se=model["se"], dof=dof, z=4,
+                  floor=ROUNDOFF + drift, falsifier=PROPORTIONAL_STEP, falsifier_value=eta_mp,
+                  reason=rf"mean $\eta_{{\rm eff}}$ of {R} training seeds against $\eta^\star = n/(n+d+1)$; band: "
+                         "4 SE of the seed spread (Student-t), plus what the mean still moved over the last "
+                         "quarter of training",
+                  detail=rf"Standard error {tex_number(model['se'])} of the mean of the {R} seeds' "
+                         rf"$\eta_{{\rm eff}} = \tr(A)/d$, $A = W_{{24}}V_{{31}} + V_{{32}}W_{{14}}^\T$ "
+                         f"(`replicate_se`, {band_words(dof)}: critical value "
+                         rf"${tex_number(critical(4, dof))}$ for the level of 4 normal SE). Floor: the last-quarter drift "
+                         rf"of the seeds' mean $\eta_{{\rm eff}}$, ${tex_number(drift)}$ (the optimisation error left), "
+                         rf"plus round-off ${tex_number(ROUNDOFF)}$. Training: full no-CoT LSAs from random weights in "
+                         f"one batch (Adam, fresh prompts, float64); the stopping rule (each seed's evaluation "
+                         f"loss falls over the last quarter by at most {100 * CONVERGED:g} % of the no-CoT floor "
+                         rf"$d(d+1)/(n+d+1)$) was "
+                         f"{rule}. Falsifier $n/(n+d) = {eta_mp:.6g}$ at $d = {d}$, $n = {n}$, a relative "
+                         rf"distance $1/(n+d)$ from $\eta^\star = {eta_s:.6g}$.",
+                  headline=True)
+
+
+def record_argmin(v, eta_mc: float, eta_mc_se: float, eta_s: float, eta_mp: float, num_mc: int) -> None:
+    r"""Record ``cot31_eta_mc`` on the verdict ``v``: the Monte-Carlo argmin
+    :math:`\hat\eta = \overline{\tr S}/\overline{\tr S^2}` of :math:`L_1(\eta) = \E\tr(I-\eta S)^2`
+    (:func:`eta_argmin_mc` on ``num_mc`` sampled S) against :math:`\eta^\star`, at 4 delta-method SE plus
+    round-off; the falsifier is :math:`n/(n+d)` (``eta_mp``)."""
+    v.statistical("cot31_eta_mc", quantity=r"Monte-Carlo argmin of $\E\tr(I - \eta S)^2$", predicted=eta_s,
+                  measured=eta_mc, se=eta_mc_se, z=4, floor=ROUNDOFF, falsifier=PROPORTIONAL_STEP,
+                  falsifier_value=eta_mp,
+                  reason=rf"the argmin $\overline{{\tr S}}/\overline{{\tr S^2}}$ over {num_mc} sampled $S$ against "
+                         r"$\eta^\star$; band: 4 SE of the ratio (linearised) over the $S$ sample, plus round-off",
+                  detail=rf"{num_mc} independent $S = XX^\T/n$ (Bartlett decomposition, `sample_S`). Standard "
+                         rf"error {tex_number(eta_mc_se)} of the ratio of the two sample means, linearised to first order "
+                         "in the means (with their sample covariance), normal critical value 4 (many degrees of "
+                         "freedom); floor round-off "
+                         rf"${tex_number(ROUNDOFF)}$. Falsifier $n/(n+d) = {eta_mp:.6g}$ against "
+                         rf"$\eta^\star = {eta_s:.6g}$.")
 
 
 def figure(S, model: dict, eta_star: float, eta_mp: float, d: int, n: int):

@@ -13,6 +13,7 @@ closed-form moments, :func:`mp_quadrature_pair`); and the geometric bound :math:
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import torch
@@ -21,21 +22,26 @@ from companion.claims import ClaimSpec, ResultSpec
 from companion.params import TrainingDiverged
 from companion.plotting import legend_outside, new_figure
 from companion.seeds import COT_EVAL, COT_PROMPTS
-from companion.stats import combine, median_se
+from companion.stats import ROUNDOFF, combine, critical, median_se
 
+from ...text import tex_number
 from .. import theory as th
 from ..data import make_generator, sample_prompts
 from ..model import construction, cot_effective_blocks, cot_inference
 from ..stats import nearer_neighbour, replicate_errors, trained_vs_prediction
 from ..train import cached_train_full, threads1
 
-__all__ = ["CLAIMS", "RESULT", "neighbours", "trained_cot", "learned_steps", "construction_errors", "law_medians", "median_pair", "mp_quadrature_pair",
-           "mp_limit_fit", "decay_curves", "figure", "figure_mp", "manifest"]
+__all__ = ["CLAIMS", "RESULT", "NEIGHBOUR", "IDENTITY_LIMIT", "neighbours", "trained_cot", "learned_steps",
+           "construction_errors", "law_medians", "median_pair", "mp_quadrature_pair", "mp_limit_fit", "decay_curves",
+           "record_trained", "record_exact", "record_law", "record_mp", "record_decay", "figure", "figure_mp",
+           "manifest"]
 
 LAW = ClaimSpec("cot32_law_k{k}", "statistical", "monte_carlo", prediction="companion.cot.theory.gd_error_samples",
-                falsifier="one GD step instead of k (median of the one-step law)")
+                falsifier="one GD step instead of $k$ (median of the one-step law)")
 #: the competitor of the trained and the construction claims: the nearer of L_{k-1}, L_{k+1}
-NEIGHBOUR = "one GD step more or less (the nearer of L_{k-1}, L_{k+1})"
+NEIGHBOUR = "one GD step more or less (the nearer of $L_{k-1}$, $L_{k+1}$)"
+#: the competitor of the Marchenko-Pastur limit: no spread of the spectrum
+IDENTITY_LIMIT = r"$S = I$ ($\gamma\to0$): $(1 - \eta)^{2k}$"
 TRAINED = ClaimSpec("cot32_trained_k{k}", "statistical", "trained", headline=True,
                     prediction="companion.cot.theory.gd_error_wishart", falsifier=NEIGHBOUR)
 EXACT = ClaimSpec("cot32_exact_k{k}", "statistical", "monte_carlo", prediction="companion.cot.theory.gd_error_wishart",
@@ -46,7 +52,7 @@ CLAIMS = (
     LAW,
     ClaimSpec("cot32_mp_quadrature", "numerics", "closed_form", prediction="companion.cot.theory.mp_moment"),
     ClaimSpec("cot32_mp_limit", "statistical", "monte_carlo", headline=True, prediction="companion.cot.theory.gd_error_mp",
-              falsifier="S = I (gamma -> 0): (1 - eta)^(2k)"),
+              falsifier=IDENTITY_LIMIT),
     ClaimSpec("cot32_decay_bound", "bound", "monte_carlo", prediction="companion.cot.theory.mp_rate"),
 )
 
@@ -201,6 +207,176 @@ def mp_limit_fit(k: int, eta: float, d: int, n: int, levels: int, num: int, rng:
     a, b = cov @ (X.T @ (Wt * vals))
     chi2 = float(np.sum(Wt * (vals - a - b / ds) ** 2))
     return dict(ds=ds, values=vals, ses=ses, a=float(a), a_se=float(np.sqrt(cov[0, 0])), b=float(b), chi2=chi2)
+
+
+# ------------------------------------------------------------------------------------------------ the verdict
+
+
+
+def _trainer_words(message: str) -> str:
+    """The trainer's refusal (:class:`companion.params.TrainingDiverged` of :func:`companion.cot.train.train_full`)
+    in the page's words, its numbers typeset; a message of another form is quoted as it is."""
+    m = re.match(r"training diverged at step (\d+) \(loss (\S+), initial (\S+)\) with lr = ([^;]+);", message)
+    if m is None:
+        return f"The trainer stopped: `{message}`."
+    step, loss, first, lr = m.groups()
+    return (rf"The trainer stopped the run at Adam step {step}: loss ${tex_number(float(loss), '.4g')}$ against "
+            rf"${tex_number(float(first), '.4g')}$ at the start, learning rate ${tex_number(float(lr), '.4g')}$.")
+
+
+def _times(a: float, b: float) -> str:
+    """``a`` as a multiple of ``b`` in words."""
+    return f"{a / b:.3g} times" if b > 0 and math.isfinite(a / b) else f"${tex_number(a, '.4g')}$ against"
+
+
+def _round_off(d: int) -> str:
+    return rf"round-off $d\cdot10^{{-13}} = {tex_number(ROUNDOFF * d, '.4g')}$"
+
+
+def record_trained(v, model: dict, k: int, *, d: int, eta: float, replicates: int, eval_batch: int):
+    r"""Record the headline claim ``cot32_trained_k{k}`` on the verdict ``v`` and return its record: the mean error
+    of the trained CoT transformers (``model``: :func:`trained_cot`) after k CoT steps against the exact
+    :math:`L_k(\eta) = \E\tr(I-\eta S)^{2k}`, at 4 SE (the wider of the seed and the prompt bands) plus round-off,
+    the nearer of :math:`L_{k-1}`, :math:`L_{k+1}` the competitor. Not applicable when no model was trained
+    (``replicates = 0``) or training diverged near the stability edge."""
+    ex = model["exact"]
+    claim = f"cot32_trained_k{k}"
+    untrained = model.get("diverged") or model.get("skipped")
+    if untrained is not None:
+        if "skipped" in model:
+            reason = ("no model trained at this point (`replicates` is 0): the page maps the construction's law "
+                      "alone")
+            detail = f"`trained_cot`: {model['skipped']}."
+        else:
+            reason = (rf"no trained model to test: training diverged at $\eta = {eta:g}$, near the stability edge, "
+                      r"where the teacher-forced GD targets grow on the prompts with $\eta\lambda_{\max}(S) > 2$")
+            detail = (_trainer_words(model["diverged"]) + r" Near the edge the GD trajectory of the prompts with "
+                      r"$\eta\lambda_{\max}(S) > 2$ grows like $|1-\eta\lambda|^k$ and dominates the "
+                      "teacher-forced loss.")
+        return v.not_applicable(claim, kind="statistical",
+                                quantity=rf"trained CoT transformers ({replicates} seeds) after $k = {k}$ CoT steps",
+                                reason=reason, detail=detail)
+    R = len(model["means"]) if "means" in model else 1
+    seeds = math.isfinite(model["dof"])
+    band = "4 SE of the seed spread (Student-t)" if seeds else "4 SE over the evaluation prompts"
+    other = (rf"the prompts-only standard error ${tex_number(model['se_prompts'], '.4g')}$ (normal), a lower bound" if seeds else
+             rf"the seed spread ${tex_number(model.get('se_seeds', math.nan), '.4g')}$ on $R - 1 = {R - 1}$ degrees of freedom")
+    near_k = ex["near_k"]
+    far_k = 2 * k - near_k
+    far = ex["km1"] if far_k == k - 1 else ex["kp1"]
+    z_far = abs((model["mean"] - far) / model["se"])
+    cfg = model["runs"].config
+    return v.statistical(
+        claim,
+        quantity=rf"trained CoT transformers ({R} seeds): mean error after $k = {k}$ CoT steps against the exact "
+                 r"$\E\tr(I - \eta S)^{2k}$",
+        predicted=ex["pred"], measured=model["mean"], se=model["se"], dof=model["dof"], z=4, floor=ROUNDOFF * d,
+        falsifier=NEIGHBOUR, falsifier_value=ex["near"], headline=True,
+        reason=rf"mean error of {R} trained models after $k = {k}$ CoT steps against the exact $L_{{{k}}}(\eta)$; "
+               f"band: {band}, the wider of two valid bands, plus round-off",
+        detail=rf"Standard error ${tex_number(model['se'], '.4g')}$ from {model['se_from']}: the wider of two valid bands at the "
+               rf"level of 4 normal SE (critical value ${tex_number(critical(4, model['dof']), '.4g')}$); the other was {other}. "
+               rf"Each of the {R} models ran $k$ autoregressive CoT steps on its own {eval_batch // R} fresh prompts. "
+               rf"Prediction exact: $L_{{{k}}}(\eta) = {tex_number(ex['pred'], '.4g')}$ from the loop-equation moments of the "
+               rf"Wishart $S$ (`gd_error_wishart`) at the data's step $\eta = {eta:g}$, never from the learned "
+               rf"weights. Competitor $L_{{{near_k}}} = {tex_number(ex['near'], '.4g')}$, the nearer neighbour; the other, "
+               rf"$L_{{{far_k}}} = {tex_number(far, '.4g')}$, lies {z_far:.0f} SE away. Floor: {_round_off(d)}. Training: "
+               rf"full CoT LSAs (all $2(2d+2)^2$ entries) from random weights side by side, {cfg['steps']} Adam steps "
+               rf"(learning rate ${tex_number(cfg['lr'], '.4g')}$) on the teacher-forced CoT loss (6) with "
+               rf"{cfg['k']} positions.")
+
+
+def record_exact(v, model_kt, ex: dict, k: int, *, d: int, num_model: int):
+    r"""Record ``cot32_exact_k{k}`` on the verdict ``v`` and return its record: the construction's mean error after
+    k CoT steps (``model_kt = (mean, se)`` over ``num_model`` prompts) against the exact :math:`L_k(\eta)`
+    (``ex``: :func:`neighbours`), at 4 SE over the prompts plus round-off; the competitor as in
+    :func:`record_trained`."""
+    return v.statistical(
+        f"cot32_exact_k{k}",
+        quantity=rf"construction: mean error after $k = {k}$ CoT steps against the exact formula",
+        predicted=ex["pred"], measured=model_kt[0], se=model_kt[1], z=4, floor=ROUNDOFF * d,
+        falsifier=NEIGHBOUR, falsifier_value=ex["near"],
+        reason=rf"mean error of the construction on {num_model} prompts against the exact $L_{{{k}}}(\eta)$; band: "
+               "4 SE over the prompts, plus round-off",
+        detail=rf"Standard error ${tex_number(model_kt[1], '.4g')}$ of the mean over the {num_model} i.i.d. prompts, normal "
+               rf"critical value 4. Prediction $L_{{{k}}}(\eta) = {tex_number(ex['pred'], '.4g')}$ from the loop-equation moments "
+               rf"(`gd_error_wishart`). Competitor $L_{{{ex['near_k']}}} = {tex_number(ex['near'], '.4g')}$, the nearer of "
+               rf"$L_{{{k - 1}}} = {tex_number(ex['km1'], '.4g')}$ and $L_{{{k + 1}}} = {tex_number(ex['kp1'], '.4g')}$. Floor: "
+               f"{_round_off(d)}.")
+
+
+def record_law(v, med: dict, law: dict, k_list, *, d: int, num_model: int) -> None:
+    r"""Record ``cot32_law_k{k}`` on the verdict ``v`` for every k of ``k_list``: the median of the construction's
+    errors after k CoT steps against the median of an independent sample of the k-step law (``med``, ``law``:
+    :func:`law_medians`), at 4 combined order-statistic SE plus round-off; the falsifier is the median of the
+    one-step law."""
+    one = float(np.median(law[1]))
+    for k in k_list:
+        m_model, m_pred, se = med[k]
+        v.statistical(
+            f"cot32_law_k{k}",
+            quantity=rf"median error after $k = {k}$ CoT steps against the median of the $k$-step GD law",
+            predicted=m_pred, measured=m_model, se=se, z=4, floor=ROUNDOFF * d, falsifier=LAW.falsifier,
+            falsifier_value=one,
+            reason="median of the construction's errors against the median of an independent sample of the "
+                   "$k$-step law; band: 4 SE of the two medians (order statistics), plus round-off",
+            detail=rf"The law $\sum_j(1-\eta\lambda_j)^{{2k}}z_j^2$, $z\sim\Nor(0, I)$, on {len(law[k])} independent "
+                   rf"spectra of $S$ (`gd_error_samples`), against the construction's errors on {num_model} prompts; "
+                   r"medians, because rare prompts dominate the mean at larger $\eta$. Standard error "
+                   rf"${tex_number(se, '.4g')}$: the order-statistic standard errors of the two medians (`median_se`) in "
+                   rf"quadrature, normal critical value 4. Falsifier: the median of the one-step law, "
+                   rf"${tex_number(one, '.4g')}$. Floor: {_round_off(d)}.")
+
+
+def record_mp(v, mp_k2, fit: dict, mp_k: float, k: int, *, eta: float, gamma: float, levels: int) -> None:
+    r"""Record on the verdict ``v`` the numerics claim ``cot32_mp_quadrature`` (the Marchenko–Pastur quadrature at
+    k = 2 against the closed-form moments, ``mp_k2``: :func:`mp_quadrature_pair`) and the headline
+    ``cot32_mp_limit``: the intercept of the finite-d fit (``fit``: :func:`mp_limit_fit`, at k) against the
+    Marchenko–Pastur integral ``mp_k``, at 4 SE of the intercept plus the quadrature error; the falsifier is
+    :math:`S = I`, :math:`(1-\eta)^{2k}`."""
+    v.numerics("cot32_mp_quadrature",
+               quantity=r"Marchenko–Pastur quadrature against the closed-form moments at $k = 2$",
+               predicted=mp_k2[1], measured=mp_k2[0], tolerance=1e-9,
+               reason=r"$\int(1-\eta\lambda)^4\,d\mathrm{MP}_\gamma$ by quadrature against the binomial sum of the "
+                      "closed-form moments; band: the quadrature's error control",
+               detail=rf"`gd_error_mp` (Gauss–Kronrod quadrature, relative tolerance $10^{{-12}}$) against "
+                      r"$\sum_{p\le4}\binom4p(-\eta)^p\int\lambda^p\,d\mathrm{MP}_\gamma$ (`mp_moment`) at "
+                      rf"$\gamma = d/n = {gamma:.4g}$, $\eta = {eta:g}$; absolute tolerance $10^{{-9}}$.")
+    fal = (1 - eta) ** (2 * k)
+    v.statistical(
+        "cot32_mp_limit",
+        quantity=rf"intercept of the fit $a + b/d$ of $\frac1d\E\tr(I - \eta S)^{{2k}}$, $k = {k}$, against the "
+                 "Marchenko–Pastur integral",
+        predicted=mp_k, measured=fit["a"], se=fit["a_se"], z=4, floor=1e-9, falsifier=IDENTITY_LIMIT,
+        falsifier_value=fal, headline=True,
+        reason=rf"Monte Carlo at {levels} sizes $(2^j d, 2^j n)$ extrapolated to $d\to\infty$; band: 4 SE of the "
+               "weighted least-squares intercept, plus the quadrature error",
+        detail=rf"Monte Carlo of $\frac1d\E\tr(I-\eta S)^{{2k}}$ at $(2^j d, 2^j n)$, $j < {levels}$, with "
+               rf"$\gamma = d/n = {gamma:.4g}$ fixed and 4 times fewer draws per doubling of $d$ (the variance falls "
+               r"like $1/d^2$), and the weighted least-squares fit $a + b/d$ (`mp_limit_fit`; the finite-$d$ "
+               r"correction of a real Wishart linear statistic is $O(1/d)$). Standard error "
+               rf"${tex_number(fit['a_se'], '.4g')}$ of the intercept from the Monte-Carlo errors, normal critical value 4; "
+               rf"$\chi^2 = {fit['chi2']:.3g}$ on {levels - 2} degrees of freedom. Floor $10^{{-9}}$, the quadrature "
+               rf"error. Falsifier $(1-\eta)^{{2k}} = {tex_number(fal, '.4g')}$.")
+
+
+def record_decay(v, err: np.ndarray, k_list, rho: float, *, d: int):
+    r"""Record the bound ``cot32_decay_bound`` on the verdict ``v`` and return its record: the median of the
+    construction's errors (``err``: :func:`construction_errors`) after :math:`\max(k_{\rm list})` steps below
+    :math:`d\rho_{\rm MP}^{2k}` (``rho``: :func:`companion.cot.theory.mp_rate`), at 4 order-statistic SE plus
+    round-off."""
+    kb = max(k_list)
+    m_kb, se_kb = median_se(err[:, kb])
+    bound = d * rho ** (2 * kb)
+    return v.bound(
+        "cot32_decay_bound", quantity=rf"median error after $k = {kb}$ steps $\le d\rho_{{\rm MP}}^{{2k}}$",
+        bound=bound, measured=m_kb, comparison="upper", se=se_kb, z=4, floor=ROUNDOFF * d,
+        reason="the geometric bound, which holds on spectra inside the Marchenko–Pastur support, against the median "
+               "prompt; band: 4 order-statistic SE, plus round-off",
+        detail=rf"Median of the construction's errors after $k = {kb}$ steps on {err.shape[0]} prompts, "
+               rf"order-statistic standard error ${tex_number(se_kb, '.4g')}$ (`median_se`), normal critical value 4. Bound "
+               rf"$d\rho_{{\rm MP}}^{{2k}} = {tex_number(bound, '.4g')}$ with $\rho_{{\rm MP}} = {rho:.4g}$ (`mp_rate`), "
+               f"{_times(bound, m_kb)} the median. Floor: {_round_off(d)}.")
 
 
 def figure(err, k_list, med: dict, decay: dict, rho: float, eta: float, d: int, n: int, trained=None):

@@ -19,17 +19,20 @@ from companion.claims import ClaimSpec, ResultSpec
 from companion.params import ParameterError
 from companion.plotting import legend_outside, new_figure
 from companion.seeds import COT_EVAL
+from companion.stats import ROUNDOFF
 
+from ...text import tex_number
 from .. import theory as th
 from ..model import blocks, cot_effective_blocks
 from ..stats import replicate_errors, trained_vs_prediction
 
 __all__ = ["CLAIMS", "RESULT", "PREV_STEP", "TOL", "MARGIN", "FIT", "separation_parameter", "stage_analysis", "matrix_flow", "regime_errors",
-           "regime_decay_ratio", "regime_no_decay_ratio", "regime_unresolved", "full_eval", "trained_weights", "figures", "manifest"]
+           "regime_decay_ratio", "regime_no_decay_ratio", "regime_unresolved", "full_eval", "trained_weights", "figures", "manifest",
+           "record_stages", "record_flows", "record_full_eval", "record_regime"]
 
 FLOW = "companion.cot.theory.reduced_flow_converged"
 #: the falsifier of the trained-model claim: the construction one GD step short
-PREV_STEP = "one GD step fewer: E tr(I - eta S)^(2(k-1))"
+PREV_STEP = r"one GD step fewer: $\E\tr(I - \eta S)^{2(k-1)}$"
 #: the distance to the construction that the limit claims allow; every horizon is set so that the linearised flow
 #: predicts TOL / MARGIN there (MARGIN: the allowance for the nonlinear terms)
 TOL, MARGIN = 1e-6, 100.0
@@ -37,11 +40,11 @@ TOL, MARGIN = 1e-6, 100.0
 FIT = (1e-8, 1e-5)
 REGIME_DECAY = ClaimSpec("cot41_regime_decay", "qualitative", "monte_carlo",
                          prediction="companion.cot.results.thm4_1.regime_errors",
-                         falsifier="no decay with d: each error equal to the one before")
+                         falsifier=r"no decay with $d$: each error equal to the one before")
 REGIME = ClaimSpec("cot41_regime_d{d:num}", "bound", "monte_carlo", prediction="companion.cot.theory.mp_rate")
 CLAIMS = (
     ClaimSpec("cot41_separation", "qualitative", "ode", prediction="companion.cot.theory.v_curvature",
-              falsifier="no stage separation: w reaches 1/2 while v relaxes"),
+              falsifier=r"no stage separation: $w$ reaches $1/2$ while $v$ relaxes"),
     ClaimSpec("cot41_stage1_time", "numerics", "ode", prediction="companion.cot.theory.slow_manifold_time"),
     ClaimSpec("cot41_stage2_rate", "numerics", "ode", prediction="companion.cot.theory.fixed_point_rate"),
     ClaimSpec("cot41_ode_limit", "numerics", "ode", prediction=FLOW),
@@ -58,6 +61,9 @@ RESULT = ResultSpec(paper="cot", number="Theorem 4.1", title="gradient flow lear
                     label="cot-thm-4-1", notebook="cot/thm4_1_dynamics", module=__name__, claims=CLAIMS,
                     figures=("fig_cot_thm41_ode", "fig_cot_thm41_flow", "fig_cot_thm41_weights", "fig_cot_thm41_regime"),
                     sweep="")
+
+
+
 
 
 def manifest(regime: list[dict]) -> list[str]:
@@ -217,7 +223,8 @@ def regime_unresolved(regime: list[dict]) -> str | None:
     low = [a for a in regime[:-1] if a["err"] - 4 * a["se"] <= 0]
     if not low:
         return None
-    return ("the Monte-Carlo error at " + ", ".join(f"d = {a['d']} ({a['err']:.3g} +- {a['se']:.2g})" for a in low)
+    return ("the Monte-Carlo error at " + ", ".join(f"$d = {a['d']}$ (${tex_number(a['err'])} \\pm {tex_number(a['se'], '.2g')}$)"
+                                                    for a in low)
             + " is within 4 SE of 0: a decay by more than 4 SE from it cannot be measured with this sample")
 
 
@@ -235,6 +242,154 @@ def trained_weights(res, d: int, eta: float) -> dict:
     eff = cot_effective_blocks(res.W_KQ, res.W_PV, d)
     c = float(-blocks(res.W_KQ, d)["24"][0, 0])
     return dict(W24=-c, dev13=float(np.abs(eff["V31W13"] + eta * np.eye(d)).max() / eta))
+
+
+# --------------------------------------------------------------------------------------------- the verdict
+def record_stages(v, ode: dict) -> None:
+    r"""The claims on the two stages of the reduced flow for :math:`n \to \infty` (``ode``, :func:`stage_analysis`):
+    ``cot41_separation`` (:math:`w(t_1) < 1/2` after the relaxation time :math:`t_1 = \ln(10^3)/\kappa(\sigma)`, for
+    :math:`\varepsilon < 1`), ``cot41_stage1_time`` (:math:`t_{1/2}` against the slow-manifold reduction, band
+    :math:`2\varepsilon t_{1/2}`, for :math:`\varepsilon < 1/4`), ``cot41_stage2_rate`` (the late decay rate against
+    :math:`\mu = \lambda_{\min}(H)`) and ``cot41_ode_limit`` (the distance to :math:`(-\eta, 1)` at the rate-derived
+    horizon)."""
+    eps = ode["eps"]
+    if eps < 1:
+        v.qualitative("cot41_separation",
+                      quantity=r"$n\to\infty$: $w$ at the relaxation time $t_1 = \ln(10^3)/\kappa(\sigma)$ "
+                               rf"($\varepsilon = {eps:.3f}$)",
+                      predicted=0.5, measured=ode["w1"], comparison="upper", tolerance=0.0,
+                      falsifier=CLAIMS[0].falsifier,
+                      reason=r"stage 1 must outlast the fast relaxation of $v$ when $\varepsilon < 1$",
+                      detail=rf"$t_1 = {tex_number(ode['t1'])}$ is the time in which $v$ comes within 0.1 % of "
+                             r"$v_{\rm eq}(w)$ at the curvature $\kappa(\sigma)$; the ODE must still have "
+                             rf"$w(t_1) < 1/2$ there (measured ${tex_number(ode['w1'], '.4g')}$).")
+    else:
+        v.not_applicable("cot41_separation", kind="qualitative", quantity=r"$n\to\infty$: stage 1",
+                         reason=rf"$\varepsilon = {eps:.3f} \ge 1$: the slow–fast theory predicts no separate stage 1 "
+                                "at these `eta_ode`, `k_ode`, `sigma`")
+    if eps < 0.25:
+        v.numerics("cot41_stage1_time",
+                   quantity=r"$n\to\infty$: time $t_{1/2}$ at which $w$ reaches $1/2$, ODE vs slow-manifold reduction",
+                   predicted=ode["t_pred"], measured=ode["t_half"], tolerance=2 * eps * ode["t_half"],
+                   reason=r"first-order slow-manifold reduction, relative error $O(\varepsilon)$ with "
+                          rf"$\varepsilon = {eps:.3f}$: band $2\varepsilon\,t_{{1/2}}$",
+                   detail=r"prediction $t_1 + \int_{w(t_1)}^{1/2} dw/\dot w$ on the slow manifold "
+                          r"$v = v_{\rm eq}(w)$, started from the ODE's state at $t_1$; the lag of $v$ behind "
+                          r"$v_{\rm eq}$ changes the growth rate of $w$ by a relative $O(\varepsilon)$ over the "
+                          r"whole stage, and the factor 2 covers the $O(\varepsilon^2)$ terms.")
+    else:
+        v.not_applicable("cot41_stage1_time", kind="numerics", quantity=r"$n\to\infty$: stage-1 time",
+                         reason=rf"$\varepsilon = {eps:.3f} \ge 1/4$: the first-order reduction's error allowance "
+                                r"$2\varepsilon\,t_{1/2}$ would exceed half the stage time; no quantitative prediction")
+    v.numerics("cot41_stage2_rate",
+               quantity=r"$n\to\infty$: late decay rate of the distance to $(-\eta, 1)$ vs $\mu = \lambda_{\min}(H)$",
+               predicted=ode["mu"], measured=ode["rate"], tolerance=ode["rate_tol"], comparison="rel",
+               reason=rf"rate fitted on distances ${tex_number(FIT[0])}$ to ${tex_number(FIT[1])}$, where nonlinear terms change "
+                      rf"it by a relative $O({tex_number(FIT[1])})$; {MARGIN:g} times that",
+               detail=r"$H$ is the Gauss–Newton Hessian $\sum_i \E[\lambda^2 g_i g_i^\T]$ of the reduced loss at "
+                      r"$(-\eta, 1)$ (`companion.cot.theory.fixed_point_rate`); the rate is the slope of a "
+                      r"least-squares line through $\ln$ of the distance on the ODE's grid (at least 5 points); "
+                      rf"relative tolerance {MARGIN:g} $\times$ ${tex_number(FIT[1])}$.")
+    v.numerics("cot41_ode_limit",
+               quantity=r"reduced ODE ($n\to\infty$): $\max(|v(T) + \eta|, |w(T) - 1|)$ at "
+                        rf"$T = {tex_number(ode['T'])}$",
+               predicted=0.0, measured=ode["final"], tolerance=TOL,
+               reason=(rf"horizon from the rate $\mu$, where linear theory predicts ${tex_number(TOL / MARGIN)}$; a factor "
+                       rf"{MARGIN:g} for the nonlinear terms") if ode["converged"] else
+                      (r"the flow did not come within $10^{-3}$ of the construction within its budget "
+                       rf"$T = {tex_number(ode['T'])}$"),
+               detail=_horizon_detail("the rate $\\mu$", ode["converged"], ode["T"]) + " Integrator LSODA, rtol "
+                      "$10^{-11}$.")
+
+
+def _horizon_detail(rate: str, converged: bool, T: float) -> str:
+    """How a limit claim's horizon was set (the rate-derived horizon, or the budget it ran out of)."""
+    words = (f"The flow runs until its distance to the construction is $10^{{-3}}$, then "
+             f"$\\ln(10^{{-3}}\\cdot{MARGIN:g}/{tex_number(TOL)})/\\mu$ longer, with {rate}: there the linearised flow "
+             f"predicts ${tex_number(TOL / MARGIN)}$, and the claim allows ${tex_number(TOL)}$, a factor {MARGIN:g} for the "
+             "nonlinear terms.")
+    if not converged:
+        words += f" This flow did not come within $10^{{-3}}$ in its budget: it was integrated to $T = {tex_number(T)}$."
+    return words
+
+
+def record_flows(v, fin: dict, flow: dict, *, d: int, n: int, d_flow: int) -> None:
+    r"""The limits of the other two flows at their rate-derived horizons: ``cot41_finite_n_limit`` (the reduced
+    flow on a sample of spectra at finite :math:`(d, n)`, ``fin``), ``cot41_flow_eigenbasis`` (the restricted matrix
+    flow stays diagonal in the initial eigenbasis :math:`U`: an implementation test) and ``cot41_flow_limit``
+    (:math:`(V_{31}, W_{13}) \to (-\eta I, I)`, ``flow``, :func:`matrix_flow`)."""
+    v.numerics("cot41_finite_n_limit",
+               quantity=rf"reduced ODE ($d = {d}$, $n = {n}$): distance at $T = {tex_number(fin['T'])}$",
+               predicted=0.0, measured=fin["final"], tolerance=TOL,
+               reason=r"$(-\eta, 1)$ is a zero of the loss for every spectrum; horizon from its rate, as above"
+                      + ("" if fin["converged"] else rf"; not near the construction within its budget "
+                                                     rf"$T = {tex_number(fin['T'])}$"),
+               detail=_horizon_detail(r"the rate $\mu$ of the loss on this sample of spectra", fin["converged"],
+                                      fin["T"]))
+    v.identity("cot41_flow_eigenbasis",
+               quantity=r"matrix flow: max off-diagonal entry of $V_{31}$, $W_{13}$ in the initial eigenbasis",
+               predicted=0.0, measured=flow["off"], tolerance=1e-8,
+               reason=r"exact on the Hadamard-symmetrised sample (an implementation test); integrator atol "
+                      r"$10^{-13}$ per entry",
+               detail=r"The sample of $S$ is averaged over the sign flips $J = \diag(\pm1)$ in the basis $U$ given by "
+                      r"the rows of a Hadamard matrix, so the off-diagonal part of the sample gradient cancels "
+                      r"exactly; LSODA with rtol $10^{-10}$, atol $10^{-13}$; tolerance $10^{-8}$.")
+    v.numerics("cot41_flow_limit",
+               quantity=rf"matrix flow ($d = {d_flow}$): $\max(|V_{{31}}(T) + \eta I|, |W_{{13}}(T) - I|)$ at "
+                        rf"$T = {tex_number(flow['T'])}$",
+               predicted=0.0, measured=flow["final"], tolerance=TOL,
+               reason=r"horizon from the flow's own rate (smallest Hessian eigenvalue at the construction); factor "
+                      f"{MARGIN:g} as above" + ("" if flow["converged"] else
+                      rf"; not near the construction within its budget $10^4/\mu = {tex_number(flow['T'])}$"),
+               detail=_horizon_detail(r"$\mu$ the smallest eigenvalue of the Hessian of the sample loss at "
+                                      r"$(-\eta I, I)$ in the $U$-diagonal coordinates (central differences of the "
+                                      r"exact gradient)", flow["converged"], flow["T"]))
+
+
+def record_full_eval(v, model: dict, pred, prev, *, replicates: int, k: int, d: int) -> None:
+    r"""``cot41_full_eval`` (the headline): the mean evaluation error of ``replicates`` independently seeded,
+    full-parameter trained models (``model``, :func:`full_eval`) against the k-step GD error
+    :math:`\E\tr(I-\eta S)^{2k}` (``pred``, an independent Monte-Carlo sample of spectra); the falsifier is the
+    construction one GD step short, :math:`\E\tr(I-\eta S)^{2(k-1)}` (``prev``, on the same sample). The band has
+    the round-off floor ``ROUNDOFF * d``."""
+    floor = ROUNDOFF * d
+    v.statistical("cot41_full_eval",
+                  quantity=rf"full training ({replicates} seeds): mean evaluation error after $k = {k}$ CoT steps "
+                           r"vs $\E\tr(I - \eta S)^{2k}$",
+                  predicted=pred.mean, measured=model["mean"], se=model["se"], dof=model["dof"], z=4, floor=floor,
+                  falsifier=PREV_STEP, falsifier_value=prev.mean, headline=True,
+                  reason=rf"4 SE of the mean of {replicates} trained models, over training seeds or prompts (the "
+                         "wider band), and of the independent Monte-Carlo prediction",
+                  detail=f"Level of 4 normal standard errors; the wider of two valid bands decided: {model['se_from']}, "
+                         "combined (Welch) with the standard error of the independent Monte-Carlo sample of spectra "
+                         rf"(`companion.cot.stats.trained_vs_prediction`); round-off floor ${tex_number(floor)}$ "
+                         rf"(${tex_number(ROUNDOFF)}\,d$ with $d = {d}$).")
+
+
+def record_regime(v, regime: list[dict]) -> None:
+    r"""The regime :math:`n = \lceil c_n d\ln d\rceil`, :math:`k = \lceil c_k\ln d\rceil` (``regime``,
+    :func:`regime_errors`): one bound ``cot41_regime_d{d}`` per dimension (the per-coordinate k-step GD error below
+    the Marchenko–Pastur edge bound :math:`\rho_{\rm MP}^{2k}`), and ``cot41_regime_decay`` (the error falls at every
+    step of d, :func:`regime_decay_ratio`; undecided where an error is within 4 SE of 0, :func:`regime_unresolved`)."""
+    for r_ in regime:
+        v.bound(f"cot41_regime_d{r_['d']}",
+                quantity=rf"$d = {r_['d']}$, $n = {r_['n']}$, $k = {r_['k']}$: per-coordinate GD error "
+                         r"$\le \rho_{\rm MP}^{2k}$",
+                bound=r_["bound"], measured=r_["err"], comparison="upper", se=r_["se"], z=4, floor=ROUNDOFF,
+                reason="geometric decay on spectra inside the Marchenko–Pastur support; 4 Monte-Carlo standard errors",
+                detail=r"Monte-Carlo mean of $\frac1d\E\tr(I-\eta S)^{2k}$ at the step "
+                       rf"$\eta = 2/(\lambda_+ + \lambda_-) = {r_['eta']:.4g}$ that balances the edges, against "
+                       r"$\rho_{\rm MP}^{2k}$ (`companion.cot.theory.mp_rate`); band 4 SE plus the round-off floor "
+                       rf"${tex_number(ROUNDOFF)}$.")
+    v.qualitative("cot41_regime_decay",
+                  quantity=r"largest ratio $(\mathrm{err}(d') + 4\,\mathrm{SE}) / (\mathrm{err}(d) - 4\,\mathrm{SE})$ "
+                           r"over consecutive $d < d'$ of `d_regime`",
+                  predicted=1.0, measured=regime_decay_ratio(regime), comparison="upper", tolerance=0.0,
+                  falsifier=REGIME_DECAY.falsifier, falsifier_value=regime_no_decay_ratio(regime),
+                  reason=r"the error must fall at every step of $d$ by more than 4 standard errors on each side",
+                  detail="The falsifier's value is the same statistic with each error equal to the one before "
+                         "(with its own standard error): above 1 by the 4-SE margins (`regime_no_decay_ratio`).",
+                  undecided=regime_unresolved(regime))
 
 
 def figures(ode: dict, fin: dict, flow: dict, runs, pred_mean: float, regime: list, *, eta_ode: float, k_ode: int,

@@ -21,9 +21,10 @@ import torch
 
 from companion.claims import ClaimSpec, ResultSpec
 from companion.plotting import legend_outside, new_figure
-from companion.stats import mean_se, median_se, replicate_se, welch, wider
+from companion.stats import ROUNDOFF, band_words, mean_se, median_se, replicate_se, welch, wider
 from companion.text import id_part
 
+from ...text import tex_number
 from .. import theory as th
 from ..data import Prompts, make_generator, sample_prompts
 from ..model import cot_inference
@@ -32,16 +33,19 @@ from ..train import replicate_seed, threads1
 
 __all__ = ["CLAIMS", "RESULT", "NEAR_STEP", "NO_BOUNDARY", "parse_spectrum", "spectrum_name", "ood_row", "regime",
            "ClaimNumbers", "model_claim", "growth_claim", "condition_claim", "in_distribution_growth", "phase_diagram",
-           "figure", "axis_cap", "beyond_words", "manifest"]
+           "figure", "axis_cap", "beyond_words", "manifest",
+           "PRINTED_FACTOR", "record_covariances"]
 
 #: the falsifier of the model claims: GD one step short or long (whichever expectation is nearer the prediction)
-NEAR_STEP = "the construction one CoT step short or long (K - 1 or K + 1 GD steps), the nearer"
+NEAR_STEP = "the construction one CoT step short or long ($K - 1$ or $K + 1$ GD steps), the nearer"
 #: the falsifier of the growth claims
-NO_BOUNDARY = "the model's error does not see the boundary (the fraction at Σ = I)"
+NO_BOUNDARY = r"the model's error does not see the boundary (the fraction at $\Sigma = I$)"
+#: the falsifier of the one-step claims
+PRINTED_FACTOR = "the printed form with a factor 2 (Javanmard et al., Lemma A.1)"
 
 CLAIMS = (
     ClaimSpec("cot42_one_step_{sigma}", "statistical", "monte_carlo", prediction="companion.cot.theory.one_step_ood_error",
-              falsifier="the printed form with a factor 2 (Javanmard et al., Lemma A.1)"),
+              falsifier=PRINTED_FACTOR),
     ClaimSpec("cot42_model_{sigma}", "statistical", "trained", headline=True,
               prediction="companion.cot.results.thm4_2.ood_row",
               falsifier=NEAR_STEP),
@@ -377,3 +381,112 @@ def condition_claim(row: dict) -> ClaimNumbers:
         mm, ms, mdof = row["median"]["model"]
         return ClaimNumbers("bound", predicted=row["d"] * row["rho"] ** (2 * row["K"]), measured=mm, se=ms, dof=mdof)
     return ClaimNumbers("")
+
+
+# --------------------------------------------------------------------------------------------- the verdict
+
+
+
+def spectrum_text(name: str) -> str:
+    r"""A test covariance as the page writes it: the claim-id part ``0p5_1p5`` (:func:`spectrum_name`) ->
+    ``$\Sigma$ 0.5:1.5``."""
+    return r"$\Sigma$ " + name.replace("_", ":").replace("p", ".")
+
+
+def record_covariances(v, rows: dict, id_growth: float, *, num_mc: int) -> None:
+    r"""The four claims of each test covariance (``rows``: name -> :func:`ood_row`), at :math:`K` = ``row["K"]``:
+
+    * ``cot42_one_step_*``: the one-step error at :math:`V = -\eta^\star I` by Monte Carlo against the formula of
+      :prf:ref:`cot-thm-4-2` (falsifier: its printed form with a factor 2);
+    * ``cot42_model_*`` (the headline): by :func:`regime` and :func:`model_claim`, inside the boundary the model's
+      mean error (paired control variate) against :math:`\E\tr(I-\eta S_\Sigma)^{2K}`, near it the medians,
+      beyond it not applicable; falsifier: the nearer of :math:`K \pm 1` steps;
+    * ``cot42_growth_*``: where any spectrum lies beyond the boundary, the fraction of prompts whose error grows,
+      model against GD law (:func:`growth_claim`; falsifier: the fraction at :math:`\Sigma = I`, ``id_growth``);
+    * ``cot42_condition_*``: under the spectral sufficient condition, the model's median below
+      :math:`d\rho_\Sigma^{2K}` (:func:`condition_claim`).
+
+    ``num_mc``: the size of the independent sample of spectra (the words of a not-applicable growth claim)."""
+    for nm, r in rows.items():
+        sig, K, R, d = spectrum_text(nm), r["K"], r["R"], r["d"]
+        floor = ROUNDOFF * d
+        model, growth, cond, g = model_claim(r), growth_claim(r, id_growth), condition_claim(r), r["growth"]
+        v.statistical(f"cot42_one_step_{nm}",
+                      quantity=rf"{sig}: one-step error at $V = -\eta^\star I$, Monte Carlo vs the formula",
+                      predicted=r["one_pred"], measured=r["one_mc"][0], se=r["one_mc"][1], z=4, floor=floor,
+                      falsifier=PRINTED_FACTOR, falsifier_value=r["one_j26"],
+                      reason="4 standard errors of the Monte-Carlo mean over the sample of $S_\\Sigma$, plus round-off",
+                      detail=rf"Mean of $\|I - \eta^\star S_\Sigma\|_F^2$ over {num_mc} independent matrices "
+                             r"$S_\Sigma$ (normal, many degrees of freedom) against "
+                             rf"`companion.cot.theory.one_step_ood_error`; round-off floor ${tex_number(floor)}$.")
+        if model.form == "mean":
+            v.statistical(f"cot42_model_{nm}",
+                          quantity=rf"{sig}: mean error of the trained model after $K = {K}$ steps (paired control "
+                                   r"variate) vs $\E\tr(I - \eta S_\Sigma)^{2K}$",
+                          predicted=model.predicted, measured=model.measured, se=model.se, dof=model.dof, z=4,
+                          floor=floor, headline=True, falsifier=NEAR_STEP, falsifier_value=model.falsifier_value,
+                          reason=rf"4 SE of the {R} replicates' differences model minus GD on the same prompts and of "
+                                 rf"the independent Monte-Carlo mean; the competitor takes {model.falsifier_k} steps",
+                          detail=rf"Falsifier at {model.falsifier_k} steps (of $K \pm 1$, the nearer); level of 4 SE: "
+                                 rf"the {R} replicates' paired differences model $-$ GD on the same prompts and the "
+                                 "Monte-Carlo error of the independent estimate, Welch "
+                                 rf"({band_words(model.dof)}) + round-off floor ${tex_number(floor)}$.")
+        elif model.form == "median":
+            pm, pse = r["median"].get("paired", (math.nan, math.inf, math.inf))[:2]
+            paired = math.isfinite(pm) and math.isfinite(pse)
+            v.statistical(f"cot42_model_{nm}",
+                          quantity=rf"{sig} (near the boundary: {r['unstable']:.2%} of the spectra beyond it): median "
+                                   rf"error of the trained model after $K = {K}$ steps ("
+                                   + ("the law median + the models minus GD on the same prompts" if paired else
+                                      f"the median of the {R} models" if R > 1 else "one model")
+                                   + r") vs the median of the $K$-step GD law",
+                          predicted=model.predicted, measured=model.measured, se=model.se, dof=model.dof, z=4,
+                          floor=floor, falsifier=NEAR_STEP, falsifier_value=model.falsifier_value,
+                          reason="medians, as a few prompts diverge: 4 SE of the law's order statistics and of "
+                                 + (f"the {R} models' median differences to GD on their own prompts" if paired else
+                                    "the models' medians")
+                                 + f"; the competitor takes {model.falsifier_k} steps",
+                          detail=rf"Falsifier at {model.falsifier_k} steps (of $K \pm 1$, the nearer); level of 4 SE: "
+                                 "order-statistic standard errors of the independent sample and "
+                                 + (f"the spread of the {R} models' median differences to GD on their own prompts"
+                                    if paired else "the models' order statistics and their spread (the wider)")
+                                 + rf" ({band_words(model.dof)}) + round-off floor ${tex_number(floor)}$.")
+        else:
+            v.not_applicable(f"cot42_model_{nm}", kind="statistical",
+                             quantity=rf"{sig}: the model's error after $K = {K}$ steps vs the GD law",
+                             reason=rf"{r['unstable']:.0%} of the independent spectra have $\eta\lambda_{{\max}}(S) > 2$: "
+                                    rf"the typical prompt diverges; what is measured there is `cot42_growth_{nm}`")
+        if growth.applicable:
+            v.statistical(f"cot42_growth_{nm}",
+                          quantity=rf"{sig} ({r['unstable']:.2%} of the spectra beyond the boundary): fraction of "
+                                   rf"prompts whose error after $K = {K}$ steps exceeds $\|w^\star\|^2$, trained model "
+                                   rf"vs GD law (median errors at $K$: model ${tex_number(g['model_median'])}$, GD law "
+                                   rf"${tex_number(g['law_median'])}$)",
+                          predicted=growth.predicted, measured=growth.measured, se=growth.se, dof=growth.dof, z=4,
+                          falsifier=NO_BOUNDARY, falsifier_value=growth.falsifier_value,
+                          reason=rf"4 SE of the binomial error of the independent sample and of the {R} models' "
+                                 "fractions (their spread or the binomial error, the wider)",
+                          detail="Level of 4 SE: binomial error of the independent sample and, for the "
+                                 rf"{R} models, the wider band of their fractions' spread and the binomial error, "
+                                 f"combined by Welch ({band_words(growth.dof)}).")
+        else:
+            v.not_applicable(f"cot42_growth_{nm}", kind="statistical", quantity=rf"{sig}: growth beyond the boundary",
+                             reason=rf"none of the {num_mc} independent spectra has $\eta\lambda_{{\max}}(S) > 2$: no "
+                                    "prompt is predicted to diverge")
+        if cond.applicable:
+            v.bound(f"cot42_condition_{nm}",
+                    quantity=rf"{sig}: condition holds (${r['cond']:.3f} < 2$); median error after $K = {K}$ steps "
+                             rf"$\le d\rho_\Sigma^{{2K}}$ (slack: the bound is ${tex_number(cond.predicted / cond.measured)}$ "
+                             "times the median)",
+                    bound=cond.predicted, measured=cond.measured, comparison="upper", se=cond.se, dof=cond.dof, z=4,
+                    floor=floor,
+                    reason="geometric decay under the spectral sufficient condition; level of 4 SE of the model's "
+                           "median",
+                    detail=r"$\rho_\Sigma = \max(|1-\eta\lambda_{\min}(\Sigma)(1-\sqrt{d/n})^2|, "
+                           r"|1-\eta\lambda_{\max}(\Sigma)(1+\sqrt{d/n})^2|)$; the model's median after $K$ steps "
+                           r"(`companion.cot.stats.replicate_median`: the replicates' spread or their order "
+                           rf"statistics, the wider; {band_words(cond.dof)}) + round-off floor ${tex_number(floor)}$.")
+        else:
+            v.not_applicable(f"cot42_condition_{nm}", kind="bound", quantity=rf"{sig}: spectral sufficient condition",
+                             reason=rf"$\eta\lambda_{{\max}}(\Sigma)(1 + \sqrt{{d/n}})^2 = {r['cond']:.3f} \ge 2$: the "
+                                    "sufficient condition fails and the theorem states nothing here")

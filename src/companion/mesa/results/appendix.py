@@ -28,33 +28,42 @@ from companion.mesa import paper
 from companion.mesa import theory as th
 from companion.mesa.analysis import manifold_part, radial_losses, test_data, weights
 from companion.mesa.empirical import jackknife_ab
-from companion.mesa.evidence import ROUNDOFF32, ab_evidence, replicate_kwargs
+from companion.mesa.evidence import ROUNDOFF32, ab_evidence, offmanifold_floor, offmanifold_words, replicate_kwargs
 from companion.mesa.figures import init_label, plain_log_ticks
 from companion.mesa.results import number_tag
 from companion.mesa.stability import euler_rate_design, reduced_stability
 from companion.mesa.train import TrainingDiverged, run
 from companion.plotting import COLORS, legend_outside, new_figure
 
+from ...text import tex_number
+
 __all__ = ["CLAIMS", "RESULT", "tag", "manifest", "fig5_evidence", "OFF_FAMILIES", "fig5_offmanifold",
            "family_words", "init_evidence",
-           "table1_stability", "euler_rate", "divergence_check", "fig5_heatmaps", "init_paths", "table1_steps"]
+           "table1_stability", "euler_rate", "divergence_check", "record_fig5", "record_inits", "record_stability",
+           "record_euler_rate", "record_divergence", "fig5_heatmaps", "init_paths", "table1_steps"]
+
+_EQUAL_FACTORS = r"no conserved $a^2 - b^2$ (equal factors $a = b = \sqrt{ab}$)"
+_FLOW = r"gradient flow for the same time: multiplier $e^{-\eta\alpha(a^2 + b^2)}$"
+_NOT_SHARP = "the bound is not sharp: GD converges beyond it"
+_NO_MESA = "the random init does not find the mesa-optimizer (loss of the zero predictor)"
 
 CLAIMS = (
     ClaimSpec("fig5_ab_{sw}", "statistical", "trained", prediction="companion.mesa.evidence.population_ab",
-              falsifier="T -> infinity constant m4/m6 (m24 > 0) or independent coordinates (m24 = m2 m4)"),
+              falsifier=r"the $T\to\infty$ constant $m_4/m_6$ ($m_{24} > 0$) or independent coordinates "
+                        r"($m_{24} = m_2 m_4$)"),
     ClaimSpec("fig5_same_loss_{sw}", "statistical", "trained",  # predicted 0: the same loss as the diagonal init
-              falsifier="the random init does not find the mesa-optimizer (loss of the zero predictor)"),
+              falsifier=_NO_MESA),
     ClaimSpec("init_a_{a0}_{b0}", "statistical", "trained", prediction="companion.mesa.theory.reduced_gd",
-              falsifier="no conserved a^2 - b^2 (equal factors a = b = sqrt(ab))"),
+              falsifier=_EQUAL_FACTORS),
     ClaimSpec("init_b_{a0}_{b0}", "statistical", "trained", prediction="companion.mesa.theory.reduced_gd",
-              falsifier="no conserved a^2 - b^2 (equal factors a = b = sqrt(ab))"),
+              falsifier=_EQUAL_FACTORS),
     ClaimSpec("table1_stable", "bound", "closed_form", prediction="companion.mesa.results.appendix.table1_stability"),
     ClaimSpec("lr_stable", "bound", "closed_form", prediction="companion.mesa.stability.reduced_stability"),
     ClaimSpec("euler_rate", "statistical", "trained", headline=True,
               prediction="companion.mesa.stability.euler_rate_design",
-              falsifier="gradient flow for the same time: multiplier exp(-eta alpha (a^2 + b^2))"),
+              falsifier=_FLOW),
     ClaimSpec("unstable_diverges", "qualitative", "trained", prediction="companion.mesa.stability.reduced_stability",
-              falsifier="the bound is not sharp: GD converges beyond it"),
+              falsifier=_NOT_SHARP),
 )
 
 RESULT = ResultSpec(paper="mesa", number="Appendix", title="random init, other inits, Table-1 step sizes",
@@ -97,13 +106,13 @@ def fig5_evidence(sigma_ws, epochs_fig5: int, stats, **common) -> tuple[dict, di
     return fig5, dict(L_zero=L_zero)
 
 
-#: the off-manifold families of :func:`fig5_offmanifold`, with a few words each
+#: the off-manifold families of :func:`fig5_offmanifold`, with a few words each (maths between dollars)
 OFF_FAMILIES = {
-    "kq_off": "off-diagonal entries of the four d x d blocks of W_KQ",
-    "pv_off": "off-diagonal entries of the two blocks of W_PV",
-    "diag_diff": "(A11_jj - A22_jj)/2, seen only by the x_0 = 0 boundary term",
-    "diag_sum": "(A11_jj + A22_jj)/2",
-    "diag_other": "the diagonals of A12 and of the second block of W_PV",
+    "kq_off": r"off-diagonal entries of the four $d\times d$ blocks of $W^{KQ}$",
+    "pv_off": r"off-diagonal entries of the two blocks of $W^{PV}$",
+    "diag_diff": r"$(A_{11,jj} - A_{22,jj})/2$, seen only by the $x_0 = 0$ boundary term",
+    "diag_sum": r"$(A_{11,jj} + A_{22,jj})/2$",
+    "diag_other": r"the diagonals of $A_{12}$ and of the second block of $W^{PV}$",
 }
 
 
@@ -179,7 +188,7 @@ def family_words(kept: dict) -> str:
     the init) and what it costs."""
     return "; ".join(f"{OFF_FAMILIES[f]} "
                      + (f"keep {q['kept']:.0%} of their initial size" if math.isfinite(q["kept"]) else "were zero at the init")
-                     + f" and cost {q['cost']:+.3g} +- {q['cost_se']:.2g}" for f, q in kept.items())
+                     + f" and cost ${q['cost']:+.3g} \\pm {q['cost_se']:.2g}$" for f, q in kept.items())
 
 
 def init_evidence(inits, epochs: int, stats, al: float, be: float, **common) -> dict:
@@ -248,6 +257,129 @@ def divergence_check(d: int, T: int, m: int, seed: int, a0: float = 1.2, factor:
     except TrainingDiverged as err:
         return dict(diverged=1.0, lr_crit=lr_crit, message=str(err))
     return dict(diverged=0.0, lr_crit=lr_crit, message="training did not diverge")
+
+
+# ---- the verdict
+
+
+
+
+
+def record_fig5(v, fig5: dict, cst: float, epochs_fig5: int, n_batches: int, L_zero: float) -> None:
+    r"""Claims ``fig5_ab_{sw}`` and ``fig5_same_loss_{sw}`` per initialisation scale :math:`\sigma_w`
+    (:func:`fig5_evidence`): the trained mean :math:`a_jb_j` against the per-coordinate population GD, at 4 SE of
+    the restricted GD's jackknife plus the run's measured off-manifold feedback
+    (:func:`companion.mesa.evidence.offmanifold_floor`); and the paired test loss of the part on the diagonal
+    manifold against the diagonal init's (predicted 0), where the population GD has converged to within 1 % of c*
+    (else not applicable). The full models' difference and the off-manifold families (:func:`family_words`) are
+    reported beside it, in the method."""
+    for sw, q in fig5.items():
+        e = q["ab"]
+        v.statistical(
+            f"fig5_ab_{tag(sw)}", quantity=rf"$\sigma_w = {sw:g}$: trained mean over $j$ of $a_j b_j$ vs per-coordinate "
+                                           "population GD",
+            predicted=e["predicted"], measured=e["measured"], se=e["se"], dof=e["dof"], z=4,
+            floor=offmanifold_floor(e["floor"], e["off"]), falsifier=e["falsifier"],
+            falsifier_value=e["falsifier_value"],
+            reason=f"4 SE of the restricted GD's jackknife over {n_batches} batches of the training set, Student-t; "
+                   f"plus this run's measured off-manifold bias (${tex_number(e['off'], '+.3g')}$) and round-off",
+            detail=f"level of 4 SE: jackknife SE ({n_batches} batches) of the restricted GD, Student-t on "
+                   f"{n_batches - 1} degrees of freedom; + "
+                   f"{offmanifold_words(e['off'], predicted=e['predicted'], see='mesa/thm4_1_emergence')} + round-off")
+        loss_q = rf"$\sigma_w = {sw:g}$: test loss of the part on the diagonal manifold minus the diagonal init's (paired)"
+        if not abs(e["pop"][-1] / cst - 1) <= 0.01:  # not converged
+            v.not_applicable(
+                f"fig5_same_loss_{tag(sw)}", kind="statistical", quantity=loss_q,
+                reason=f"the per-coordinate population GD is at $ab = {tex_number(e['pop'][-1], '.4g')}$ after {epochs_fig5} "
+                       f"epochs, more than 1 % from $c^* = {tex_number(cst, '.4g')}$: the caption's 'same test performance' "
+                       "is about trained limits")
+            continue
+        full, full_se = q["dL_full"]
+        v.statistical(
+            f"fig5_same_loss_{tag(sw)}", quantity=loss_q,
+            predicted=0.0, measured=q["dL"][0], se=q["dL"][1], z=4, floor=1e-12 * L_zero,
+            falsifier=_NO_MESA, falsifier_value=q["dL_f"],
+            reason=f"4 SE of the mean paired difference over i.i.d. test sequences (radius of $x_1$ integrated); "
+                   rf"beside it, the full models differ by ${tex_number(full, '.3g')} \pm {tex_number(full_se, '.2g')}$",
+            detail="4 SE (normal) of the mean paired difference over i.i.d. test sequences (the radius of $x_1$ "
+                   "integrated) + round-off ($10^{-12}$ of the zero predictor's loss). Beside it, measured: the full "
+                   rf"models differ by ${tex_number(full, '.4g')} \pm {tex_number(full_se, '.2g')}$, what the entries off the "
+                   f"manifold still cost after {epochs_fig5} epochs, whose decay the theory does not give (the "
+                   f"{family_words(q['kept'])})")
+
+
+def record_inits(v, init_rows: dict, n_batches: int) -> None:
+    r"""Claims ``init_{a,b}_{a0}_{b0}``: per diagonal init (:func:`init_evidence`) the final mean diagonal a and b
+    against the population GD that conserves :math:`a^2-b^2`, at 4 SE of the restricted GD's jackknife plus the
+    run's measured off-manifold feedback and complex64 round-off; the falsifier is equal factors
+    :math:`a=b=\sqrt{ab}`."""
+    for (a0, b0), q in init_rows.items():
+        for k in ("a", "b"):
+            meas, pred, se = q[k]
+            v.statistical(
+                f"init_{k}_{tag(a0)}_{tag(b0)}", quantity=f"init $({a0:g}, {b0:g})$: final mean diagonal ${k}$ vs "
+                                                          "population GD",
+                predicted=pred, measured=meas, se=se, dof=q["dof"], z=4,
+                floor=offmanifold_floor(1e-5 * abs(pred), q["off"][k]),
+                falsifier=_EQUAL_FACTORS, falsifier_value=q["f"],
+                reason=f"4 SE of the restricted GD's jackknife over {n_batches} batches of the training set, "
+                       f"Student-t; plus this run's measured off-manifold bias (${tex_number(q['off'][k], '+.3g')}$) and round-off",
+                detail=f"level of 4 SE: jackknife SE ({n_batches} batches) of the restricted GD, Student-t on "
+                       f"{q['dof']} degrees of freedom; + "
+                       f"{offmanifold_words(q['off'][k], predicted=pred, see='mesa/thm4_1_emergence')} + complex64 "
+                       "round-off ($10^{-5}$ of the prediction)")
+
+
+def record_stability(v, max_number: float, lr_number: float, lr: float, d: int, T: int) -> None:
+    r"""Claims ``table1_stable`` (at the paper's (d, T) only; else not applicable) and ``lr_stable``: the largest
+    stability number :math:`\eta\alpha(a^2+b^2)` of the Table-1 step sizes (:func:`table1_stability`) and of this
+    page's step size, at the inits and their limits, below 2 (the closed-form bound of forward Euler)."""
+    stable = "forward Euler on the reduced system is stable iff below $2$ (closed form)"
+    if (d, T) == (paper.COMMON["d"], paper.COMMON["T"]):
+        v.bound("table1_stable", quantity=rf"largest $\eta\alpha(a^2 + b^2)$ of the Table-1 step sizes at $d = {d}$, "
+                                          f"$T = {T}$, init and limit",
+                bound=2.0, measured=max_number, comparison="upper", tolerance=0.0, reason=stable)
+    else:
+        v.not_applicable("table1_stable", kind="bound", quantity="stability of the Table-1 step sizes",
+                         reason=f"Table 1 is the paper's choice at $d = {paper.COMMON['d']}$, $T = {paper.COMMON['T']}$; "
+                                f"at $d = {d}$, $T = {T}$ the step sizes follow from the stability bound (`lr_stable`)")
+    v.bound("lr_stable", quantity=rf"largest $\eta\alpha(a^2 + b^2)$ of this page's step size $\eta = {tex_number(lr)}$ over "
+                                  "every init and its limit",
+            bound=2.0, measured=lr_number, comparison="upper", tolerance=0.0, reason=stable)
+
+
+def record_euler_rate(v, rate: dict, n_rate: int, m_rate: int, kappa: float) -> None:
+    r"""Claim ``euler_rate`` (the page's headline): the contraction multiplier of the trained transformer
+    (:func:`euler_rate`), extrapolated in m, against forward Euler on the reduced system, at 4 SE of the replicate
+    spreads (Welch) plus complex64 round-off; the falsifier is the gradient flow's multiplier
+    :math:`e^{-\eta\alpha(a^2+b^2)}`. Not applicable where the window of the reading is under two epochs."""
+    if not rate["k2"] > rate["k1"]:
+        v.not_applicable("euler_rate", kind="statistical", quantity="contraction multiplier of the trained transformer",
+                         reason=rf"at $\kappa = {kappa:g}$ the population deviation crosses the window $10^{{-2}}$ to "
+                                "$10^{-4}$ of $c^*$ in fewer than two epochs (multiplier near $0$): no rate to read")
+        return
+    v.statistical(
+        "euler_rate",
+        quantity=rf"contraction multiplier of $a_j b_j - c^*$ per epoch of the trained transformer (sparse $c = 1$ "
+                 rf"from $({rate['a0']:g}, {rate['a0']:g})$, $\eta\alpha(a^2 + b^2) = {rate['x']:.3g}$, epochs "
+                 rf"{rate['k1']} to {rate['k2']}), extrapolated to $m\to\infty$, vs forward Euler on the reduced system",
+        headline=True, predicted=rate["predicted"], measured=rate["measured"], se=rate["se"], dof=rate["dof"], z=4,
+        floor=rate["floor"], falsifier=_FLOW, falsifier_value=rate["falsifier_value"],
+        reason=f"4 SE of {n_rate} replicate training sets at each of two sizes, extrapolated in $m$, Student-t "
+               "(Welch); plus complex64 round-off",
+        detail=f"level of 4 SE: {n_rate} replicate training sets at $m = {m_rate}$ and {n_rate} at $m/4$, Richardson "
+               f"$(4x(m) - x(m/4))/3$, SE from the replicate spreads, {S.band_words(rate['dof'])} (Welch) + complex64 "
+               "round-off")
+
+
+def record_divergence(v, div: dict) -> None:
+    """Claim ``unstable_diverges``: full-parameter GD at 1.5 times the largest stable step of the reduced system
+    (:func:`divergence_check`) diverges; the falsifier: the bound is not sharp."""
+    v.qualitative("unstable_diverges",
+                  quantity="GD at $1.5$ times the largest stable step (sparse $c = 1$, from $(1.2, 1.2)$) diverges "
+                           "($1$ means yes)",
+                  predicted=1.0, measured=div["diverged"], comparison="abs", tolerance=0.0,
+                  falsifier=_NOT_SHARP, reason="observed divergence (exact)")
 
 
 # ---- figures

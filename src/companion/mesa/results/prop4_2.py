@@ -25,7 +25,7 @@ from companion.mesa import theory as th
 from companion.mesa.analysis import gradient_blocks
 from companion.mesa.data import generate
 from companion.mesa.empirical import exact_population
-from companion.mesa.evidence import first_step_kwargs, paired_shift
+from companion.mesa.evidence import ROUNDOFF32, first_step_kwargs, paired_shift
 from companion.mesa.figures import init_label
 from companion.mesa.results import init_tag
 from companion.mesa.train import run
@@ -33,11 +33,12 @@ from companion.plotting import new_figure
 from companion.seeds import MESA_OFFDIAG_MC, MESA_TRAIN_DATA
 
 __all__ = ["CLAIMS", "RESULT", "tag", "manifest", "ab_beyond", "mc_data", "offdiag_exact_error", "offdiag_mc", "first_step",
-           "weight_heatmaps"]
+           "record_ab_unmasked", "record_exact_formula", "record_mc", "record_first_step", "weight_heatmaps"]
 
-_INVARIANT = "invariant diagonal manifold (gradient 0)"
+_INVARIANT = "invariant diagonal manifold (gradient $0$)"
+_NO_STEP = "invariant diagonal manifold (no off-diagonal step)"
 #: the falsifier of the headline: Assumption 4.1's answer, the one-step-GD value of the reduced (diagonal) system
-FALSIFIER_AB = "one-step GD on the diagonal (the masked reduced-system GD, limit c*)"
+FALSIFIER_AB = "one-step GD on the diagonal (the masked reduced-system GD, limit $c^*$)"
 
 CLAIMS = (
     ClaimSpec("ab_unmasked", "statistical", "trained", headline=True, prediction="companion.mesa.evidence.equivariant_ab",
@@ -48,9 +49,9 @@ CLAIMS = (
     ClaimSpec("mc_kq", "statistical", "monte_carlo", prediction="companion.mesa.theory.offdiag_gradient",
               falsifier=_INVARIANT),
     ClaimSpec("first_step_pv_{init}", "statistical", "trained", prediction="companion.mesa.theory.offdiag_gradient",
-              falsifier="invariant diagonal manifold (no off-diagonal step)"),
+              falsifier=_NO_STEP),
     ClaimSpec("first_step_kq_{init}", "statistical", "trained", prediction="companion.mesa.theory.offdiag_gradient",
-              falsifier="invariant diagonal manifold (no off-diagonal step)"),
+              falsifier=_NO_STEP),
 )
 
 RESULT = ResultSpec(paper="mesa", number="Proposition 4.2", title="beyond Assumption 4.1: off the diagonal",
@@ -131,6 +132,80 @@ def first_step(law, d: int, T: int, m: int, a0: float, b0: float, lr: float, see
     f_pv, f_kq = th.offdiag_gradient(law, 1.0, d, T, a0, b0)
     return dict(meas_pv=meas_pv, meas_kq=meas_kq, pred_pv=-lr * f_pv, pred_kq=-lr * f_kq,
                 se_pv=lr * mc["se_pv"], se_kq=lr * mc["se_kq"], dof=mc["dof"])
+
+
+# ---- the verdict
+
+#: the red blocks in the records' words, TeX (MathJax macros of the book)
+_BLOCK = {"pv": r"\WPV", "kq": r"\WKQ_{21}"}
+
+
+def record_ab_unmasked(v, beyond: dict, rep_u: dict, a0: float, b0: float, epochs: int, m_rep: int, n_rep: int,
+                       m_mom: int) -> None:
+    r"""Claim ``ab_unmasked`` (the headline): the unmasked trained ab extrapolated in m with the masked runs as
+    control variate (:func:`ab_beyond`) against the unmasked population GD beyond Assumption 4.1, at 4 SE (Welch)
+    plus complex64 round-off; the falsifier is the masked reduced-system population GD (:data:`FALSIFIER_AB`)."""
+    v.statistical(
+        "ab_unmasked",
+        quantity=rf"unmasked full-one training, init $({a0:g}, {b0:g})$: trained $ab$ at epoch {epochs}, extrapolated "
+                 rf"from $m = {m_rep}$ and $m = {rep_u['m_small']}$ with the masked runs on the same training sets as "
+                 "control variate, vs the unmasked population GD beyond Assumption 4.1",
+        predicted=beyond["predicted"], measured=beyond["measured"], se=beyond["se"], dof=beyond["dof"], z=4,
+        floor=ROUNDOFF32 * abs(beyond["predicted"]), falsifier=FALSIFIER_AB,
+        falsifier_value=beyond["falsifier_value"], headline=True,
+        reason=f"4 SE of {n_rep} paired replicate training sets per size (unmasked minus masked, extrapolated in $m$) "
+               "and of the prediction's Monte-Carlo moments; plus complex64 round-off",
+        detail=f"level of 4 SE: {n_rep} paired replicate training sets per size (Richardson of the differences) and "
+               f"the jackknife SE of the prediction's Monte-Carlo moments ({m_mom} sequences), "
+               f"{S.band_words(beyond['dof'])} (Welch); + complex64 round-off")
+
+
+def record_exact_formula(v, exact_err: float, n_points: int) -> None:
+    """Claim ``exact_formula``: the closed-form off-diagonal gradient against exact population autograd
+    (:func:`offdiag_exact_error`) at float64 round-off."""
+    v.numerics(
+        "exact_formula",
+        quantity=f"off-diagonal gradient at {n_points} diagonal points, $(d, T) = (2, 6), (3, 5)$: exact population "
+                 "autograd vs closed form (max rel. error)",
+        predicted=0.0, measured=exact_err, tolerance=1e-9,
+        reason="exact phase-grid expectation: float64 round-off only",
+        detail="the largest relative error over both red blocks, every diagonal point and both sizes "
+               "(`companion.mesa.results.prop4_2.offdiag_exact_error`), against a tolerance of $10^{-9}$")
+
+
+def record_mc(v, mc: dict, f_pv: float, f_kq: float, a: float, b: float, d: int, T: int, n_groups: int) -> None:
+    """Claims ``mc_pv`` and ``mc_kq``: the Monte-Carlo mean off-diagonal gradient of each red block at (a, b)
+    (:func:`offdiag_mc`) against the closed form, at 4 SE over groups of sequences; the falsifier is an invariant
+    diagonal manifold (gradient 0)."""
+    for k, f in (("pv", f_pv), ("kq", f_kq)):
+        v.statistical(
+            f"mc_{k}",
+            quantity=rf"mean off-diagonal $\partial L/\partial {_BLOCK[k]}$ at $({a:g}, {b:g})$, $d = {d}$, $T = {T}$: "
+                     "Monte Carlo vs formula",
+            predicted=f, measured=mc[k], se=mc[f"se_{k}"], dof=mc["dof"], z=4, floor=1e-12 * abs(f),
+            falsifier=_INVARIANT, falsifier_value=0.0,
+            reason=f"4 SE over {n_groups} groups of sequences, Student-t; plus round-off",
+            detail=f"level of 4 SE: the SE over {n_groups} groups of sequences, Student-t on {mc['dof']} degrees of "
+                   "freedom; + round-off ($10^{-12}$ of the formula)")
+
+
+def record_first_step(v, steps: dict, n_groups: int) -> None:
+    r"""Claims ``first_step_{pv,kq}_{init}``: the mean off-diagonal entry of each red block after the first GD step
+    of the trained transformer from every init (:func:`first_step`) against :math:`-\eta` times the closed-form
+    gradient, at 4 SE of the training-set gradient over groups; the falsifier is no off-diagonal step."""
+    for ini, q in steps.items():
+        for k in ("pv", "kq"):
+            v.statistical(
+                f"first_step_{k}_{tag(ini)}",
+                quantity=rf"init $({ini[0]:g}, {ini[1]:g})$: mean off-diagonal ${_BLOCK[k]}$ entry after the first GD "
+                         r"step of the trained transformer vs $-\eta$ times the formula",
+                predicted=q[f"pred_{k}"], measured=q[f"meas_{k}"], se=q[f"se_{k}"], dof=q["dof"], z=4,
+                floor=1e-6 * abs(q[f"pred_{k}"]), falsifier=_NO_STEP, falsifier_value=0.0,
+                reason=f"4 SE of the training-set gradient over {n_groups} groups of sequences, Student-t; plus "
+                       "complex64 round-off",
+                detail=rf"level of 4 SE: the SE of the training-set gradient over {n_groups} groups (times $\eta$), "
+                       f"Student-t on {q['dof']} degrees of freedom; + complex64 round-off ($10^{{-6}}$ of the "
+                       "prediction)")
 
 
 # ---- figures

@@ -5,6 +5,7 @@ What the page checks, and how:
 
 * :func:`setup_checks` evaluates everything the page's verdict needs on one data set;
 * :func:`population_gradient` is the theory's diagonal gradient :math:`b(\alpha ab-\beta)`;
+* :func:`record_checks` records the page's four claims in its verdict;
 * :func:`setup_figure` draws one training sequence and the per-position loss.
 """
 
@@ -24,9 +25,11 @@ from companion.mesa.train import init_diagonal
 from companion.plotting import legend_outside, new_figure
 from companion.seeds import MESA_FORMULA_MC, MESA_RANDOM_WEIGHTS, MESA_TRAIN_DATA
 
-__all__ = ["CLAIMS", "RESULT", "RADIAL", "manifest", "population_gradient", "formula_checks", "setup_checks", "setup_figure"]
+__all__ = ["CLAIMS", "RESULT", "RADIAL", "manifest", "population_gradient", "formula_checks", "setup_checks",
+           "record_checks", "setup_figure"]
 
-_FALSIFIER = "alpha of the T -> infinity constant (m24 > 0) or of independent coordinates (m24 = 0)"
+_FALSIFIER = (r"$\alpha$ of the $T\to\infty$ constant ($m_{24} > 0$) or of independent coordinates "
+              r"($m_{24} = 0$)")
 
 CLAIMS = (
     ClaimSpec("fast_vs_definition", "identity", "closed_form", prediction="companion.mesa.model.predict_direct"),
@@ -144,6 +147,61 @@ def setup_checks(law, scale: float, d: int, T: int, m: int, a: float, b: float, 
         x0=tok[0].numpy(), pos_loss=0.5 * resid.sum(-1).mean(0).numpy(),
         pos_pop=th.position_loss(law, scale, d, np.arange(2, T), c),
     )
+
+
+# ---- verdict
+
+
+def record_checks(v, setup: dict, m: int) -> None:
+    r"""Record the page's claims in the verdict ``v`` (``setup`` from :func:`setup_checks`, ``m`` its sequences).
+
+    Two implementation tests (the fast model against the literal prefix sums of :math:`E_tE_t^{\Hm}`, the diagonal
+    model at :math:`(aI, bI)` against one GD step on the in-context OLS loss) and two Monte-Carlo checks: the loss
+    against :math:`L(ab)=\frac d2(\alpha c^2-2\beta c+Nm_2)` and the diagonal gradient against
+    :math:`b(\alpha ab-\beta)`, each against the falsifier's :math:`\alpha`
+    (:func:`~companion.mesa.evidence.falsifier_alpha`)."""
+    radial = " (the radius of $x_1$ integrated exactly)" if setup["radial"] else ""
+    how = (" A Gaussian factor of $x_1$ has its radius integrated exactly with the $\\chi^2$ moments of $r^2$ "
+           "(`companion.mesa.analysis.radial_terms`); the directions and phases are drawn, so every summand is "
+           "bounded and its standard error covers." if setup["radial"] else
+           " The law of $x_1$ is bounded: its draws are used as they are.")
+    v.identity("fast_vs_definition",
+               quantity="max relative deviation, fast model vs literal prefix-sum definition",
+               predicted=0.0, measured=setup["err_fast"], tolerance=1e-10,
+               reason="float64 round-off (the closed-form geometric sums lose a few digits when two phases nearly "
+                      "coincide)",
+               detail=r"Random complex128 full weights $\WKQ$, $\WPV$ (seed stream `MESA_RANDOM_WEIGHTS`); the "
+                      "largest deviation of `companion.mesa.model.predict` from "
+                      "`companion.mesa.model.predict_direct` on the sequences of the literal evaluation, relative "
+                      "to the largest prediction.")
+    v.identity("one_step_gd",
+               quantity="max relative deviation, diagonal model vs one GD step on the in-context OLS loss",
+               predicted=0.0, measured=setup["err_gd"], tolerance=1e-10,
+               reason="an algebraic identity: float64 round-off only",
+               detail=r"The model at $(aI, bI)$ against `companion.mesa.theory.one_step_gd_predict` (one GD step "
+                      r"of size $ab/(t-1)$ from $\hat W = 0$ on the in-context OLS loss), on the sequences of the "
+                      "literal evaluation; relative to the largest prediction.")
+    v.statistical("loss_formula", quantity="Monte-Carlo loss at $(aI, bI)$ vs population $L(ab)$",
+                  predicted=setup["L_pop"], measured=setup["L_emp"], se=setup["L_se"], z=4, floor=setup["L_floor"],
+                  falsifier=setup["falsifier"], falsifier_value=setup["L_fal"],
+                  reason=f"4 SE of the mean of {m} i.i.d. per-sequence losses{radial} + float64 round-off of "
+                         "the sum",
+                  detail=f"Mean of {m} i.i.d. per-sequence losses at $(aI, bI)$ (seed stream `MESA_FORMULA_MC`; "
+                         f"SE {setup['L_se']:.3g}, normal band at 4 SE).{how} Floor: float64 round-off of the sum, "
+                         f"{setup['L_floor']:.2g}. The falsifier is the same formula with the falsifier's "
+                         r"$\alpha$.")
+    v.statistical("grad_formula",
+                  quantity=r"Monte-Carlo diagonal gradient of $\WKQ_{21}$ vs $b(\alpha ab - \beta)$",
+                  predicted=setup["g_pop"], measured=setup["g_emp"], se=setup["g_se"], dof=setup["g_dof"], z=4,
+                  floor=setup["g_floor"], falsifier=setup["falsifier"], falsifier_value=setup["g_fal"],
+                  reason=f"level of 4 SE: the SE from {setup['n_groups']} independent groups of sequences{radial}, "
+                         f"Student-t on {setup['g_dof']} degrees of freedom; + float64 round-off",
+                  detail=f"Mean over {setup['n_groups']} independent groups of sequences (seed stream "
+                         "`MESA_FORMULA_MC`) of the mean diagonal gradient of the red block $\\WKQ_{21}$ "
+                         f"(`companion.mesa.model.loss_grad_fast`); SE {setup['g_se']:.3g} from the group means, "
+                         f"Student-t at the level of 4 normal SE on {setup['g_dof']} degrees of freedom.{how} "
+                         f"Floor: float64 round-off, {setup['g_floor']:.2g}. The falsifier is "
+                         r"$b(\alpha_f ab - \beta)$ with the falsifier's $\alpha_f$.")
 
 
 # ---- figure

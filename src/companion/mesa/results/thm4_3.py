@@ -24,30 +24,35 @@ from companion import stats as S
 from companion.claims import ClaimSpec, ResultSpec
 from companion.mesa import theory as th
 from companion.mesa.analysis import per_sequence_loss, test_data, weights
-from companion.mesa.evidence import equivariant_ab, population_ab, richardson_paired
+from companion.mesa.evidence import ROUNDOFF32, equivariant_ab, offmanifold_floor, offmanifold_words, population_ab, richardson_paired
 from companion.mesa.figures import POPULATION, TRAINED, init_label
 from companion.mesa.results import init_tag
 from companion.plotting import COLORS, legend_outside, new_figure
 
-__all__ = ["CLAIMS", "RESULT", "tag", "manifest", "paired_differences", "masking_gap", "extrapolated_gap", "masking"]
+__all__ = ["CLAIMS", "RESULT", "tag", "manifest", "paired_differences", "masking_gap", "extrapolated_gap",
+           "record_ab_masked", "record_loss_masked", "record_masking_gap", "record_offdiag", "record_unmasked_lower",
+           "masking"]
 
 _COSTS_NOTHING = "masking costs nothing (the one-step-GD model is optimal)"
 #: the falsifier of the headline: the mask changes nothing, training ends where the unmasked population GD does
 FALSIFIER_AB = "the mask changes nothing (the unmasked population GD beyond Assumption 4.1)"
+_LOSS_FALSIFIER = r"$ab$ at the $T\to\infty$ constant $1$ (its population loss)"
+_NO_OFFDIAG = "invariant diagonal manifold (off-diagonal entries $0$)"
+_OPTIMAL = r"masking costs nothing (the one-step-GD solution is optimal for $x_1 = \mathbf 1$)"
 
 CLAIMS = (
     ClaimSpec("ab_masked", "statistical", "trained", headline=True, prediction="companion.mesa.evidence.population_ab",
               falsifier=FALSIFIER_AB),
     ClaimSpec("loss_masked", "statistical", "trained", prediction="companion.mesa.theory.population_loss",
-              falsifier="ab at the T -> infinity constant 1 (its population loss)"),
+              falsifier=_LOSS_FALSIFIER),
     ClaimSpec("masking_gap", "statistical", "trained",  # its falsifier (no gain, 0) is no close competitor
               prediction="companion.mesa.results.thm4_3.masking_gap", falsifier=_COSTS_NOTHING),
     ClaimSpec("offdiag_kq", "statistical", "trained", prediction="companion.mesa.evidence.equivariant_ab",
-              falsifier="invariant diagonal manifold (off-diagonal entries 0)"),
+              falsifier=_NO_OFFDIAG),
     ClaimSpec("offdiag_pv", "statistical", "trained", prediction="companion.mesa.evidence.equivariant_ab",
-              falsifier="invariant diagonal manifold (off-diagonal entries 0)"),
+              falsifier=_NO_OFFDIAG),
     ClaimSpec("unmasked_lower_{init}", "qualitative", "trained",  # a sign: no prediction function
-              falsifier="masking costs nothing (the one-step-GD solution is optimal for x_1 = 1)"),
+              falsifier=_OPTIMAL),
 )
 
 RESULT = ResultSpec(paper="mesa", number="Theorem 4.3", title="masking the off-diagonal gradients",
@@ -106,6 +111,121 @@ def extrapolated_gap(rep_u: dict, rep_m: dict) -> dict:
     the per-replicate differences) and per test sequence (the test-set SE of the same combination)."""
     u, w = rep_u["loss"], rep_m["loss"]
     return richardson_paired(u["big"] - w["big"], u["small"] - w["small"])  # (n_rep, m_loss) each
+
+
+# ---- the verdict
+
+
+def _sizes(m_rep: int, rep: dict) -> str:
+    """The two training-set sizes of an extrapolation in m, as maths."""
+    return f"$m = {m_rep}$ and $m = {rep['m_small']}$"
+
+
+def record_ab_masked(v, rep: dict, gap: dict, a0: float, b0: float, epochs: int, m_rep: int, n_rep: int) -> None:
+    """Claim ``ab_masked`` (the headline): the masked trained ab extrapolated in m against the masked population GD
+    (limit c*), at 4 SE (Student-t, Welch) plus what the extrapolation leaves of the off-manifold feedback
+    (:func:`companion.mesa.evidence.offmanifold_floor`) and complex64 round-off; the falsifier is the unmasked
+    population GD's ab (``gap["c_u"][0]``, :func:`masking_gap`)."""
+    r = rep["off"]["measured"]
+    v.statistical(
+        "ab_masked",
+        quantity=f"masked training, init $({a0:g}, {b0:g})$: trained $ab$ at epoch {epochs}, extrapolated from "
+                 f"{_sizes(m_rep, rep)}, vs population GD (limit: the masked $c^*$)",
+        predicted=rep["predicted"], measured=rep["measured"], se=rep["se"], dof=rep["dof"], z=4,
+        floor=offmanifold_floor(rep["floor"], rep["off"]),
+        falsifier=FALSIFIER_AB, falsifier_value=float(gap["c_u"][0]), headline=True,
+        reason=f"4 SE of {n_rep} replicate training sets per size, extrapolated in $m$, Student-t; plus the measured "
+               f"off-manifold remnant (${r / rep['se']:+.2f}$ SE) and round-off",
+        detail=f"level of 4 SE; the SE from {n_rep} replicate training sets per size (Richardson), Student-t on "
+               f"{rep['dof']:.1f} Welch degrees of freedom; + {offmanifold_words(rep['off'], se=rep['se'])} "
+               "+ complex64 round-off")
+
+
+def record_loss_masked(v, rep: dict, L_pred: float, L_fal: float, a0: float, b0: float, m_rep: int, n_rep: int,
+                       m_test: int) -> None:
+    r"""Claim ``loss_masked``: the masked whole-sequence test loss extrapolated in m (``rep["loss"]``) against the
+    population loss ``L_pred`` at the population-GD ab, at 4 SE (Welch); the falsifier ``L_fal`` is the population
+    loss at the :math:`T\to\infty` constant 1."""
+    q = rep["loss"]
+    v.statistical(
+        "loss_masked",
+        quantity=f"masked training, init $({a0:g}, {b0:g})$: whole-sequence test loss, extrapolated from "
+                 f"{_sizes(m_rep, rep)} ($1/m$ law), vs population loss at the population-GD $ab$",
+        predicted=L_pred, measured=q["measured"], se=q["se"], dof=q["dof"], z=4, floor=1e-12 * q["zero_loss"],
+        falsifier=_LOSS_FALSIFIER, falsifier_value=L_fal,
+        reason=f"4 SE of {n_rep} replicate training sets per size and of the {m_test} common i.i.d. test sequences, "
+               "extrapolated in $m$ (Welch); plus round-off",
+        detail=f"level of 4 SE: {n_rep} replicate training sets per size and the {m_test} common i.i.d. test "
+               f"sequences, {S.band_words(q['dof'])} (Welch); + round-off ($10^{{-12}}$ of the zero predictor's loss)")
+
+
+def record_masking_gap(v, gap_meas: dict, gap: dict, rep: dict, a0: float, b0: float, m_rep: int, n_rep: int,
+                       m_test: int, m_mc: int) -> None:
+    """Claim ``masking_gap``: the test-loss gap unmasked minus masked extrapolated in m (:func:`extrapolated_gap`)
+    against the 4-parameter population GD (:func:`masking_gap`), at 4 SE of both (Welch); the falsifier is no gain
+    (0)."""
+    gap_se, gap_dof = S.welch((gap_meas["se"], gap_meas["dof"]), (gap["se"], float("inf")))
+    v.statistical(
+        "masking_gap",
+        quantity=f"init $({a0:g}, {b0:g})$: test loss unmasked minus masked (same training and test sets), "
+                 f"extrapolated from {_sizes(m_rep, rep)} ($1/m$ law), vs the 4-parameter population GD",
+        predicted=gap["predicted"], measured=gap_meas["measured"], se=gap_se, dof=gap_dof, z=4,
+        floor=1e-12 * rep["loss"]["zero_loss"], falsifier=_COSTS_NOTHING, falsifier_value=0.0,
+        reason=f"4 SE of {n_rep} paired replicate training sets per size, of the {m_test} common test sequences and "
+               "of the prediction's Monte-Carlo moments (Welch); plus round-off",
+        detail=f"level of 4 SE: {n_rep} paired replicate training sets per size, the {m_test} common test sequences "
+               f"and the Monte-Carlo moments ({m_mc} sequences) of the prediction, {S.band_words(gap_dof)} (Welch); "
+               "+ round-off ($10^{-12}$ of the zero predictor's loss)")
+
+
+def record_offdiag(v, rep_u: dict, gap: dict, rep: dict, a0: float, b0: float, epochs: int, m_rep: int,
+                   n_rep: int) -> None:
+    r"""Claims ``offdiag_kq`` and ``offdiag_pv``: the unmasked mean off-diagonal entry of :math:`W^{KQ}_{21}` and
+    :math:`W^{PV}_{11}` extrapolated in m (``rep_u``) against the 4-parameter population GD's (``gap["path"]``),
+    at 4 SE of both (Welch) plus complex64 round-off; the falsifier is an invariant diagonal manifold (0)."""
+    for k, j, blk in (("kq", 1, r"\WKQ_{21}"), ("pv", 3, r"\WPV_{11}")):
+        q = rep_u[f"offdiag_{k}"]
+        o_se, o_dof = S.welch((q["se"], q["dof"]), (float(gap["se_end"][j]), gap["se_end_dof"]))
+        v.statistical(
+            f"offdiag_{k}",
+            quantity=f"unmasked, init $({a0:g}, {b0:g})$: mean off-diagonal entry of ${blk}$ at epoch {epochs}, "
+                     f"extrapolated from {_sizes(m_rep, rep)}, vs the 4-parameter population GD",
+            predicted=float(gap["path"][-1, j]), measured=q["measured"], se=o_se, dof=o_dof, z=4,
+            floor=ROUNDOFF32 * abs(float(gap["path"][-1, j])), falsifier=_NO_OFFDIAG, falsifier_value=0.0,
+            reason=f"4 SE of {n_rep} replicate training sets per size, extrapolated in $m$, and of the prediction's "
+                   "Monte-Carlo moments (Welch); plus complex64 round-off",
+            detail=f"level of 4 SE: {n_rep} replicate training sets per size (Richardson) and the jackknife SE of "
+                   f"the prediction's Monte-Carlo moments, {S.band_words(o_dof)} (Welch); + complex64 round-off")
+
+
+def record_unmasked_lower(v, paired: dict, gaps: dict, epochs: int) -> None:
+    """Claims ``unmasked_lower_{init}``: per init, the sign of the paired test-loss difference unmasked minus masked
+    (:func:`paired_differences`), below -4 SE; not applicable where the population GD from that init (``gaps``,
+    :func:`masking_gap`) predicts no gain resolved at 4 Monte-Carlo SE, and undecided (``not_resolvable`` on a miss)
+    where the predicted gain is under 8 SE of the paired test. The falsifier: masking costs nothing."""
+    for ini, (mu, se) in paired.items():
+        g = gaps[ini]
+        where = f"init $({ini[0]:g}, {ini[1]:g})$"
+        if g["predicted"] + 4 * g["se"] >= 0:  # the population GD predicts no resolved gain from this init at this epoch
+            v.not_applicable(
+                f"unmasked_lower_{tag(ini)}", kind="qualitative", quantity=f"{where}: unmasked minus masked test loss",
+                reason=f"the population GD from this init predicts a gap of ${g['predicted']:.3g} \\pm {g['se']:.2g}$ "
+                       f"(Monte Carlo) after {epochs} epochs, not below $-4$ SE: no gain of the unmasked model to order")
+            continue
+        # a 4-SE sign test finds a gap of 8 SE or more as reliably as it avoids a false alarm; below that, a miss
+        # says nothing against the theory
+        weak = g["predicted"] + 4 * g["se"] >= -8 * se
+        v.qualitative(
+            f"unmasked_lower_{tag(ini)}",
+            quantity=f"{where}: unmasked minus masked test loss (paired, same test sequences), below $-4$ SE",
+            predicted=-4 * se, measured=mu, comparison="upper", tolerance=0.0, falsifier=_OPTIMAL, falsifier_value=0.0,
+            reason="sign with a margin of 4 SE of the mean paired difference over i.i.d. test sequences",
+            detail="the mean over the run's test sequences of the per-sequence loss of the unmasked model minus the "
+                   "masked one (same test sequences), against $-4$ SE; made where the population GD from this init "
+                   "predicts a gain resolved at 4 Monte-Carlo SE",
+            undecided=(f"the population GD predicts a gap of ${g['predicted']:.3g} \\pm {g['se']:.2g}$, less than 8 SE "
+                       f"(${8 * se:.3g}$) of the paired test below $0$: a 4-SE sign test misses a gap this small by "
+                       "chance more often than it raises a false alarm") if weak else None)
 
 
 # ---- figures
