@@ -144,7 +144,7 @@ def record_ab_unmasked(v, beyond: dict, rep_u: dict, a0: float, b0: float, epoch
                        m_mom: int) -> None:
     r"""Claim ``ab_unmasked`` (the headline): the unmasked trained ab extrapolated in m with the masked runs as
     control variate (:func:`ab_beyond`) against the unmasked population GD beyond Assumption 4.1, at 4 SE (Welch)
-    plus complex64 round-off; the falsifier is the masked reduced-system population GD (:data:`FALSIFIER_AB`)."""
+    plus complex64 round-off; the falsifier is the masked reduced-system population GD (``FALSIFIER_AB``)."""
     v.statistical(
         "ab_unmasked",
         quantity=rf"unmasked full-one training, init $({a0:g}, {b0:g})$: trained $ab$ at epoch {epochs}, extrapolated "
