@@ -332,7 +332,8 @@ _FOREST_JS = """(label) => {
   const col = document.querySelector('article') || document.body;
   const imgs = Array.from((section || document).querySelectorAll('figure.cv-forest img'));
   const box = document.querySelector('.cv-answer');
-  return {inVerdict: !!section && imgs.length > 0,
+  const stat = document.querySelector("tbody.cv-claim-group[data-kind-name='statistical']");
+  return {inVerdict: !stat || (!!section && imgs.length > 0),
           plots: imgs.map(i => ({width: i.getBoundingClientRect().width, natural: i.naturalWidth,
                                  column: col.getBoundingClientRect().width, alt: i.getAttribute('alt') || ''})),
           answer: box ? box.innerText : null,
@@ -346,7 +347,7 @@ _FOREST_JS = """(label) => {
 
 @pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["1280px", "phone"])
 def test_each_result_page_shows_its_forest_plot_under_its_verdict_and_its_answer_first(browser, smoke_site, viewport):
-    """Under each notebook's Verdict heading a forest plot drawn from its records (decoded, with alt text, within
+    """Under each notebook's Verdict heading with a statistical claim a forest plot drawn from its records (decoded, with alt text, within
     the column at 1280 px and on a phone); the "In this book" box before the verdict section; no ASCII arrows or
     powers in the reasons and falsifiers; on "Results at a glance" the forest plot of the decisive claims."""
     from companion.report import verdict_label
