@@ -328,6 +328,10 @@ def setup(app):
     app.connect("html-page-context", page_context)
     app.connect("build-finished", _build_finished)
     app.add_css_file("companion.css")
+    # MathJax on every page: the verdict tables are raw HTML whose reasons and falsifiers carry maths spans
+    # (companion.text.math_html), and Sphinx loads MathJax only on pages with a math node ("Every claim" and
+    # "Results at a glance" have none)
+    app.set_html_assets_policy("always")
     app.add_js_file("companion-search.js", defer="defer")
     # pydata-sphinx-theme starts from an empty mode on a first visit and logs a console error for it
     app.add_js_file(None, body="if (!document.documentElement.dataset.mode) "
