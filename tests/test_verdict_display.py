@@ -16,11 +16,11 @@ from companion.verdict import REASON_MAX, Verdict
 SPEC = ResultSpec(paper="paper", number="Theorem 9.9", title="t", label="paper-thm-9-9", notebook="paper/nb",
                   module="m", figures=("fig_paper_main",),
                   claims=(ClaimSpec("h", "statistical", "trained", headline=True), ClaimSpec("s{i}", "statistical", "trained"),
-                          ClaimSpec("b", "bound", "trained"), ClaimSpec("n", "numerics", "closed_form")))
+                          ClaimSpec("b", "bound", "trained"), ClaimSpec("lo", "bound", "trained"), ClaimSpec("n", "numerics", "closed_form")))
 
 
 def _verdict(tmp_path):
-    v = Verdict("paper/nb", manifest=["h", "s1", "s2", "s3", "b", "n"], parameters={}, results_dir=tmp_path,
+    v = Verdict("paper/nb", manifest=["h", "s1", "s2", "s3", "b", "lo", "n"], parameters={}, results_dir=tmp_path,
                 result=SPEC)
     v.statistical("h", quantity="the trained $ab$", predicted=0.2, measured=0.203, se=0.002, falsifier="the $T\\to\\infty$ constant",
                   falsifier_value=0.25, reason="4 SE of replicates", headline=True, detail="Welch, 9 dof")
@@ -30,7 +30,8 @@ def _verdict(tmp_path):
                   reason="r")  # the falsifier inside the band: not resolvable
     v.statistical("s3", quantity="q", predicted=1.0, measured=0.99, se=0.01, falsifier="f", falsifier_value=1e6,
                   reason="r")  # the falsifier far beyond the axis
-    v.bound("b", quantity="q", bound=1.0, measured=0.9, comparison="upper", se=0.05, reason="r")
+    v.bound("b", quantity="q", bound=1.0, measured=0.5, comparison="upper", se=0.05, reason="r")  # far below: passes
+    v.bound("lo", quantity="q", bound=1.0, measured=0.5, comparison="lower", se=0.05, reason="r")  # fails
     v.numerics("n", quantity="q", predicted=1.0, measured=1.0, tolerance=1e-9, reason="r")
     return v
 
@@ -44,13 +45,13 @@ def test_forest_rows_put_each_claim_where_its_status_says(tmp_path):
     one's misses 0, a not-resolvable one's covers both; the headline first; numerics claims have no row."""
     v = _verdict(tmp_path)
     status = {r.claim: r.status for r in v.records}
-    assert status == {"h": "passed", "s1": "failed", "s2": "not_resolvable", "s3": "passed", "b": "passed", "n": "passed"}
+    assert status == {"h": "passed", "s1": "failed", "s2": "not_resolvable", "s3": "passed", "b": "passed",
+                      "lo": "failed", "n": "passed"}
     rows = forest_rows(_records(v))
-    assert [r["claim"] for r in rows] == ["h", "s1", "s2", "s3", "b"]
+    assert [r["claim"] for r in rows] == ["h", "s1", "s2", "s3", "b", "lo"]
     for row in rows:
         rec = next(r for r in v.records if r.claim == row["claim"])
-        covers0 = abs(row["measured"]) <= 1 if row["side"] == "both" else row["measured"] <= 1
-        assert covers0 == (rec.status != "failed"), row
+        assert (row["lo"] <= 0 <= row["hi"]) == (rec.status != "failed"), row
         assert math.isclose(row["measured"], (rec.measured - rec.predicted) / rec.tolerance)
         if row["falsifier"] is not None and rec.status != "failed":
             assert (abs(row["measured"] - row["falsifier"]) > 1) == (rec.status == "passed"), row
@@ -63,7 +64,7 @@ def test_the_forest_plot_draws_every_row_with_its_status_marker(tmp_path):
     texts = [t.get_text() for t in ax.texts]
     assert "★ h" in texts and all(c in texts for c in ("s1", "s2", "s3", "b")), texts
     markers = [ln.get_marker() for ln in ax.lines]
-    assert markers.count("o") == 3 and markers.count("s") == 1 and markers.count("D") == 1, markers
+    assert markers.count("o") == 3 and markers.count("s") == 2 and markers.count("D") == 1, markers
     assert ">" in markers, "a falsifier beyond the axis is a triangle at the edge"
     assert any(t == "± 4.0 SE" for t in texts) and any(t.startswith("≤ ") for t in texts), texts
     assert forest([r for r in _records(_verdict(tmp_path)) if r["kind"] == "numerics"]) is None

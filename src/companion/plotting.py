@@ -186,7 +186,9 @@ def forest_rows(records) -> list[dict]:
     (not applicable ones have none), headline rows first, each in the records' order. A row's values are in
     *band half-widths* from the prediction, :math:`u(v) = (v - p)/t` with ``t`` the record's tolerance
     (``crit * se + floor``): the measurement at :math:`u(m)`, its band :math:`u(m) \\pm 1`, the prediction at 0 and
-    the falsifier at :math:`u(f)`. A claim passes when its band covers 0 and not the falsifier."""
+    the falsifier at :math:`u(f)`; ``lo`` and ``hi`` bound the predictions the claim accepts (:math:`u \\mp 1`; a bound
+    ``"upper"`` accepts every prediction from :math:`u - 1` up, ``"lower"`` every one up to :math:`u + 1`). The
+    theory is accepted exactly when ``lo <= 0 <= hi``."""
     rows = []
     for r in records:
         r = r if isinstance(r, dict) else r.__dict__
@@ -197,10 +199,13 @@ def forest_rows(records) -> list[dict]:
             continue
         unit = t if t > 0 else (abs(p) * 1e-12 or 1e-300)
         f = r.get("falsifier_value")
+        u = (m - p) / unit
+        side = {"upper": "upper", "lower": "lower"}.get(r.get("comparison"), "both")
         rows.append(dict(claim=r.get("claim", "?"), status=r.get("status", "passed"), headline=bool(r.get("headline")),
-                         measured=(m - p) / unit,
+                         measured=u, side=side,
+                         # the values the claim accepts the prediction at: u ± 1, or one-sided for a bound
+                         lo=-math.inf if side == "lower" else u - 1, hi=math.inf if side == "upper" else u + 1,
                          falsifier=(f - p) / unit if isinstance(f, (int, float)) and math.isfinite(f) else None,
-                         side={"upper": "upper", "lower": "lower"}.get(r.get("comparison"), "both"),
                          crit=r.get("crit"), floor_share=(r.get("floor") or 0.0) / t if t > 0 else 0.0,
                          label=r.get("label") or r.get("claim", "?")))
     return sorted(rows, key=lambda row: not row["headline"])
@@ -243,13 +248,15 @@ def forest(records, *, title: str | None = None, width: float = FOREST_WIDTH):
     ax.grid(False)
     for y, row in enumerate(rows):
         x = float(np.clip(row["measured"], -lim, lim))
-        lo, hi = row["measured"] - 1, row["measured"] + 1
-        if row["side"] == "upper":
-            hi = row["measured"]
-        elif row["side"] == "lower":
-            lo = row["measured"]
         marker, color, _ = STATUS_STYLE.get(row["status"], ("o", "0.4", row["status"]))
-        ax.plot([max(lo, -lim), min(hi, lim)], [y, y], color=color, lw=2.2, solid_capstyle="butt", zorder=2)
+        lo, hi = max(row["lo"], -lim), min(row["hi"], lim)
+        if row["side"] == "both":
+            ax.plot([lo, hi], [y, y], color=color, lw=2.2, solid_capstyle="butt", zorder=2)
+        else:  # a bound: solid over one band width, dotted on to the edge on the side it accepts
+            near = row["measured"] - 1 if row["side"] == "upper" else row["measured"] + 1
+            ax.plot(sorted([float(np.clip(near, -lim, lim)), x]), [y, y], color=color, lw=2.2,
+                    solid_capstyle="butt", zorder=2)
+            ax.plot([x, hi if row["side"] == "upper" else lo], [y, y], color=color, lw=1.4, ls=":", zorder=2)
         ax.plot([x], [y], marker=marker, ms=6.5, color=color, mfc=color if row["status"] != "not_resolvable" else "white",
                 mew=1.6, zorder=3)
         f = row["falsifier"]

@@ -538,7 +538,9 @@ FOREST_CAPTION = ("Each row is a statistical claim (★ headline): its measureme
                   "■ failed) with its band as a bar, in band half-widths from the prediction (the dashed line at 0; "
                   "the grey zone is where a measurement is accepted), and its falsifier ✕ (▶ or ◀ at the edge: "
                   "further out). At the right, the band's critical value in standard errors (+fl.: a systematic "
-                  "floor is a tenth of the band or more). A claim passes when its bar covers 0 and not the ✕.")
+                  "floor is a tenth of the band or more). The theory is accepted when the bar covers 0; a "
+                  "two-sided claim passes when it also leaves out the ✕. A bound's bar runs on, dotted, to the side "
+                  "the bound allows.")
 
 
 def forest_html(records: list[dict], *, title: str | None = None, caption: str = FOREST_CAPTION,
@@ -584,7 +586,7 @@ def answer_markdown(spec: ResultSpec | None, records: list[dict]) -> str:
     words = {"passed": "**passed**", "failed": "**failed**", "not_resolvable": "**not resolvable**",
              "not_applicable": "**not applicable**"}[st]
     what = r.get("quantity", "")
-    lines = [f"Headline claim `{r.get('claim')}` ({r.get('kind')} on "
+    lines = [f"{'Headline claim' if r.get('headline') else 'Deciding claim'} `{r.get('claim')}` ({r.get('kind')} on "
              f"{'a trained transformer' if r.get('target') == 'trained' else (r.get('target') or 'no target').replace('_', ' ')}"
              f"): {what}."]
     if r.get("measured") is not None:

@@ -401,7 +401,7 @@ def offmanifold_words(off, *, se: float | None = None, predicted: float | None =
     else:
         if predicted is None:
             raise ValueError("offmanifold_words: one run's difference needs the claim's prediction")
-        words = (f"the full model's finite-m bias, measured on this run as its difference from the restricted GD on "
+        words = (f"the full model's finite-$m$ bias, measured on this run as its difference from the restricted GD on "
                  f"the same training set ({off:+.3g}, {100 * off / predicted:+.2f} %")
     return words + (f"; see {see}" if see else "") + ")"
 

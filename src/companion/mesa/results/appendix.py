@@ -262,7 +262,14 @@ def divergence_check(d: int, T: int, m: int, seed: int, a0: float = 1.2, factor:
 # ---- the verdict
 
 
-
+def _jackknife_words(n_batches: int, off: float, dof, pred: float, floor: str) -> tuple[str, str]:
+    """The reason and the method of a trained-ab claim banded by the restricted GD's jackknife plus the run's
+    measured off-manifold feedback (:func:`companion.mesa.evidence.offmanifold_floor`)."""
+    reason = (f"4 SE of the restricted GD's jackknife over {n_batches} batches of the training set, Student-t; "
+              f"plus this run's measured off-manifold bias (${tex_number(off, '+.3g')}$) and round-off")
+    detail = (f"level of 4 SE: jackknife SE ({n_batches} batches) of the restricted GD, Student-t on {dof} degrees "
+              f"of freedom; + {offmanifold_words(off, predicted=pred, see='mesa/thm4_1_emergence')} + {floor}")
+    return reason, detail
 
 
 def record_fig5(v, fig5: dict, cst: float, epochs_fig5: int, n_batches: int, L_zero: float) -> None:
@@ -275,17 +282,14 @@ def record_fig5(v, fig5: dict, cst: float, epochs_fig5: int, n_batches: int, L_z
     reported beside it, in the method."""
     for sw, q in fig5.items():
         e = q["ab"]
+        why, how = _jackknife_words(n_batches, e["off"], e["dof"], e["predicted"], "round-off")
         v.statistical(
             f"fig5_ab_{tag(sw)}", quantity=rf"$\sigma_w = {sw:g}$: trained mean over $j$ of $a_j b_j$ vs per-coordinate "
                                            "population GD",
             predicted=e["predicted"], measured=e["measured"], se=e["se"], dof=e["dof"], z=4,
             floor=offmanifold_floor(e["floor"], e["off"]), falsifier=e["falsifier"],
             falsifier_value=e["falsifier_value"],
-            reason=f"4 SE of the restricted GD's jackknife over {n_batches} batches of the training set, Student-t; "
-                   f"plus this run's measured off-manifold bias (${tex_number(e['off'], '+.3g')}$) and round-off",
-            detail=f"level of 4 SE: jackknife SE ({n_batches} batches) of the restricted GD, Student-t on "
-                   f"{n_batches - 1} degrees of freedom; + "
-                   f"{offmanifold_words(e['off'], predicted=e['predicted'], see='mesa/thm4_1_emergence')} + round-off")
+            reason=why, detail=how)
         loss_q = rf"$\sigma_w = {sw:g}$: test loss of the part on the diagonal manifold minus the diagonal init's (paired)"
         if not abs(e["pop"][-1] / cst - 1) <= 0.01:  # not converged
             v.not_applicable(
@@ -316,18 +320,15 @@ def record_inits(v, init_rows: dict, n_batches: int) -> None:
     for (a0, b0), q in init_rows.items():
         for k in ("a", "b"):
             meas, pred, se = q[k]
+            why, how = _jackknife_words(n_batches, q["off"][k], q["dof"], pred,
+                                        "complex64 round-off ($10^{-5}$ of the prediction)")
             v.statistical(
                 f"init_{k}_{tag(a0)}_{tag(b0)}", quantity=f"init $({a0:g}, {b0:g})$: final mean diagonal ${k}$ vs "
                                                           "population GD",
                 predicted=pred, measured=meas, se=se, dof=q["dof"], z=4,
                 floor=offmanifold_floor(1e-5 * abs(pred), q["off"][k]),
                 falsifier=_EQUAL_FACTORS, falsifier_value=q["f"],
-                reason=f"4 SE of the restricted GD's jackknife over {n_batches} batches of the training set, "
-                       f"Student-t; plus this run's measured off-manifold bias (${tex_number(q['off'][k], '+.3g')}$) and round-off",
-                detail=f"level of 4 SE: jackknife SE ({n_batches} batches) of the restricted GD, Student-t on "
-                       f"{q['dof']} degrees of freedom; + "
-                       f"{offmanifold_words(q['off'][k], predicted=pred, see='mesa/thm4_1_emergence')} + complex64 "
-                       "round-off ($10^{-5}$ of the prediction)")
+                reason=why, detail=how)
 
 
 def record_stability(v, max_number: float, lr_number: float, lr: float, d: int, T: int) -> None:
