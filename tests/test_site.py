@@ -365,7 +365,7 @@ def test_each_result_page_shows_its_forest_plot_under_its_verdict_and_its_answer
             for p in seen["plots"]:
                 if p["natural"] <= 0 or p["width"] > p["column"] + 1 or "Forest plot" not in p["alt"]:
                     problems.append(f"{name}: forest plot {p}")
-            if not seen["answer"] or "Headline claim" not in seen["answer"] or not seen["answerFirst"]:
+            if not seen["answer"] or not re.search(r"(Headline|Deciding) claim", seen["answer"]) or not seen["answerFirst"]:
                 problems.append(f"{name}: no 'In this book' box before the verdict ({seen['answer']!r})")
             if seen["asciiInTables"]:
                 problems.append(f"{name}: {seen['asciiInTables']} reasons or falsifiers in ASCII maths")

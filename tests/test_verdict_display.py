@@ -89,6 +89,7 @@ def test_the_verdict_cell_shows_the_plot_above_the_table(tmp_path):
 def test_the_answer_names_the_headline_with_its_numbers_and_links(tmp_path):
     v = _verdict(tmp_path)
     text = answer_markdown(SPEC, _records(v))
+    assert text.startswith("Headline claim `h` (statistical on a trained transformer)"), text
     assert "`h`" in text and "0.203 ± 0.002" in text and "0.25" in text and "**passed**" in text, text
     assert "1.5 SE away" in text and "23.5 SE away" in text, text  # |0.203-0.2|/0.002, |0.203-0.25|/0.002
     assert "(#fig-paper-main)" in text and "(#verdict-paper-nb)" in text, text
@@ -149,3 +150,10 @@ def test_every_declared_falsifier_is_typeset():
 
     bad = [(s.notebook, c.id, c.falsifier) for s in all_results() for c in s.claims if ascii_math(c.falsifier)]
     assert not bad, bad
+
+
+def test_the_answer_names_every_target_in_words():
+    from companion.claims import TARGETS
+    from companion.report import _TARGET_WORDS
+
+    assert set(_TARGET_WORDS) == set(TARGETS)

@@ -573,6 +573,11 @@ def _value_pm(r: dict) -> str:
     return m + (f" ± {fmt_number(r['se'])}" if r.get("se") is not None else "")
 
 
+#: what a claim measured (:data:`companion.claims.TARGETS`), in words
+_TARGET_WORDS = {"trained": "a trained transformer", "reduced": "reduced-model gradient descent",
+                 "closed_form": "a closed form", "monte_carlo": "a Monte-Carlo estimate", "ode": "an integrated ODE"}
+
+
 def answer_markdown(spec: ResultSpec | None, records: list[dict]) -> str:
     """MyST for a result page's "In this book" box: its decisive claim (:func:`decisive_claim`, as on "Results at
     a glance") with what it measured, its measurement ± SE against the prediction and the falsifier (each with
@@ -586,9 +591,9 @@ def answer_markdown(spec: ResultSpec | None, records: list[dict]) -> str:
     words = {"passed": "**passed**", "failed": "**failed**", "not_resolvable": "**not resolvable**",
              "not_applicable": "**not applicable**"}[st]
     what = r.get("quantity", "")
+    target = _TARGET_WORDS.get(r.get("target"), "no stated target")
     lines = [f"{'Headline claim' if r.get('headline') else 'Deciding claim'} `{r.get('claim')}` ({r.get('kind')} on "
-             f"{'a trained transformer' if r.get('target') == 'trained' else (r.get('target') or 'no target').replace('_', ' ')}"
-             f"): {what}."]
+             f"{target}): {what}."]
     if r.get("measured") is not None:
         pred = f"the prediction {fmt_number(r.get('predicted'))}"
         if r.get("z_theory") is not None:
