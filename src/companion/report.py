@@ -519,8 +519,9 @@ def glance_markdown(results: tuple[ResultSpec, ...] | list[ResultSpec], records:
             if r is not None:
                 decisive.append(dict(r, label=f"{s.number.split(',')[0]}: {r.get('claim', '?')}",
                                      headline=False))
+        rest = FOREST_CAPTION.split(": ", 1)[1]
         plot = forest_html(decisive, caption="One row per result: its decisive claim, drawn as on the result's page. "
-                           + FOREST_CAPTION.split(": ", 1)[1].replace("(★ headline)", ""), scale=1.4,
+                           + rest[0].upper() + rest[1:], scale=1.4,
                            extra_class="cv-forest-glance")
         if plot:
             lines += [plot, ""]
