@@ -1,7 +1,7 @@
 """Benchmark of a mesa sweep through `companion sweep`'s own machinery (issue 13, "Scale"; not a test).
 
 Every point is one paper-scale training run (d = 5, T = 100, m = 1e4, 200 epochs, the Gaussian law), executed
-the way `companion sweep` executes any point: through Dask (``companion.sweep.run_sweep``), in its worker's run
+the way `companion sweep` executes any point: through Dask (``companion.run.sweep.run_sweep``), in its worker's run
 server and warm kernel (``companion run --serve``), the cores divided among the workers. The point notebook is generated here
 (it trains once with ``companion.mesa.train.train`` and records the final a·b); the grid crosses step sizes,
 scales and seeds. The target is 100 points within 10 minutes on the 2-core machine.
@@ -75,7 +75,8 @@ def main() -> int:
     args = ap.parse_args()
 
     from companion.mesa import kernels
-    from companion.sweep import read_results, run_sweep
+    from companion.run.store import read_results
+    from companion.run.sweep import run_sweep
 
     print(f"mesa kernels ready in {kernels.warm_up():.1f} s (compiled once, cached on disk)", flush=True)
     # step sizes as in Table 1 of the reference code, scaled with the Gaussian curvature alpha ~ scale^6

@@ -60,7 +60,7 @@ def build_smoke_site(root: Path, names: list[str], smoke_runs: dict) -> dict:
     """Every notebook, executed with its smoke parameters by the runner, rendered into the whole book
     (the real table of contents) with ``-n -W``; the results collected and published as ``make book``
     does. Returns the build's log, exit status, records and summary."""
-    from companion import book
+    from companion.site import book
 
     copy_book_frame(root, names, execute="off")
     toc = real_toc()

@@ -81,7 +81,7 @@ class NotebookRuns:
     def _server(self):
         """This pool thread's run server (`companion run --serve`): the runs of one thread share a warm kernel,
         as a sweep worker's points do (a new kernel when the notebook's folder changes)."""
-        from companion.runner import RunServer
+        from companion.run.server import RunServer
 
         server = getattr(self._local, "server", None)
         if server is None or not server.alive():

@@ -8,7 +8,7 @@ import pytest
 
 from companion import cli
 from companion import notebooks as nbs
-from companion.runner import SEED_MAX, ParameterSpecError, coerce_parameters
+from companion.run.inputs import SEED_MAX, ParameterSpecError, coerce_parameters
 
 from _util import FIXTURES, run_cli
 
@@ -98,9 +98,9 @@ def test_bad_companion_threads_is_named(tmp_path, monkeypatch, capsys):
 
 @pytest.mark.slow
 def test_unreachable_scheduler_fails_fast_and_leaves_nothing(tmp_path, monkeypatch, capsys):
-    from companion import sweep
+    from companion.run import cluster
 
-    monkeypatch.setattr(sweep, "CONNECT_TIMEOUT", 2)
+    monkeypatch.setattr(cluster, "CONNECT_TIMEOUT", 2)
     out = tmp_path / "s"
     status = cli.main(["sweep", TOY, "--grid", "seed=1,2", "--out", str(out), "--scheduler", "tcp://127.0.0.1:1",
                        "--quiet"])
@@ -144,7 +144,7 @@ def test_every_default_as_listed_is_accepted_back():
 
 
 def test_list_items_in_scientific_notation():
-    from companion.runner import _convert
+    from companion.run.inputs import _convert
 
     assert _convert("lrs", "[2e-3, 1e-2]", "list[float]", True) == [0.002, 0.01]
     assert _convert("lrs", "2e-3,1e-2", "list[float]", True) == [0.002, 0.01]
@@ -156,7 +156,7 @@ def test_list_items_in_scientific_notation():
 
 # ------------------------------------------------------------------ 13. point folders keep the swept values
 def test_point_folder_names_keep_the_swept_values():
-    from companion.sweep import point_id
+    from companion.run.grid import point_id
 
     p = {"a_long_fixed_name": 1.23456789, "another_long_fixed_name": [1, 2, 3, 4, 5, 6], "lr": 0.05, "seed": 7}
     pid = point_id(p, swept=["lr", "seed"])

@@ -7,8 +7,8 @@ import pytest
 import yaml
 from _site import copy_book_frame
 
-from companion import book
 from companion import notebooks as nbs
+from companion.site import book
 
 from _util import FIXTURES, ROOT
 
@@ -131,7 +131,7 @@ def test_the_whole_book_builds_strictly(smoke_site, tmp_path):
     assert not summary["missing"], summary
     assert not summary["failed"], summary
     # the Results at a glance: one row per registered result, each with records in this build
-    from companion.where import all_results
+    from companion.registry import all_results
 
     glance = (html / "book" / "glance.html").read_text()
     assert glance.count("cv-glance-result") == len(all_results()) and "no records in this build" not in glance
@@ -241,7 +241,7 @@ def test_dashboard_counts_kinds_and_statuses_and_links_the_results():
 def test_the_papers_numbers_replace_the_books():
     from types import SimpleNamespace
 
-    from companion.sphinx_ext import paper_numbers
+    from companion.site.sphinx_ext import paper_numbers
 
     env = SimpleNamespace(toc_fignumbers={"notebooks/cot/setup": {
         "theorem": {"cot-thm-4-1": (12, 1)}, "assumption": {"cot-ass-4-1": (12, 1), "book-own": (12, 2)},
@@ -300,7 +300,7 @@ def test_alt_text_is_the_caption_without_tex():
     from docutils.parsers.rst import Parser
     from docutils.utils import new_document
 
-    from companion.sphinx_ext import alt_from_caption
+    from companion.site.sphinx_ext import alt_from_caption
 
     doc = new_document("t", get_default_settings(Parser))
     fig = nodes.figure("", nodes.image(uri="../../_images/abc.svg", alt="../../_images/abc.svg"),
@@ -401,7 +401,7 @@ def test_glance_shows_each_results_decisive_claim_or_says_there_is_none():
 
 
 def test_the_glance_page_lists_every_registered_result():
-    from companion.where import all_results
+    from companion.registry import all_results
 
     page = book.glance_table([])
     specs = all_results()

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from _site import copy_book_frame
 
-from companion import book
+from companion.site import book
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

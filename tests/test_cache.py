@@ -50,7 +50,7 @@ def test_import_closure_follows_relative_and_absolute_imports():
         assert f in closure, f
     assert not any(f.startswith("cot/") for f in closure)
     # relative imports (``from . import notebooks``, ``from .verdict import slug``) are followed too
-    book_closure = cache.import_closure("companion.book")
+    book_closure = cache.import_closure("companion.site.book")
     for f in ("notebooks.py", "paths.py", "verdict.py"):
         assert f in book_closure, f
 

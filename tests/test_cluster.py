@@ -15,7 +15,9 @@ import psutil
 import pytest
 from test_sweep import slow_toy
 
-from companion.sweep import expand_grid, parse_grid, read_results, run_sweep
+from companion.run.grid import expand_grid, parse_grid
+from companion.run.store import read_results
+from companion.run.sweep import run_sweep
 
 from _util import FIXTURES, MYST_HEADER, ROOT, cmdline
 
@@ -181,7 +183,7 @@ if killer:
 def test_a_point_that_kills_its_worker_is_retried_a_bounded_number_of_times(tmp_path):
     """A point that takes down every worker that runs it is tried 1 + ALLOWED_FAILURES times, then recorded
     once as an error (KilledWorker); the other points finish, each recorded once."""
-    from companion import sweep
+    from companion.run import sweep
 
     nb = tmp_path / "killer" / "killer.md"
     nb.parent.mkdir()

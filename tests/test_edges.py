@@ -12,8 +12,8 @@ import tomllib
 import pytest
 
 from companion import cli
-from companion.runner import available_cores
-from companion.sweep import read_results
+from companion.run.store import read_results
+from companion.threads import available_cores
 
 from _util import FIXTURES, ROOT, run_cli
 
@@ -106,7 +106,7 @@ def test_run_and_sweep_take_the_same_output_options():
 # ------------------------------------------------------------------------------------------------ lock
 def _hold_lock(out):
     """Another process holding the lock of ``out`` (until killed)."""
-    code = ("import sys, time; from companion.sweep import SweepLock; SweepLock(sys.argv[1]).acquire(); "
+    code = ("import sys, time; from companion.run.sweep import SweepLock; SweepLock(sys.argv[1]).acquire(); "
             "print('held', flush=True); time.sleep(600)")
     proc = subprocess.Popen([sys.executable, "-c", code, str(out)], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "held"
@@ -129,7 +129,7 @@ def test_a_second_sweep_on_a_locked_folder_is_refused_naming_the_holder(tmp_path
         holder.kill()
         holder.wait()
     # the holder died without a word: its lock is stale and taken over
-    from companion.sweep import SweepLock
+    from companion.run.store import SweepLock
 
     lock = SweepLock(out).acquire()
     assert (out / "sweep.lock").read_text().strip() == str(os.getpid())
@@ -340,10 +340,10 @@ def _run_partials(parent, name="out"):
 def test_a_run_clears_the_partial_folders_of_dead_runs_into_the_same_output_and_no_live_one(tmp_path):
     import socket
 
-    from companion import runner
+    from companion.run import outputs
 
     host = socket.gethostname()
-    me = f"{os.getpid()} {runner._process_start(os.getpid())} {host}\n"
+    me = f"{os.getpid()} {outputs._process_start(os.getpid())} {host}\n"
     folders = {
         ".out.partial-dead0001": f"{_dead_pid()} 12345 {host}\n",  # its run was killed: removed
         ".out.partial-reused01": f"{os.getpid()} 1 {host}\n",  # the pid now names another process: removed
@@ -356,9 +356,9 @@ def test_a_run_clears_the_partial_folders_of_dead_runs_into_the_same_output_and_
         (tmp_path / name).mkdir()
         (tmp_path / name / "x.ipynb").write_text("{}")
         if owner is not None:
-            (tmp_path / name / runner.OWNER_FILE).write_text(owner)
-    work = runner._prepare_output(tmp_path / "out", overwrite=False)
-    assert (work / runner.OWNER_FILE).read_text() == me  # the new run names itself
+            (tmp_path / name / outputs.OWNER_FILE).write_text(owner)
+    work = outputs.prepare_output(tmp_path / "out", overwrite=False)
+    assert (work / outputs.OWNER_FILE).read_text() == me  # the new run names itself
     kept = [".out.partial-live0001", ".out.partial-nopid001", ".out.partial-other001", work.name]
     assert _run_partials(tmp_path) == sorted(kept)
     assert (tmp_path / ".other.partial-dead01").is_dir()

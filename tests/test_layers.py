@@ -1,14 +1,16 @@
 """The package is layered one way, and nothing imports around the layers.
 
 Every ``import`` in ``src/companion`` -- at module level *and* inside functions -- is read from the
-sources. The layers (CONTRIBUTING.md draws them):
+sources. A module's layer follows from its folder (CONTRIBUTING.md draws them):
 
-0. vocabulary and tools: ``claims``, ``stats``, ``params``, ``devices``, ``paths``, ``text``, ``seeds``, ``cache``,
-   ``plotting`` and the package ``__init__``;
-1. each paper's science: ``companion.mesa.*`` and ``companion.cot.*`` outside ``results``;
-2. each paper's results: ``companion.<paper>.results.*``;
-3. the machinery that runs and renders: ``verdict``, ``report``, ``notebooks``, ``runner``, ``sweep``,
-   ``results``, ``sweeps_page``, ``sphinx_ext``, ``book``, ``cli``.
+0. vocabulary and tools: the modules at the top of the package that the notebooks import by name (``claims``,
+   ``stats``, ``params``, ``seeds``, ...) and the package ``__init__``;
+1. each paper's science: ``companion/mesa/`` and ``companion/cot/`` outside ``results/``;
+2. each paper's results: ``companion/<paper>/results/``;
+3. records and verdicts: ``registry``, ``report`` and ``verdict`` (top-level modules that read the results);
+4. running notebooks and sweeps: ``companion/run/``;
+5. the site: ``companion/site/``;
+6. the command line: ``cli`` and ``__main__``.
 
 An import may go down or sideways (inside one layer), never up; the two papers never import each other;
 the import graph has no cycle. Imports inside functions are kept only where they defer a heavy optional
@@ -27,11 +29,10 @@ from companion.cache import module_imports
 
 ROOT = Path(__file__).resolve().parents[1] / "src" / "companion"
 
-LAYER0 = {"companion", "companion.claims", "companion.stats", "companion.params", "companion.paths", "companion.devices",
-          "companion.text", "companion.seeds", "companion.cache", "companion.plotting"}
-LAYER3 = {"companion.verdict", "companion.report", "companion.notebooks", "companion.runner", "companion.sweep",
-          "companion.results", "companion.where", "companion.sweeps_page", "companion.sphinx_ext", "companion.book", "companion.cli",
-          "companion.__main__"}
+#: the top-level modules above the vocabulary (every other top-level module is layer 0)
+TOP_LAYERS = {"registry": 3, "report": 3, "verdict": 3, "cli": 6, "__main__": 6}
+#: a subpackage's layer (the papers' ``results/`` folders are one above their science)
+FOLDER_LAYERS = {"mesa": 1, "cot": 1, "run": 4, "site": 5}
 
 # third-party dependencies that may be imported inside a function, and why
 LAZY_OK = {
@@ -73,14 +74,15 @@ MODULES = _modules()
 
 
 def layer(mod: str) -> int:
-    if mod in LAYER0:
-        return 0
-    if mod in LAYER3:
-        return 3
     parts = mod.split(".")
-    if len(parts) >= 2 and parts[1] in ("mesa", "cot"):
-        return 2 if len(parts) >= 3 and parts[2] == "results" else 1
-    raise AssertionError(f"{mod} is in no layer: add it to LAYER0 or LAYER3 of tests/test_layers.py and CONTRIBUTING.md")
+    if len(parts) == 1:
+        return 0
+    if parts[1] in FOLDER_LAYERS:
+        return FOLDER_LAYERS[parts[1]] + (len(parts) >= 3 and parts[2] == "results")
+    if len(parts) == 2 and (parts[1] + ".py") in {p.name for p in ROOT.glob("*.py")}:
+        return TOP_LAYERS.get(parts[1], 0)
+    raise AssertionError(f"{mod} is in no layer: put it in a folder of FOLDER_LAYERS (tests/test_layers.py, "
+                         "CONTRIBUTING.md)")
 
 
 def paper(mod: str) -> str | None:
@@ -191,7 +193,7 @@ def test_the_walker_sees_function_level_and_relative_imports(tmp_path):
     """A function-level relative import that goes up a layer is caught (the walker is blind to neither)."""
     assert "companion.stats" in package_edges()["companion.verdict"]
     fake = tmp_path / "fake.py"
-    fake.write_text("def f():\n    from ..runner import run_notebook\n    from . import model\n")
+    fake.write_text("def f():\n    from ..run.execute import run_notebook\n    from . import model\n")
     found = list(imports("companion.mesa.fake", fake))
-    assert ("companion.runner", 2, True) in found and ("companion.mesa.model", 3, True) in found
-    assert layer("companion.runner") > layer("companion.mesa.fake")
+    assert ("companion.run.execute", 2, True) in found and ("companion.mesa.model", 3, True) in found
+    assert layer("companion.run.execute") > layer("companion.mesa.fake")

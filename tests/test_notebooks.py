@@ -5,7 +5,7 @@ import re
 import pytest
 
 from companion import notebooks as nbs
-from companion.runner import coerce_parameters
+from companion.run.inputs import coerce_parameters
 
 from _util import domain_points, read_run, smoke_parameters
 

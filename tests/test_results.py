@@ -9,7 +9,7 @@ import json
 import pytest
 
 from companion import cli
-from companion import results as R
+from companion.run import table as R
 
 
 def _record(claim, measured, predicted, passed, **extra):

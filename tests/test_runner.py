@@ -5,7 +5,8 @@ import json
 import pytest
 
 from companion import notebooks as nbs
-from companion.runner import NotebookFailed, ParameterSpecError, coerce_parameters, run_notebook
+from companion.run.execute import NotebookFailed, run_notebook
+from companion.run.inputs import ParameterSpecError, coerce_parameters
 
 from _util import FIXTURES, run_cli
 

@@ -15,9 +15,9 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 
-from companion import book
 from companion import notebooks as nbs
 from companion.plotting import MIN_FONT_PT
+from companion.site import book
 from companion.verdict import METADATA_KEY
 
 pytestmark = pytest.mark.slow

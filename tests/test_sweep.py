@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from companion.sweep import SweepError, expand_grid, parse_grid, point_id, read_results
+from companion.run.grid import expand_grid, parse_grid, point_id
+from companion.run.inputs import SweepError
+from companion.run.store import read_results
 
 from _util import FIXTURES, MYST_HEADER, ROOT, cmdline, run_cli
 
@@ -91,7 +93,7 @@ def test_sweep_on_an_external_dask_scheduler(tmp_path):
 
     from dask.distributed import LocalCluster
 
-    from companion.sweep import run_sweep
+    from companion.run.sweep import run_sweep
 
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None,
                       silence_logs=logging.ERROR) as cluster:
@@ -206,7 +208,7 @@ pathlib.Path(results_dir, "omp.txt").write_text(os.environ.get("OMP_NUM_THREADS"
 def test_cores_a_run_uses_them_all_a_sweep_shares_them(tmp_path):
     import os
 
-    from companion.runner import available_cores
+    from companion.threads import available_cores
 
     nb = tmp_path / "threads.md"
     nb.write_text(THREADS_NB)
@@ -240,11 +242,11 @@ def test_cores_a_run_uses_them_all_a_sweep_shares_them(tmp_path):
 
 
 def test_a_record_is_never_glued_onto_a_torn_line(tmp_path):
-    from companion.sweep import _Appender, scan_results
+    from companion.run.store import Appender, scan_results
 
     path = tmp_path / "results.jsonl"
     path.write_bytes(b'{"point": "a", "status": "ok"}\n{"point": "b", "sta')
-    _Appender(path)({"point": "c", "status": "ok"})
+    Appender(path)({"point": "c", "status": "ok"})
     good, bad = scan_results(path)
     assert [rec["point"] for _, _, rec in good] == ["a", "c"] and [i for i, _, _ in bad] == [2]
 
@@ -287,7 +289,7 @@ pathlib.Path(results_dir, "kernel.txt").write_text(str(os.getpid()))
 
 @pytest.mark.slow
 def test_a_workers_points_share_one_warm_kernel_and_none_of_its_names(tmp_path):
-    from companion.sweep import run_sweep
+    from companion.run.sweep import run_sweep
 
     nb = tmp_path / "warm.md"
     nb.write_text(WARM_NB)
@@ -303,7 +305,8 @@ def test_a_workers_points_share_one_warm_kernel_and_none_of_its_names(tmp_path):
 def test_a_run_in_a_warm_kernel_records_what_a_run_in_a_new_one_records(name, tmp_path):
     """The same point, first in a new kernel, then in the same kernel after a run at another point: equal
     records (the notebooks seed every generator from their parameters; nothing of a run leaks into the next)."""
-    from companion.runner import WarmKernel, run_notebook
+    from companion.run.execute import run_notebook
+    from companion.run.kernel import WarmKernel
 
     from _util import smoke_parameters
 
@@ -330,7 +333,7 @@ def test_a_run_in_a_warm_kernel_records_what_a_run_in_a_new_one_records(name, tm
 def test_a_run_server_leaves_no_socket_folder_however_it_ends(end, tmp_path):
     """The warm kernel talks over IPC sockets in a folder the server's owner made: closed or killed, the server
     leaves none of it behind (a killed server cannot clean up itself)."""
-    from companion.runner import RunServer
+    from companion.run.server import RunServer
 
     nb = tmp_path / "warm.md"
     nb.write_text(WARM_NB)
@@ -351,7 +354,7 @@ def test_socket_folders_of_dead_owners_are_removed_and_no_other(tmp_path):
     import subprocess
     import sys
 
-    from companion.runner import SERVER_PREFIX, remove_stale_socket_folders
+    from companion.run.server import SERVER_PREFIX, remove_stale_socket_folders
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()

@@ -1,4 +1,4 @@
-"""The "Sweeps" page (book/sweeps.md, companion.sweeps_page): its sweeps' parameters are valid for the
+"""The "Sweeps" page (book/sweeps.md, companion.site.sweeps_page): its sweeps' parameters are valid for the
 notebooks at every size (checked against the parameters cells, no kernel), the printed commands parse as
 `companion sweep` commands with those points, and (slow) the page's three sweeps run through run_sweep at
 the test size, every point reaching its verdict and every expected claim present and read."""
@@ -8,9 +8,9 @@ import shlex
 
 import pytest
 
-from companion import results as R
-from companion import sweeps_page as SP
-from companion.sweep import expand_grid, parse_grid
+from companion.run import table as R
+from companion.run.grid import expand_grid, parse_grid
+from companion.site import sweeps_page as SP
 
 
 @pytest.mark.parametrize("size", ["book", "test", "cluster"])

@@ -42,7 +42,7 @@ def test_thm3_2_records_a_diverged_run_and_refuses_other_bad_input():
 
 
 def test_the_runner_knows_every_parameter_error_by_name():
-    from companion.runner import NotebookFailed
+    from companion.run.execute import NotebookFailed
 
     def subclasses(c):
         return {c} | {s for d in c.__subclasses__() for s in subclasses(d)}

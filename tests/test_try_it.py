@@ -8,8 +8,8 @@ import pytest
 
 from companion import notebooks as nbs
 from companion.cli import build_parser
-from companion.runner import coerce_parameters, load_param_file
-from companion.sweep import expand_grid, parse_grid
+from companion.run.grid import expand_grid, parse_grid
+from companion.run.inputs import coerce_parameters, load_param_file
 
 from _util import ROOT
 

@@ -146,7 +146,7 @@ def test_the_words_check_of_the_notebook_runs_refuses_a_long_reason_and_ascii_ma
 
 def test_every_declared_falsifier_is_typeset():
     """The falsifiers of every result's CLAIMS manifest (shown on "Where is each result") typeset their maths."""
-    from companion.book import all_results
+    from companion.site.book import all_results
 
     bad = [(s.notebook, c.id, c.falsifier) for s in all_results() for c in s.claims if ascii_math(c.falsifier)]
     assert not bad, bad

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import yaml
 
-from companion import where
 from companion.claims import ResultSpec
+from companion.registry import all_results
+from companion.site import where
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).parent))
@@ -24,7 +25,7 @@ def _toc_notebooks() -> list[str]:
 def test_one_row_per_result_and_every_notebook_of_the_contents_has_one():
     text = where.where_markdown()
     rows = [line for line in text.splitlines() if line.startswith("| **")]
-    results = where.all_results()
+    results = all_results()
     assert len(rows) == len(results) == len(_toc_notebooks())
     for name in _toc_notebooks():
         assert sum(f"</notebooks/{name}>`" in row for row in rows) == 1, name
@@ -35,7 +36,7 @@ def test_one_row_per_result_and_every_notebook_of_the_contents_has_one():
 
 
 def test_a_result_missing_from_a_registry_is_missing_from_the_page():
-    results = where.all_results()
+    results = all_results()
     fewer = where.where_markdown(results[1:])
     assert results[0].notebook not in fewer and results[1].notebook in fewer
     extra = ResultSpec(paper="cot", number="Theorem 9.9", title="a | pipe", label="cot-thm-9-9", notebook="cot/x",
@@ -60,7 +61,7 @@ def test_the_where_and_api_pages_are_in_the_contents():
 def test_a_partial_build_links_only_its_notebooks():
     """A build of some pages (the Sweeps page's test, a reader's subset) must not link pages it does not hold:
     under -n -W an unknown document fails the build."""
-    results = where.all_results()
+    results = all_results()
     keep = results[0].notebook
     text = where.where_markdown(results, built={keep})
     assert f"</notebooks/{keep}>`" in text and f"<{results[0].label}>`" in text

@@ -28,7 +28,10 @@ GROUPS = (
     ("Layer 1: the science of the cot paper", lambda m: layer(m) == 1 and paper(m) == "cot"),
     ("Layer 2: the results of the mesa paper", lambda m: layer(m) == 2 and paper(m) == "mesa"),
     ("Layer 2: the results of the cot paper", lambda m: layer(m) == 2 and paper(m) == "cot"),
-    ("Layer 3: running and rendering", lambda m: layer(m) == 3),
+    ("Layer 3: records and verdicts", lambda m: layer(m) == 3),
+    ("Layer 4: running notebooks and sweeps", lambda m: layer(m) == 4),
+    ("Layer 5: the site", lambda m: layer(m) == 5),
+    ("Layer 6: the command line", lambda m: layer(m) == 6),
 )
 
 

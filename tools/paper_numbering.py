@@ -4,7 +4,7 @@ merging (``python tools/paper_numbering.py``; ``--check`` only reports).
 
 The CoT training loss (6) and the evaluation loss (7) are defined side by side in one display of
 ``notebooks/cot/setup.md``. This script splits that display into two displays labelled ``cot-eq-6`` and
-``cot-eq-7``, which ``companion.sphinx_ext`` numbers "(6)" and "(7)" (the book's own equations read
+``cot-eq-7``, which ``companion.site.sphinx_ext`` numbers "(6)" and "(7)" (the book's own equations read
 (B1), (B2), …), and turns the prose references "(6)" / "(7)" of the cot notebooks into ``{eq}`` links
 (code cells and formulas are left alone).
 """

@@ -21,7 +21,7 @@ WIDTHS = {"1280": {"width": 1280, "height": 900}, "390": {"width": 390, "height"
 def main(argv=None) -> int:
     from playwright.sync_api import sync_playwright
 
-    from companion import book
+    from companion.site import book
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("pages", nargs="*", help="pages relative to the site, without .html (default: every page)")

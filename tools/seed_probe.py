@@ -34,7 +34,8 @@ def main() -> int:
     args = ap.parse_args()
 
     from companion.notebooks import all_notebooks, resolve
-    from companion.sweep import read_results, run_sweep
+    from companion.run.store import read_results
+    from companion.run.sweep import run_sweep
 
     smoke = smoke_parameters()
     dom = domain_points()

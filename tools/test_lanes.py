@@ -33,7 +33,7 @@ def main(argv: list[str]) -> int:
     base = Path(tempfile.mkdtemp(prefix="companion-test-lanes-"))
     procs = []
     # the two lanes share the cores: NumPy's BLAS, torch's OpenMP pool and MKL on half of them each (threaded over
-    # all, their spinning threads slow the other lane down; see companion.runner.use_threads), unless the caller chose
+    # all, their spinning threads slow the other lane down; see companion.threads.use_threads), unless the caller chose
     env = dict(os.environ)
     for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         env.setdefault(name, str(max(1, (os.cpu_count() or 1) // len(LANES))))

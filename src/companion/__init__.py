@@ -5,7 +5,7 @@
 * :mod:`companion.cot` -- Huang, Wang & Lee (ICLR 2025), multi-step gradient descent with chain of thought.
 * :mod:`companion.params`, :mod:`companion.verdict`, :mod:`companion.plotting` -- the notebook toolkit
   (parameter validation, theory-vs-simulation verdicts, figure style).
-* :mod:`companion.runner`, :mod:`companion.sweep`, :mod:`companion.cli` -- papermill execution and sweeps.
+* :mod:`companion.run`, :mod:`companion.run.sweep`, :mod:`companion.cli` -- papermill execution and sweeps.
 """
 
 from __future__ import annotations

@@ -106,7 +106,7 @@ def module_imports(path: Path, module: str):
     functions: ``(base, names, lineno, inside_function)``, one tuple per imported name of ``import a, b`` (with
     ``names`` empty) and one per ``from base import x, y`` (``names`` = ``["x", "y"]``), relative imports
     resolved against ``module`` (``from ..runner import f`` in ``companion.mesa.train`` -> base
-    ``companion.runner``). The one reader of imports: :func:`import_closure` and the layering test use it."""
+    ``companion.run``). The one reader of imports: :func:`import_closure` and the layering test use it."""
     tree = ast.parse(path.read_text())
     is_pkg = path.name == "__init__.py"
     inside: set[int] = set()

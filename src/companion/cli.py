@@ -40,7 +40,7 @@ def cmd_list(args) -> int:
 
 
 def _text_params(pairs) -> dict[str, str]:
-    from .runner import ParameterSpecError
+    from .run.inputs import ParameterSpecError
 
     out: dict[str, str] = {}
     for name, value in pairs or []:
@@ -51,7 +51,11 @@ def _text_params(pairs) -> dict[str, str]:
 
 
 def cmd_run(args) -> int:
-    from .runner import NotebookFailed, exit_when_stdin_closes, load_param_file, run_notebook, serve_runs, threads_env, use_threads
+    from .run.execute import NotebookFailed, run_notebook
+    from .run.inputs import load_param_file
+    from .run.process import exit_when_stdin_closes
+    from .run.server import serve_runs
+    from .threads import threads_env, use_threads
 
     if args.serve:
         return serve_runs()
@@ -100,8 +104,9 @@ def _num(v) -> str:
 
 
 def cmd_sweep(args) -> int:
-    from .runner import read_yaml_file
-    from .sweep import SweepError, check_point_count, count_points, expand_grid, parse_grid, run_sweep, worker_count
+    from .run.grid import check_point_count, count_points, expand_grid, parse_grid
+    from .run.inputs import SweepError, read_yaml_file
+    from .run.sweep import run_sweep, worker_count
 
     text_grid = parse_grid(args.grid or [])
     typed_grid: dict = {}
@@ -158,8 +163,8 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_results(args) -> int:
-    from . import results as R
-    from .runner import InputError
+    from .params import InputError
+    from .run import table as R
 
     path = Path(args.directory)
     jsonl = path / "results.jsonl" if path.is_dir() else path
@@ -198,14 +203,14 @@ def cmd_results(args) -> int:
 
 
 def cmd_book(args) -> int:
-    from .book import build
+    from .site.book import build
 
     return build(force=args.force)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .runner import available_cores
-    from .sweep import MAX_POINTS
+    from .run.grid import MAX_POINTS
+    from .threads import available_cores
 
     parser = argparse.ArgumentParser(
         prog="companion",
@@ -230,7 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="replace a non-empty OUT, once the new run has reached its verdict")
     p.add_argument("--log", action="store_true", help="stream the notebook's output while it runs")
     p.add_argument("--quiet", action="store_true", help="print nothing on success")
-    # a sweep worker's run server (companion.runner.serve_runs): requests on stdin, one warm kernel
+    # a sweep worker's run server (companion.run.server.serve_runs): requests on stdin, one warm kernel
     p.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_run)
 
@@ -279,8 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run one command. Bad input (a parameter, a path, a file, an option) is one line on stderr naming
     what is wrong and what is allowed, with exit status 2 and no traceback (``--debug`` shows it)."""
     from .notebooks import NotebookNotFound
-    from .params import ParameterError
-    from .runner import InputError
+    from .params import InputError, ParameterError
 
     args = build_parser().parse_args(argv)
     try:

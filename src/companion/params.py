@@ -25,6 +25,7 @@ from numbers import Integral, Real
 from typing import Any
 
 __all__ = [
+    "InputError",
     "ParameterError",
     "TrainingDiverged",
     "PARAMETER_ERRORS",
@@ -40,6 +41,11 @@ __all__ = [
     "memory",
     "seed",
 ]
+
+
+class InputError(ValueError):
+    """Bad input that is not a notebook parameter (a path, a file, an option): the message names it and
+    says what is allowed. ``companion`` prints it as one line and exits with status 2."""
 
 
 class ParameterError(ValueError):
@@ -70,7 +76,7 @@ class TrainingDiverged(ParameterError):
 
 #: the names of :class:`ParameterError` and its subclasses: a notebook that raises one of them refused its input,
 #: and ``companion run`` prints its one line and exits with status 2 (the runner sees only the name of a kernel's
-#: exception, :attr:`companion.runner.NotebookFailed.refused`)
+#: exception, :attr:`companion.run.execute.NotebookFailed.refused`)
 PARAMETER_ERRORS = frozenset({"ParameterError", "TrainingDiverged"})
 
 

@@ -16,7 +16,7 @@ The standard
 * **Enforced when shown.** Every figure IPython displays (also a glued one) passes
   :func:`enforce_standard` first: a figure wider than the column is scaled down and text set smaller
   than :data:`MIN_FONT_PT` is raised to it.
-* **Alt text** comes from the figure's caption (``companion.sphinx_ext``): write captions that say what
+* **Alt text** comes from the figure's caption (``companion.site.sphinx_ext``): write captions that say what
   is plotted.
 """
 

@@ -7,7 +7,7 @@ in its ``title``), and the quantity, the reason and the falsifier sit in a full-
 each claim. Each claim shows its target (what was measured: :data:`companion.claims.TARGETS`) under its
 kind; the dashboard counts the claims per kind and per target. The "Results at a glance" page
 (:func:`glance_markdown`) shows one row per numbered result: its decisive claim. The classes are styled by ``companion/_static/companion.css`` (registered by
-:mod:`companion.sphinx_ext`); on a phone the rows stack. The dashboard carries a small inline script
+:mod:`companion.site.sphinx_ext`); on a phone the rows stack. The dashboard carries a small inline script
 (no network) that filters and sorts the claims.
 """
 
@@ -21,8 +21,8 @@ from collections import Counter
 
 from . import plotting
 from .claims import EVIDENCE_KINDS, KINDS, STATUSES, TARGETS, ResultSpec
+from .registry import PAPERS
 from .text import label, math_html, plain_text, short_number, slug
-from .where import PAPERS
 
 __all__ = ["verdict_label", "verdict_table_markdown", "verdict_table_html", "dashboard_markdown", "counts",
            "fmt_number", "tolerance_text", "RESULTS_URL", "CLOSE", "is_close_competitor", "decisive_claim",

@@ -95,10 +95,10 @@ from typing import Any, Iterable
 
 from . import notebooks as nbs
 from .claims import EVIDENCE_KINDS, KINDS, STATUSES, ClaimSpec, ResultSpec
+from .registry import PAPERS
 from .report import answer_markdown, forest_html, verdict_table_markdown
 from .stats import MANY_DOF, critical
 from .text import number_text, slug
-from .where import PAPERS
 
 __all__ = [
     "Verdict", "VerdictError", "Record", "METADATA_KEY", "KINDS", "EVIDENCE_KINDS", "STATUSES", "MAX_CRIT",

@@ -35,31 +35,15 @@ import numpy as np
 from numba import njit
 
 from companion.mesa import lanes
-from companion.params import ParameterError
+from companion.threads import kernel_threads
 
 _THREADS: int | None = None  # set by set_threads; None: $COMPANION_THREADS (default 1)
 _POOLS: dict[tuple[int, int], ThreadPoolExecutor] = {}
 
 
-def env_threads() -> int:
-    """``$COMPANION_THREADS``, default 1 so that the processes of a parallel sweep do not oversubscribe the
-    cores (``companion run`` sets it to the cores of the machine, ``companion book`` to 1 per page); anything
-    but an integer >= 1 raises :class:`companion.params.ParameterError` naming the variable. The kernel
-    scales about linearly: 34 ms -> 18 ms per paper-size epoch with 2 threads, measured on 2 cores."""
-
-    raw = os.environ.get("COMPANION_THREADS", "1")
-    try:
-        n = int(raw)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise ParameterError("COMPANION_THREADS", f"must be an integer >= 1 (environment variable); got {raw!r}")
-    return n
-
-
 def threads() -> int:
-    """Threads :func:`sweep` uses: the last :func:`set_threads`, else :func:`env_threads`."""
-    return _THREADS if _THREADS is not None else env_threads()
+    """Threads :func:`sweep` uses: the last :func:`set_threads`, else :func:`companion.threads.kernel_threads`."""
+    return _THREADS if _THREADS is not None else kernel_threads()
 
 
 def set_threads(n: int | None) -> int | None:

@@ -28,6 +28,7 @@ from companion.mesa.data import ARData, check_law, generate
 from companion.mesa.model import loss_fast, loss_grad_fast, ratio_entries
 from companion.params import TrainingDiverged  # re-exported: companion.mesa.train.TrainingDiverged
 from companion.seeds import MESA_INIT, MESA_TEST_DATA, MESA_TRAIN_DATA
+from companion.threads import kernel_threads
 
 __all__ = [
     "TrainingDiverged",
@@ -221,7 +222,7 @@ def train(cfg: RunConfig) -> TrainResult:
     cfg = cfg.validated()
 
     old = torch.get_num_threads()
-    n = kernels.env_threads()  # torch and the fused kernel
+    n = kernel_threads()  # torch and the fused kernel
     torch.set_num_threads(n)
     old_k = kernels.set_threads(n)
     try:

@@ -27,20 +27,26 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .paths import repo_root
-from .sweep import ALLOWED_FAILURES, expand_grid, run_sweep
-from .text import number_text
+from ..paths import repo_root
+from ..run.grid import expand_grid
+from ..run.sweep import ALLOWED_FAILURES, run_sweep
+from ..text import number_text
 
-__all__ = ["SWEEPS", "SIZES", "spec", "command", "run", "run_all", "points_of", "mesa_T_rows", "cot_k_eta_rows",
-           "mesa_laws_rows", "LAWS"]
+__all__ = [
+    "SWEEPS", "SIZES", "spec", "command", "run", "run_all", "points_of", "mesa_T_rows", "cot_k_eta_rows",
+    "mesa_laws_rows", "LAWS"
+]
+
 
 LAWS = ["gaussian", "rademacher", "sparse_gaussian", "sparse"]
+
 
 SWEEPS: dict[str, str] = {
     "mesa_T": "mesa/prop4_1_gaussian",
     "cot_k_eta": "cot/thm3_2_construction",
     "mesa_laws": "mesa/thm4_2_capability",
 }
+
 
 #: grid and fixed parameters per sweep and size: ``book`` (this build, a few points of a few seconds each),
 #: ``test`` (the test suite), ``cluster`` (the command printed on the page to rerun it bigger)
@@ -242,6 +248,8 @@ def run_all(out: str | Path, size: str = "book", workers: int = 2, names: list[s
 
 
 PAGE = "book/sweeps.md"
+
+
 STAMP = ".companion-sweeps-hash"
 
 

@@ -22,12 +22,13 @@ from typing import Any
 
 import numpy as np
 
-from .plotting import new_figure
-from .runner import InputError
-from .sweep import scan_results
-from .text import number_text
+from ..params import InputError
+from ..plotting import new_figure
+from ..text import number_text
+from .store import scan_results
 
-__all__ = ["Table", "load", "write_csv", "plot"]
+__all__ = ["Table", "load", "write_csv", "plot", "CLAIM_FIELDS"]
+
 
 #: numbers of a verdict record exported per claim (absent fields are left empty)
 CLAIM_FIELDS = ("measured", "predicted", "se", "error", "tolerance", "passed", "status",

@@ -35,19 +35,26 @@ from pathlib import Path
 
 from docutils import nodes
 
-from .text import plain_text
-from .verdict import METADATA_KEY
+from ..text import plain_text
+from ..verdict import METADATA_KEY
 from .where import where_markdown
+
+__all__ = []
+
 
 STATIC = Path(__file__).with_name("_static")
 
+
 _PROOF_LABEL = re.compile(r"^(mesa|cot)-(thm|prop|cor|ass|lem|def|ex)-(\d+)-(\d+)$")
+
+
 _EQ_LABEL = re.compile(r"^equation-(mesa|cot)-eq-(\d+)$")
+
+
 PROVENANCE_PACKAGES = ("companion", "numpy", "scipy", "numba", "llvmlite", "torch", "matplotlib", "jupyter-book",
                        "myst-nb", "sphinx", "ipykernel")
 
 
-# ----------------------------------------------------------------------------------------- numbering
 def paper_numbers(env, docnames=None) -> None:
     """Rewrite ``env.toc_fignumbers`` (after Sphinx assigned them) to the papers' numbering."""
     for _docname, types in env.toc_fignumbers.items():
@@ -86,7 +93,6 @@ def _renumber(app, env):
     return []
 
 
-# ----------------------------------------------------------------------------------------- alt text
 def _caption_text(figure: nodes.figure) -> str:
     for cap in figure.findall(nodes.caption):
         text = plain_text(cap.astext())
@@ -105,7 +111,6 @@ def alt_from_caption(app, doctree, docname) -> None:
                 img["alt"] = text
 
 
-# ----------------------------------------------------------------------------------------- executed notebooks
 def restore_cached_outputs(app, doctree) -> None:
     """myst-nb writes ``_build/jupyter_execute/<doc>.ipynb`` from the notebook it *read*; when jupyter-cache
     supplies the outputs (a page re-read after a Markdown-only change) that file has no outputs, and
@@ -142,7 +147,6 @@ def restore_cached_outputs(app, doctree) -> None:
     nbformat.write(merged, path)
 
 
-# ----------------------------------------------------------------------------------------- provenance
 def _git(root: Path, *args: str) -> str:
     try:
         out = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=20)
@@ -266,7 +270,6 @@ def page_context(app, pagename, templatename, context, doctree) -> None:
         context["body"] = body[: i + 5] + box + body[i + 5:] if i >= 0 else box + body
 
 
-# ----------------------------------------------------------------------------------------- set-up
 def _builder_inited(app) -> None:
     if str(STATIC) not in [str(p) for p in app.config.html_static_path]:
         app.config.html_static_path.append(str(STATIC))

@@ -49,24 +49,31 @@ import yaml
 
 from companion.mesa import kernels
 
-from . import cache as run_cache
-from . import notebooks as nbs
-from .mesa.paper import paper_runs, warm_run_cache
-from .paths import repo_root
-from .report import RESULTS_URL, counts, dashboard_markdown, glance_markdown
-from .runner import use_threads
+from .. import cache as run_cache
+from .. import notebooks as nbs
+from ..mesa.paper import paper_runs, warm_run_cache
+from ..paths import repo_root
+from ..registry import all_results
+from ..report import RESULTS_URL, counts, dashboard_markdown, glance_markdown
+from ..text import slug
+from ..threads import available_cores, use_threads
+from ..verdict import METADATA_KEY
 from .sphinx_ext import encrypted_kernels, write_where_page
 from .sweeps_page import guard_cache as guard_sweeps_page
-from .text import slug
-from .verdict import METADATA_KEY
-from .where import all_results
 
-__all__ = ["code_hash", "guard_cache", "toc_pages", "pre_execute", "collect_results", "publish_results", "verdict_table",
-           "glance_table", "records_from_cache", "write_tables", "find_browser", "check_math", "mathjax_unreachable",
-           "print_book", "typeset_and_print", "build", "PDF_NAME", "CHROMIUM_FLAGS"]
+__all__ = [
+    "code_hash", "guard_cache", "toc_pages", "pre_execute", "collect_results", "publish_results", "verdict_table",
+    "glance_table", "records_from_cache", "write_tables", "find_browser", "check_math", "mathjax_unreachable",
+    "print_book", "typeset_and_print", "build", "PDF_NAME", "CHROMIUM_FLAGS"
+]
+
 
 CACHE_DIR = Path("_build/.jupyter_cache")
+
+
 DOCTREES = Path("_build/.doctrees")  # Sphinx's environment: which pages it has read, and when
+
+
 HASH_FILE = ".companion-code-hash"
 
 
@@ -335,6 +342,8 @@ def glance_table(records: list[dict]) -> str:
 
 
 PDF_NAME = "companion.pdf"  # the whole book, at the root of the site (linked from the front page)
+
+
 # Headless Chromium on a closed network: no background requests (they fail slowly here), no GPU, no sandbox
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -541,6 +550,9 @@ def _check_math_one_browser(html_dir: Path, files: list[Path], browser: str) -> 
     return dict(sorted(errors.items()))
 
 
+#: threads of the training kernels while the build has the machine to itself (its paper runs, before the pages)
+BUILD_THREADS_MAX = 4
+
 def build(root: Path | None = None, *, strict: bool = True, force: bool = False, extra_args=()) -> int:
     """Guard the cache, build the book strictly, collect the results. Returns an exit status."""
     root = root or repo_root()
@@ -549,7 +561,7 @@ def build(root: Path | None = None, *, strict: bool = True, force: bool = False,
 
     # the build has the machine to itself: let the training kernels use the cores (they default to one
     # thread, which is faster when several processes share a small machine)
-    os.environ.setdefault("COMPANION_THREADS", str(min(4, os.cpu_count() or 1)))
+    os.environ.setdefault("COMPANION_THREADS", str(min(BUILD_THREADS_MAX, available_cores())))
     if force and (root / CACHE_DIR).exists():
         shutil.rmtree(root / CACHE_DIR)
     wiped = guard_cache(root)
@@ -564,7 +576,7 @@ def build(root: Path | None = None, *, strict: bool = True, force: bool = False,
     # compile the fused mesa kernels once, before the notebooks (cached on disk; a no-op after)
     print(f"companion book: mesa kernels ready in {kernels.warm_up():.1f} s", flush=True)
     t0 = time.perf_counter()
-    executed = pre_execute(root, jobs=2 if (os.cpu_count() or 1) >= 2 else 1)
+    executed = pre_execute(root, jobs=min(2, available_cores()))
     if executed:
         print(f"companion book: {len(executed)} page(s) executed in {time.perf_counter() - t0:.0f} s "
               f"(sum of page times {sum(executed.values()):.0f} s)", flush=True)

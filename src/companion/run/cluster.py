@@ -1,0 +1,69 @@
+"""The Dask side of a sweep: reaching a scheduler, its workers' thread budgets, and quiet logs."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+
+from ..threads import available_cores, threads_env, user_threads
+from .inputs import SweepError
+
+__all__ = ["CONNECT_TIMEOUT", "connect", "threads_per_worker", "quiet_logs"]
+
+
+CONNECT_TIMEOUT = 10  # seconds to reach a --scheduler
+
+
+def connect(scheduler: str):
+    from dask.distributed import Client
+
+    if "://" not in scheduler and ":" not in scheduler:
+        raise SweepError(f"--scheduler {scheduler!r}: expected a Dask scheduler address like tcp://HOST:8786")
+    try:
+        return Client(scheduler, timeout=CONNECT_TIMEOUT)
+    except (OSError, TimeoutError, ValueError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise SweepError(
+            f"--scheduler {scheduler}: no Dask scheduler answered within {CONNECT_TIMEOUT} s ({reason}); "
+            "start one with `dask scheduler` or leave --scheduler out to use local workers"
+        ) from None
+
+
+def threads_per_worker(client) -> tuple[dict[str, int], str]:
+    """COMPANION_THREADS for the points of each worker: the user's setting, or each host's cores divided
+    among the Dask worker threads on that host."""
+    if user_threads() is not None:
+        n, why = threads_env(1)
+        return {"default": n}, why
+    info = (client.scheduler_info(n_workers=-1) if _takes_n_workers(client) else client.scheduler_info())["workers"]
+    cores = client.run(available_cores)
+    per_host: dict[str, int] = {}
+    for addr, w in info.items():
+        host = w.get("host") or addr.rsplit(":", 1)[0]
+        per_host[host] = per_host.get(host, 0) + int(w.get("nthreads", 1))
+    out: dict = {}
+    for addr, w in info.items():
+        host = w.get("host") or addr.rsplit(":", 1)[0]
+        out[addr] = max(1, int(cores.get(addr, 1)) // max(1, per_host[host]))
+    shown = sorted(set(out.values()))
+    n_workers = len(info)
+    total = sum(w.get("nthreads", 1) for w in info.values())
+    return out, (
+        f"COMPANION_THREADS={'/'.join(map(str, shown))} per point: each host's cores shared by its Dask worker "
+        f"threads ({n_workers} worker(s), {total} thread(s) in all; set COMPANION_THREADS to choose)"
+    )
+
+
+def _takes_n_workers(client) -> bool:
+
+    return "n_workers" in inspect.signature(client.scheduler_info).parameters
+
+
+def quiet_logs() -> None:
+    """Run on each worker and nanny of a sweep's own cluster as it closes: a worker whose heartbeat meets the
+    scheduler already gone logs an ERROR with a traceback on the sweep's stderr (seen once in CI after SIGTERM),
+    which is shutdown chatter, not news; the sweep reports every point's fate itself."""
+    logger = logging.getLogger("distributed")
+    logger.setLevel(logging.CRITICAL)
+    for handler in logger.handlers:
+        handler.setLevel(logging.CRITICAL)
