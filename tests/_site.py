@@ -1,5 +1,5 @@
 """Building test copies of the book: the real _config.yml, book/ pages and site files, with a table of
-contents of chosen notebooks (shared by test_book.py and test_site.py)."""
+contents of chosen notebooks (shared by site/test_book.py and site/test_site.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from _util import ROOT, read_run
 
 JB = str(Path(sys.executable).with_name("jupyter-book"))
 SITE_FILES = ("CITATION.cff", "LICENSE")
-# pages that run sweeps of the real notebooks when executed (tests/test_sweeps_page.py builds them); the
+# pages that run sweeps of the real notebooks when executed (tests/site/test_sweeps_page.py builds them); the
 # copies below hold no real notebooks (or none executed), so they leave these pages out of their contents
 SWEEP_PAGES = {"book/sweeps"}
 # pages left out of a book of chosen notebooks: the API reference's docstrings cite the statements of every

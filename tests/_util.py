@@ -60,3 +60,34 @@ def cmdline(proc) -> str:
         return " ".join(proc.cmdline())
     except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
         return ""
+
+
+def word_problems(r: dict) -> list[str]:
+    """What a reader would trip over in a record's words: a reason longer than two lines
+    (:data:`companion.verdict.REASON_MAX` characters as typeset), ASCII maths outside ``$...$``."""
+    from companion.text import ascii_math, plain_text
+    from companion.verdict import REASON_MAX
+
+    out = []
+    if len(plain_text(r.get("reason") or "")) > REASON_MAX:
+        out.append(f"{r['claim']}: a reason of {len(plain_text(r['reason']))} characters (at most {REASON_MAX}; "
+                   "the method goes to detail=)")
+    for key in ("quantity", "reason", "falsifier", "detail", "note"):
+        found = ascii_math(r.get(key) or "")
+        if found:
+            out.append(f"{r['claim']}.{key}: ASCII maths {found}")
+    return out
+
+
+def slow_toy(folder):
+    """The toy notebook with a ``hold`` parameter: seconds to sleep before its verdict (so that a point
+    is still running when a test kills something)."""
+    src = (FIXTURES / "toy.md").read_text()
+    hold = "hold: float = 0.0  # seconds to sleep before the verdict\n"
+    src = src.replace('results_dir: str = ""', hold + 'results_dir: str = ""')
+    src = src.replace("rng = seed_everything(seed)", "import time\ntime.sleep(hold)\nrng = seed_everything(seed)")
+    assert "time.sleep(hold)" in src and "hold: float" in src
+    path = folder / "slow" / "toy.md"  # named toy, as its verdict records
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(src)
+    return str(path)

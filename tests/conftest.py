@@ -28,10 +28,10 @@ for _var in ("COMPANION_RESULTS_DIR", "COMPANION_MAX_BYTES", "COMPANION_THREADS"
 ONE_THREAD = {"COMPANION_THREADS": "1"}
 NOTEBOOK_FIXTURES = ("smoke_runs", "domain_runs", "smoke_site")
 # the book-build tests (and the Sweeps page's strict build) join the notebook runs in `make test`'s first lane
-# (tools/test_lanes.py), so that the two lanes end together (session 12: 826 s against 1108 s without test_book.py;
-# session 13: 881 s against 1039 s without test_sweeps_page.py, 64 s in the second lane)
-BOOK_LANE_FILES = ("test_book.py", "test_sweeps_page.py")
-EDGE_TESTS_D = 8  # the d of the curvature and divergence tests in tests/test_edges.py
+# (tools/test_lanes.py), so that the two lanes end together (session 12: 826 s against 1108 s without site/test_book.py;
+# session 13: 881 s against 1039 s without site/test_sweeps_page.py, 64 s in the second lane)
+BOOK_LANE_FILES = ("test_book.py", "test_sweeps_page.py")  # tests/site/
+EDGE_TESTS_D = 8  # the d of the curvature and divergence tests in tests/mesa/test_step_sizes.py
 
 
 class NotebookRuns:
@@ -52,7 +52,7 @@ class NotebookRuns:
         # clone, a run that meets an uncompiled d would wait for it (the compilation holds a lock per kernel, so
         # a kernel is compiled once however many processes ask); the cot smoke runs (queued first) keep the
         # other worker busy meanwhile
-        # (and d = 8, which the stability tests of tests/test_edges.py use in the other lane of `make test`: compiled
+        # (and d = 8, which the stability tests of tests/mesa/test_step_sizes.py use in the other lane of `make test`: compiled
         # here, in the background, that lane loads it instead of compiling it on its critical path)
         dims = [5] + sorted({int(p["d"]) for name, pts in domain_points().items() if name.startswith("mesa/")
                              for p in pts if "d" in p} - {5}) + [EDGE_TESTS_D]
@@ -194,7 +194,7 @@ def smoke_site(request, tmp_path_factory):
     strict-build test and the browser tests of the site.
 
     ``COMPANION_SITE=<book root>`` points these tests at a book built by ``make book`` instead (e.g. the
-    paper-settings build: ``COMPANION_SITE=. pytest tests/test_site.py``); nothing is executed then."""
+    paper-settings build: ``COMPANION_SITE=. pytest tests/site/test_site.py``); nothing is executed then."""
     from companion.notebooks import all_notebooks
 
     if os.environ.get("COMPANION_SITE"):

@@ -1,7 +1,7 @@
 """Write book/api.md: an ``automodule`` entry for every module of ``companion``, grouped by layer.
 
-Run after adding or removing a module (``tests/test_where.py`` fails until the page lists exactly the
-package's modules). The layers are those of ``tests/test_layers.py``."""
+Run after adding or removing a module (``tests/site/test_where.py`` fails until the page lists exactly the
+package's modules). The layers are those of ``tests/_layers.py``."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
-from test_layers import MODULES, layer, paper  # noqa: E402
+from _layers import MODULES, layer, paper  # noqa: E402
 
 HEADER = """(api)=
 # API reference
 
 Every module of the package `companion`, generated from its docstrings when the book is built (a docstring
 that does not render breaks the strict build). The modules are grouped by their layer: a module imports only
-from its own layer or the layers above it on this page (see "Layers" in `CONTRIBUTING.md`; `tests/test_layers.py`
+from its own layer or the layers above it on this page (see "Layers" in `CONTRIBUTING.md`; `tests/core/test_layers.py`
 checks it). Each entry links to its rendered source (*[source]*); {doc}`where` says which module checks which
 result.
 """

@@ -10,7 +10,7 @@ generator draws. Two kinds, after the generators the two papers use:
 
 The offsets and keys are those the book has always used (every verdict record depends on them): they are
 written here once, with what each stream is for, instead of as integers at the call sites.
-``tests/test_seeds.py`` checks that no two streams of one run share a seed (at every seed and replicate index
+``tests/core/test_seeds.py`` checks that no two streams of one run share a seed (at every seed and replicate index
 the book's pages use) and that each stream reproduces these integers.
 
 Note on NumPy: ``default_rng(s)`` and ``default_rng([s, 0])`` are the *same* generator (a seed sequence pads its

@@ -3,7 +3,7 @@ r"""The run plan of the cot pages: the settings that several cot notebooks share
 The paper gives no :math:`d`, :math:`n`, :math:`k`, :math:`\eta` or optimiser settings (see the setup and
 experiments pages), so these are the book's choices. A notebook's parameters cell stays literal
 ``name: type = value  # help`` lines (papermill injects parameters there) and repeats them as its defaults;
-``tests/test_defaults.py`` checks that every default equals the plan's value or is named as the page's own.
+``tests/notebooks/test_defaults.py`` checks that every default equals the plan's value or is named as the page's own.
 A setting used by one page only (a Monte-Carlo size, a figure's grid) is that page's own and is not here.
 
 Science-layer data: it imports nothing, and the results may read it."""

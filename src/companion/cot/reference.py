@@ -10,7 +10,7 @@ implementation :mod:`companion.cot.train` used before its gradients were written
 products per step) that the NumPy one replaced; ``benchmarks/bench_cot.py`` times the two.
 
 :func:`naive_teacher_forced_loss` is the deliberately naive per-position loss (one prompt and one position at a
-time) that ``tests/test_cot_model.py`` compares the fast loss with and ``benchmarks/bench_cot.py`` times.
+time) that ``tests/cot/test_model.py`` compares the fast loss with and ``benchmarks/bench_cot.py`` times.
 """
 
 from __future__ import annotations

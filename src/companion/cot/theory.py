@@ -139,7 +139,7 @@ def wishart_trace_moments(pmax: int, d: int, n: int) -> list[int]:
     with :math:`\tr W^0 = d`; each term has total degree one less, down to :math:`\E[1] = 1`. The recursion runs over
     the multisets of powers (partitions) of total degree at most ``pmax``, so its cost grows like their number
     (about 1 s at ``pmax`` = 30). Its first cases are the closed forms :math:`m_1 = d`,
-    :math:`m_2 = d(n+d+1)/n`, ... (:math:`p \le 4`; ``tests/test_cot_theory.py`` checks them).
+    :math:`m_2 = d(n+d+1)/n`, ... (:math:`p \le 4`; ``tests/cot/test_theory.py`` checks them).
 
     Parameters
     ----------

@@ -1,5 +1,5 @@
 """The deliberately naive reference of the mesa model: one sequence and one prefix at a time, in the book's
-notation, for the tests (``tests/test_mesa_reference.py``: the fast model equals it) and the benchmarks
+notation, for the tests (``tests/mesa/test_reference.py``: the fast model equals it) and the benchmarks
 (``benchmarks/bench_mesa.py``: how much faster the fast model is). Not used by the book.
 
 (The compiled lane kernel has its own reference, the NumPy interpreter of its recurrences,

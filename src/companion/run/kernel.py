@@ -37,7 +37,7 @@ class WarmKernel:
     figure closed, so a run sees none of the previous run's names. What stays is what makes the next run
     cheap: imported modules, compiled kernels, the run cache's memory. Every notebook seeds its own
     generators from its parameters, so a run in a warm kernel records what a run in a new one records
-    (checked by ``benchmarks/bench_sweep.py`` and ``tests/test_sweep.py``).
+    (checked by ``benchmarks/bench_sweep.py`` and ``tests/run/test_sweep.py``).
 
     One kernel client (``kc``) stays connected to the kernel from its start to its shutdown, and every run
     goes through it (:meth:`engine_arguments`, papermill's engine ``WARM_ENGINE``): a new client per run would

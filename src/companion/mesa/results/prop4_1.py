@@ -138,7 +138,7 @@ def limit_position_losses(law, scale: float, d: int, T: int, positions, m_eval: 
     against the exact value had mean −0.44 and s.d. 1.25 over 200 seeds, and a held-out domain point failed at
     4.2 SE. For the limit model the summands are bounded (:math:`|x_{t+1}(u)|=1`, :math:`|\hat y_t(u)|\le|c^*|`);
     the coverage measured: z mean 0.02–0.08, s.d. 0.98–1.05, largest :math:`|z|` 3.3 over 300–400 seeds at
-    (d, T, σ) = (4, 30, 1), (2, 10, 0.5), (6, 50, 2) (``tests/test_mesa_prop4_1_limit.py`` repeats a smaller check).
+    (d, T, σ) = (4, 30, 1), (2, 10, 0.5), (6, 50, 2) (``tests/mesa/test_prop4_1_limit.py`` repeats a smaller check).
 
     Raises ``ParameterError('law')`` for a law other than ``"gaussian"`` (the radius is independent of the
     direction only for a rotation-invariant law).

@@ -13,13 +13,12 @@ import time
 
 import psutil
 import pytest
-from test_sweep import slow_toy
 
 from companion.run.grid import expand_grid, parse_grid
 from companion.run.store import read_results
 from companion.run.sweep import run_sweep
 
-from _util import FIXTURES, MYST_HEADER, ROOT, cmdline
+from _util import FIXTURES, MYST_HEADER, ROOT, cmdline, slow_toy
 
 TOY = str(FIXTURES / "toy.md")
 pytestmark = pytest.mark.slow

@@ -14,7 +14,7 @@ from companion.run.grid import expand_grid, parse_grid, point_id
 from companion.run.inputs import SweepError
 from companion.run.store import read_results
 
-from _util import FIXTURES, MYST_HEADER, ROOT, cmdline, run_cli
+from _util import FIXTURES, MYST_HEADER, ROOT, cmdline, run_cli, slow_toy
 
 TOY = str(FIXTURES / "toy.md")
 
@@ -137,20 +137,6 @@ def _descendants(pid):
     import psutil
 
     return psutil.Process(pid).children(recursive=True)
-
-
-def slow_toy(folder):
-    """The toy notebook with a ``hold`` parameter: seconds to sleep before its verdict (so that a point
-    is still running when a test kills something)."""
-    src = (FIXTURES / "toy.md").read_text()
-    hold = "hold: float = 0.0  # seconds to sleep before the verdict\n"
-    src = src.replace('results_dir: str = ""', hold + 'results_dir: str = ""')
-    src = src.replace("rng = seed_everything(seed)", "import time\ntime.sleep(hold)\nrng = seed_everything(seed)")
-    assert "time.sleep(hold)" in src and "hold: float" in src
-    path = folder / "slow" / "toy.md"  # named toy, as its verdict records
-    path.parent.mkdir(exist_ok=True)
-    path.write_text(src)
-    return str(path)
 
 
 @pytest.mark.slow

@@ -21,18 +21,8 @@ refusals answer without importing torch or Dask).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-
-from companion.cache import module_imports
-
-ROOT = Path(__file__).resolve().parents[1] / "src" / "companion"
-
-#: the top-level modules above the vocabulary (every other top-level module is layer 0)
-TOP_LAYERS = {"registry": 3, "report": 3, "verdict": 3, "cli": 6, "__main__": 6}
-#: a subpackage's layer (the papers' ``results/`` folders are one above their science)
-FOLDER_LAYERS = {"mesa": 1, "cot": 1, "run": 4, "site": 5}
+from _layers import MODULES, ROOT, imports, layer, package_edges, paper
 
 # third-party dependencies that may be imported inside a function, and why
 LAZY_OK = {
@@ -58,54 +48,6 @@ LAZY_OK = {
     "scipy": "integrators and quadrature of the theory modules only (0.3 s to import)",
 }
 LAZY_PACKAGE_IMPORTERS = {"companion.cli", "companion.__main__"}
-
-
-def _modules() -> dict[str, Path]:
-    out = {}
-    for p in ROOT.rglob("*.py"):
-        parts = list(p.relative_to(ROOT.parent).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts = parts[:-1]
-        out[".".join(parts)] = p
-    return out
-
-
-MODULES = _modules()
-
-
-def layer(mod: str) -> int:
-    parts = mod.split(".")
-    if len(parts) == 1:
-        return 0
-    if parts[1] in FOLDER_LAYERS:
-        return FOLDER_LAYERS[parts[1]] + (len(parts) >= 3 and parts[2] == "results")
-    if len(parts) == 2 and (parts[1] + ".py") in {p.name for p in ROOT.glob("*.py")}:
-        return TOP_LAYERS.get(parts[1], 0)
-    raise AssertionError(f"{mod} is in no layer: put it in a folder of FOLDER_LAYERS (tests/test_layers.py, "
-                         "CONTRIBUTING.md)")
-
-
-def paper(mod: str) -> str | None:
-    parts = mod.split(".")
-    return parts[1] if len(parts) >= 2 and parts[1] in ("mesa", "cot") else None
-
-
-def imports(mod: str, path: Path | None = None):
-    """(target, line, inside_function) for every import of ``mod`` (read by :func:`companion.cache.module_imports`,
-    the reader the run cache keys on); package targets resolved to the module (``from companion.mesa import
-    kernels`` -> ``companion.mesa.kernels``), other targets to the top package."""
-    for base, names, line, inside in module_imports(path or MODULES[mod], mod):
-        if not names:  # import a.b
-            yield (base if base in MODULES else base.split(".")[0]), line, inside
-        elif base.split(".")[0] != "companion":
-            yield base.split(".")[0], line, inside
-        else:
-            for a in names:
-                yield (f"{base}.{a}" if f"{base}.{a}" in MODULES else base), line, inside
-
-
-def package_edges() -> dict[str, dict[str, int]]:
-    return {m: {t: line for t, line, _ in imports(m) if t in MODULES and t != m} for m in MODULES}
 
 
 def cycles(edges: dict[str, dict[str, int]]) -> list[list[str]]:

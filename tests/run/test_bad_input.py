@@ -223,7 +223,7 @@ def test_benchmark_and_tool_scripts_refuse_unknown_options():
     import sys
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     scripts = sorted([*root.glob("benchmarks/*.py"), *root.glob("tools/*.py")])
     assert len(scripts) >= 10
     procs = {s: subprocess.Popen([sys.executable, str(s), "--no-such-option"], cwd=root, text=True,

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from _site import copy_book_frame
 
 from companion.site import book
 
-FIXTURES = Path(__file__).parent / "fixtures"
+from _util import FIXTURES
 
 
 @pytest.mark.slow  # runs the book's page machinery: not in the fast lane (make test-fast)

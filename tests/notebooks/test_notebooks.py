@@ -7,7 +7,7 @@ import pytest
 from companion import notebooks as nbs
 from companion.run.inputs import coerce_parameters
 
-from _util import domain_points, read_run, smoke_parameters
+from _util import domain_points, read_run, smoke_parameters, word_problems
 
 NAMES = nbs.all_notebooks()
 ALLOWED_TYPES = {"int", "float", "bool", "str", "list", "list[int]", "list[float]", "list[str]"}
@@ -37,23 +37,6 @@ def test_every_notebook_has_two_valid_domain_points():
         assert isinstance(pts, list) and len(pts) == 2, f"{name}: two domain points, got {pts!r}"
         for values in pts:
             coerce_parameters(name, nbs.parameters(name), values or {})
-
-
-def word_problems(r: dict) -> list[str]:
-    """What a reader would trip over in a record's words: a reason longer than two lines
-    (:data:`companion.verdict.REASON_MAX` characters as typeset), ASCII maths outside ``$...$``."""
-    from companion.text import ascii_math, plain_text
-    from companion.verdict import REASON_MAX
-
-    out = []
-    if len(plain_text(r.get("reason") or "")) > REASON_MAX:
-        out.append(f"{r['claim']}: a reason of {len(plain_text(r['reason']))} characters (at most {REASON_MAX}; "
-                   "the method goes to detail=)")
-    for key in ("quantity", "reason", "falsifier", "detail", "note"):
-        found = ascii_math(r.get(key) or "")
-        if found:
-            out.append(f"{r['claim']}.{key}: ASCII maths {found}")
-    return out
 
 
 def _assert_verdict_holds(name, run):

@@ -141,7 +141,7 @@ def test_the_whole_book_builds_strictly(smoke_site, tmp_path):
         assert (html / name).is_file(), f"{name} is not on the site"
     assert not (html / "genindex.html").exists() or "genindex" not in (html / "index.html").read_text()
     # every page with formulas loads the site's own MathJax (the formulas themselves are typeset once, for the
-    # whole book, when it is printed: tests/test_site.py)
+    # whole book, when it is printed: tests/site/test_site.py)
     assert not book.mathjax_unreachable(html)
     if os.environ.get("COMPANION_NO_BROWSER") == "1":
         pytest.skip("COMPANION_NO_BROWSER=1: TeX rendering not checked")

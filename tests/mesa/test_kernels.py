@@ -2,8 +2,8 @@
 companion.mesa.lanes) against the batched torch version of the same formulas: both dtypes, weights, position
 subsets, forward-only and prediction modes, padding, thread-count invariance, the lane layout, the on-disk
 cache of the compiled code, and the phase tables. (Both are checked against the naive per-prefix reference
-in test_mesa_reference.py; the compiled kernel against its NumPy interpreter, companion.mesa.lanes.reference,
-in test_mesa_lanes_reference.py.)"""
+in mesa/test_reference.py; the compiled kernel against its NumPy interpreter, companion.mesa.lanes.reference,
+in mesa/test_lanes_reference.py.)"""
 
 from __future__ import annotations
 

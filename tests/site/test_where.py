@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import re
-import sys
-from pathlib import Path
 
 import yaml
+from _layers import MODULES
 
 from companion.claims import ResultSpec
 from companion.registry import all_results
 from companion.site import where
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(Path(__file__).parent))
-from test_layers import MODULES  # noqa: E402
+from _util import ROOT
 
 
 def _toc_notebooks() -> list[str]:

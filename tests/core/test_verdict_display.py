@@ -134,8 +134,8 @@ def test_typeset_words_pass(text):
 
 
 def test_the_words_check_of_the_notebook_runs_refuses_a_long_reason_and_ascii_maths():
-    """tests/test_notebooks.py checks every record of every smoke and domain run with this rule."""
-    from test_notebooks import word_problems
+    """tests/notebooks/test_notebooks.py checks every record of every smoke and domain run with this rule."""
+    from _util import word_problems
 
     ok = {"claim": "c", "quantity": "the trained $ab$", "reason": "4 SE of replicates", "falsifier": "$1/5$"}
     assert word_problems(ok) == []
