@@ -8,7 +8,7 @@ import logging
 from ..threads import available_cores, threads_env, user_threads
 from .inputs import SweepError
 
-__all__ = ["CONNECT_TIMEOUT", "connect", "threads_per_worker", "quiet_logs"]
+__all__ = ["CONNECT_TIMEOUT", "connect", "local_cluster", "cluster_client", "close", "threads_per_worker", "quiet_logs"]
 
 
 CONNECT_TIMEOUT = 10  # seconds to reach a --scheduler
@@ -27,6 +27,37 @@ def connect(scheduler: str):
             f"--scheduler {scheduler}: no Dask scheduler answered within {CONNECT_TIMEOUT} s ({reason}); "
             "start one with `dask scheduler` or leave --scheduler out to use local workers"
         ) from None
+
+
+def local_cluster(n_workers: int, allowed_failures: int):
+    """A sweep's own Dask cluster on this machine: ``n_workers`` processes of one thread each (a point's run uses
+    its share of the cores itself); a point may lose its worker ``allowed_failures`` times before it is an error."""
+    import dask
+    from dask.distributed import LocalCluster
+
+    with dask.config.set({"distributed.scheduler.allowed-failures": allowed_failures}):
+        return LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                            silence_logs=logging.ERROR)
+
+
+def cluster_client(cluster):
+    from dask.distributed import Client
+
+    return Client(cluster)
+
+
+def close(client, cluster=None) -> None:
+    """Close the client, and the cluster when it is the sweep's own (whose closing chatter is not the user's:
+    :func:`quiet_logs` runs on its workers and nannies first)."""
+    if cluster is not None:
+        for nanny in (False, True):
+            try:
+                client.run(quiet_logs, nanny=nanny, on_error="ignore")
+            except Exception:  # noqa: BLE001 - a cluster already going down: nothing left to quiet
+                pass
+    client.close()
+    if cluster is not None:
+        cluster.close()
 
 
 def threads_per_worker(client) -> tuple[dict[str, int], str]:

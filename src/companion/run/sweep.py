@@ -46,7 +46,6 @@ Faults:
 from __future__ import annotations
 
 import json
-import logging
 import threading
 import time
 from pathlib import Path
@@ -56,7 +55,7 @@ import yaml
 
 from .. import notebooks as nbs
 from ..threads import available_cores
-from .cluster import connect, quiet_logs, threads_per_worker
+from .cluster import close, cluster_client, connect, local_cluster, threads_per_worker
 from .grid import MAX_POINTS, check_point_count, point_id
 from .inputs import SweepError
 from .server import RunServer
@@ -203,14 +202,47 @@ def run_sweep(
     value differs between points). ``log`` receives one-line notes (cores, repaired lines, capped workers,
     cleared leftovers). More than ``max_points`` points (None: no limit) are refused, and local workers
     are capped at the machine's cores (:func:`worker_count`), before anything starts. The folder is
-    locked (:class:`SweepLock`) from the first read of it to the end."""
-    import dask
-    from dask.distributed import as_completed
-    from tqdm import tqdm
-
+    locked (:class:`~companion.run.store.SweepLock`) from the first read of it to the end."""
     log = log or (lambda msg: None)
+    name, path, out, ids, swept, n_workers, note = _plan(notebook, points, out, workers, scheduler, swept, max_points)
+    results_path = out / "results.jsonl"
+    created, lock = _lock_folder(out)
+    client = cluster = None
+    wrote = False
+    try:
+        _check_folder(out, name, resume)
+        # connect before writing anything: a wrong --scheduler leaves no trace behind
+        if scheduler:
+            client = connect(scheduler)
+        _write_manifest(out, name, len(points), swept)
+        wrote = True
+        _clear_and_repair(out, log)
+        # finished = executed to a verdict (passed or failed); crashed points ("error") run again
+        done = {pid for pid, rec in read_results(out).items() if rec.get("status") in ("ok", "failed")} if resume else set()
+        todo = [(pid, p) for pid, p in zip(ids, points) if pid not in done]
+        counts = {"ok": 0, "failed": 0, "error": 0, "skipped": len(points) - len(todo)}
+        if todo:
+            if client is None:
+                if note:
+                    log(note)
+                cluster = local_cluster(max(1, min(n_workers, len(todo))), ALLOWED_FAILURES)
+                client = cluster_client(cluster)
+            _drive(client, path, name, out, todo, len(points), timeout, counts, progress, log)
+    finally:
+        if client is not None:
+            close(client, cluster)
+        if wrote:
+            clear_partials(out)  # the runs of points cut short by a timeout or an interrupt
+        lock.release()
+        if not wrote:
+            _remove_empty(created)
+    return {"out": str(out), "results": str(results_path), "total": len(points), **counts}
+
+
+def _plan(notebook, points, out, workers, scheduler, swept, max_points):
+    """Everything that is checked before the folder is touched: the notebook, the output path, the point count,
+    the workers, the points' ids (one per point). Returns (name, path, out, ids, swept, n_workers, note)."""
     path = nbs.resolve(notebook)
-    name = nbs.name_of(path)
     out = Path(out).absolute()
     if out.exists() and not out.is_dir():
         raise SweepError(f"--out '{out}': is a file; give a new directory (or a sweep's directory with --resume)")
@@ -223,12 +255,14 @@ def run_sweep(
     ids = [point_id(p, swept) for p in points]
     if len(set(ids)) != len(ids):
         raise SweepError("the grid gives the same point twice; give each value once")
-    results_path = out / "results.jsonl"
-    mpath = out / "sweep.json"
+    return nbs.name_of(path), path, out, ids, swept, n_workers, note
 
-    # the lock first: every check below reads the folder, and a sweep running on it is reported as such
-    created = next((p for p in [out, *out.parents] if p.exists()), None)
-    created = [q for q in [out, *out.parents] if created is None or len(q.parts) > len(created.parts)]
+
+def _lock_folder(out: Path) -> tuple[list[Path], SweepLock]:
+    """Create ``out`` and take its lock, first of all: every later check reads the folder, and a sweep running on it
+    is reported as such. Returns the folders this call created (removed again if nothing is written) and the lock."""
+    existing = next((p for p in [out, *out.parents] if p.exists()), None)
+    created = [q for q in [out, *out.parents] if existing is None or len(q.parts) > len(existing.parts)]
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -239,114 +273,78 @@ def run_sweep(
     except BaseException:
         _remove_empty(created)
         raise
-    client = cluster = None
-    wrote = False
-    try:
-        if results_path.exists() and not resume and read_results(out):
-            raise SweepError(f"--out '{out}': already holds a sweep; pass --resume to continue it or choose another --out")
-        if resume and mpath.is_file():
-            try:
-                old = json.loads(mpath.read_text())
-            except ValueError:
-                old = {}
-            if old.get("notebook") not in (None, name):
-                raise SweepError(f"--out '{out}': holds a sweep of {old.get('notebook')}, not {name}")
+    return created, lock
 
-        # connect before writing anything: a wrong --scheduler leaves no trace behind
-        if scheduler:
-            client = connect(scheduler)
+
+def _check_folder(out: Path, name: str, resume: bool) -> None:
+    """Refuse a folder that holds another sweep: a finished one without ``--resume``, another notebook's."""
+    if (out / "results.jsonl").exists() and not resume and read_results(out):
+        raise SweepError(f"--out '{out}': already holds a sweep; pass --resume to continue it or choose another --out")
+    mpath = out / "sweep.json"
+    if resume and mpath.is_file():
         try:
-            mpath.write_text(json.dumps({"notebook": name, "points": len(points), "swept": list(swept)}, indent=2))
-            wrote = True
-        except OSError as exc:
-            raise SweepError(
-                f"--out '{out}': cannot be written ({exc.strerror or exc}); give a writable directory"
-            ) from None
-        stale = clear_partials(out)
-        if stale:
-            log(f"removed {len(stale)} leftover(s) of interrupted runs from {out / 'points'}")
-        for lineno, why in repair_results(out):
-            log(f"{results_path} line {lineno}: {why}; moved aside to {out / 'results.rejected'}, its point runs again")
+            old = json.loads(mpath.read_text())
+        except ValueError:
+            old = {}
+        if old.get("notebook") not in (None, name):
+            raise SweepError(f"--out '{out}': holds a sweep of {old.get('notebook')}, not {name}")
 
-        # finished = executed to a verdict (passed or failed); crashed points ("error") run again
-        finished = ("ok", "failed")
-        done = {pid for pid, rec in read_results(out).items() if rec.get("status") in finished} if resume else set()
-        todo = [(pid, p) for pid, p in zip(ids, points) if pid not in done]
-        skipped = len(points) - len(todo)
-        append = Appender(results_path)
-        counts = {"ok": 0, "failed": 0, "error": 0, "skipped": skipped}
-        if not todo:
-            return {"out": str(out), "results": str(results_path), "total": len(points), **counts}
 
-        if client is None:
+def _write_manifest(out: Path, name: str, n_points: int, swept: Sequence[str]) -> None:
+    try:
+        (out / "sweep.json").write_text(json.dumps({"notebook": name, "points": n_points, "swept": list(swept)},
+                                                   indent=2))
+    except OSError as exc:
+        raise SweepError(f"--out '{out}': cannot be written ({exc.strerror or exc}); give a writable directory") from None
 
-            from dask.distributed import Client, LocalCluster
 
-            if note:
-                log(note)
-            with dask.config.set({"distributed.scheduler.allowed-failures": ALLOWED_FAILURES}):
-                cluster = LocalCluster(
-                    n_workers=max(1, min(n_workers, len(todo))),
-                    threads_per_worker=1,
-                    processes=True,
-                    dashboard_address=None,
-                    silence_logs=logging.ERROR,
-                )
-            client = Client(cluster)
-        threads_by_worker, why = threads_per_worker(client)
-        log(why)
-        futures = {
-            client.submit(
-                _run_point_on_worker, str(path), p, str(out / "points" / pid), timeout, threads_by_worker,
-                f"point-{pid}", key=f"point-{pid}", pure=False,
-            ): (pid, p)
-            for pid, p in todo
-        }
-        bar = tqdm(total=len(points), initial=skipped, desc=name, unit="pt", disable=not progress)
-        for fut in as_completed(futures):
-            pid, p = futures.pop(fut)
-            try:
-                rec = fut.result()
-            except Exception as exc:  # the worker itself failed (not the notebook), e.g. KilledWorker
-                msg = str(exc).splitlines()[0] if str(exc) else ""
-                rec = {"status": "error", "error": f"{type(exc).__name__}: {msg}", "records": []}
-            # let the cluster forget the result: a worker that dies later must not make Dask compute a
-            # finished point again to restore it
-            fut.release()
-            status = rec.get("status", "error")
-            counts[status] = counts.get(status, 0) + 1
-            append(
-                {
-                    "point": pid,
-                    "notebook": name,
-                    "parameters": p,
-                    "status": status,
-                    "error": rec.get("error"),
-                    "seconds": rec.get("seconds"),
-                    "output_dir": str(out / "points" / pid),
-                    "records": rec.get("records", []),
-                }
-            )
-            bar.update(1)
-            bar.set_postfix(ok=counts["ok"], failed=counts["failed"] + counts["error"])
-        bar.close()
-    finally:
-        if client is not None:
-            if cluster is not None:  # our own cluster: its closing chatter is not the user's (see quiet_logs)
-                for nanny in (False, True):
-                    try:
-                        client.run(quiet_logs, nanny=nanny, on_error="ignore")
-                    except Exception:  # noqa: BLE001 - a cluster already going down: nothing left to quiet
-                        pass
-            client.close()
-        if cluster is not None:
-            cluster.close()
-        if wrote:
-            clear_partials(out)  # the runs of points cut short by a timeout or an interrupt
-        lock.release()
-        if not wrote:
-            _remove_empty(created)
-    return {"out": str(out), "results": str(results_path), "total": len(points), **counts}
+def _clear_and_repair(out: Path, log) -> None:
+    """Leftovers of interrupted runs go; torn or foreign lines of ``results.jsonl`` are moved aside (their points run
+    again)."""
+    stale = clear_partials(out)
+    if stale:
+        log(f"removed {len(stale)} leftover(s) of interrupted runs from {out / 'points'}")
+    for lineno, why in repair_results(out):
+        log(f"{out / 'results.jsonl'} line {lineno}: {why}; moved aside to {out / 'results.rejected'}, "
+            "its point runs again")
+
+
+def _drive(client, path: Path, name: str, out: Path, todo: list, total: int, timeout, counts: dict, progress: bool,
+           log) -> None:
+    """Submit every point still to do and append each one's line to ``results.jsonl`` the moment it completes
+    (``counts`` is updated in place)."""
+    from dask.distributed import as_completed
+    from tqdm import tqdm
+
+    threads_by_worker, why = threads_per_worker(client)
+    log(why)
+    futures = {
+        client.submit(
+            _run_point_on_worker, str(path), p, str(out / "points" / pid), timeout, threads_by_worker,
+            f"point-{pid}", key=f"point-{pid}", pure=False,
+        ): (pid, p)
+        for pid, p in todo
+    }
+    append = Appender(out / "results.jsonl")
+    bar = tqdm(total=total, initial=counts["skipped"], desc=name, unit="pt", disable=not progress)
+    for fut in as_completed(futures):
+        pid, p = futures.pop(fut)
+        try:
+            rec = fut.result()
+        except Exception as exc:  # the worker itself failed (not the notebook), e.g. KilledWorker
+            msg = str(exc).splitlines()[0] if str(exc) else ""
+            rec = {"status": "error", "error": f"{type(exc).__name__}: {msg}", "records": []}
+        # let the cluster forget the result: a worker that dies later must not make Dask compute a
+        # finished point again to restore it
+        fut.release()
+        status = rec.get("status", "error")
+        counts[status] = counts.get(status, 0) + 1
+        append({"point": pid, "notebook": name, "parameters": p, "status": status, "error": rec.get("error"),
+                "seconds": rec.get("seconds"), "output_dir": str(out / "points" / pid),
+                "records": rec.get("records", [])})
+        bar.update(1)
+        bar.set_postfix(ok=counts["ok"], failed=counts["failed"] + counts["error"])
+    bar.close()
 
 
 def _remove_empty(dirs: Sequence[Path]) -> None:
