@@ -116,6 +116,60 @@ _COMPARISONS = ("abs", "rel", "upper", "lower")
 _CLAIM_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 
 
+
+def _compare(pred: float, meas: float, tol: float, comparison: str) -> tuple[float, bool]:
+    """The error of ``meas`` against ``pred`` and whether it is within ``tol``: |meas - pred| (``abs``), relative
+    (``rel``), meas - pred for an upper bound, pred - meas for a lower one. A non-finite number is never accepted."""
+    diff = abs(meas - pred)
+    if comparison == "abs":
+        error, accepted = diff, diff <= tol
+    elif comparison == "rel":
+        error = diff / abs(pred) if pred != 0 else math.inf
+        accepted = diff <= tol * abs(pred)
+    elif comparison == "upper":
+        error, accepted = meas - pred, meas <= pred + tol
+    else:
+        error, accepted = pred - meas, meas >= pred - tol
+    return error, bool(accepted) and math.isfinite(meas) and math.isfinite(pred)
+
+
+def _distances(pred: float, meas: float, tol: float, comparison: str, error: float, crit: float | None,
+               fval: float | None) -> tuple[float | None, float | None]:
+    """Distances of the measurement from the prediction and from the falsifier in units of the effective standard
+    error tol / crit (statistical claims and bounds; None without a critical value)."""
+    if crit is None or crit <= 0:
+        return None, None
+    unit = tol / crit
+    dist = abs(meas - pred) if comparison in ("abs", "rel") else error
+    z_th = dist / unit if unit > 0 else (0.0 if dist == 0 else math.inf)
+    z_f = None
+    if fval is not None:
+        dfal = abs(meas - fval)
+        z_f = dfal / unit if unit > 0 else (0.0 if dfal == 0 else math.inf)
+    return z_th, z_f
+
+
+def _falsifier_rejected(kind: str, pred: float, meas: float, tol: float, comparison: str, falsifier: str | None,
+                        fval: float | None, crit: float | None) -> tuple[bool, list[str]]:
+    """Whether the falsifier lies outside the band (a claim without a falsifier has nothing to separate), and the
+    notes that say why not; a statistical band wider than :data:`MAX_CRIT` SE decides nothing."""
+    notes = []
+    if not falsifier:
+        rejected = True  # nothing to separate the theory from
+    elif fval is None:
+        rejected = False
+        notes.append("the falsifier has no value, so it cannot be rejected")
+    else:
+        rejected = math.isfinite(meas) and abs(meas - fval) > (tol * abs(pred) if comparison == "rel" else tol)
+        if not rejected:
+            notes.append("the falsifier's value is inside the tolerance too")
+    if kind == "statistical" and not (crit is not None and crit <= MAX_CRIT):
+        rejected = False
+        notes.append(f"the band is {'undefined' if crit is None else f'{crit:.3g} SE'} (more than "
+                     f"{MAX_CRIT:g}): too few degrees of freedom to decide")
+    return rejected, notes
+
+
 class VerdictError(AssertionError):
     """At least one claim of a notebook failed, or its manifest and its records disagree."""
 
@@ -286,49 +340,15 @@ class Verdict:
         pred, meas, tol = _num(predicted), _num(measured), float(tolerance)
         if not (math.isfinite(tol) and tol >= 0):
             raise ValueError(f"{claim}: tolerance must be finite and >= 0; got {tolerance!r}")
-        diff = abs(meas - pred)
-        if comparison == "abs":
-            error, accepted = diff, diff <= tol
-        elif comparison == "rel":
-            error = diff / abs(pred) if pred != 0 else math.inf
-            accepted = diff <= tol * abs(pred)
-        elif comparison == "upper":
-            error, accepted = meas - pred, meas <= pred + tol
-        else:
-            error, accepted = pred - meas, meas >= pred - tol
-        accepted = bool(accepted) and math.isfinite(meas) and math.isfinite(pred)
+        error, accepted = _compare(pred, meas, tol, comparison)
         fval = None if falsifier_value is None else _num(falsifier_value)
         if fval is not None and not falsifier:
             raise ValueError(f"{claim}: a falsifier value needs the falsifier's name")
         target, headline = self._spec(claim, kind, headline)
-        # distances in units of the effective standard error tolerance / crit (statistical and bounds)
-        z_th = z_f = None
         if crit is None and z is not None:
             crit = float(z)
-        if crit is not None and crit > 0:
-            unit = tol / crit
-            if comparison in ("abs", "rel"):
-                dist = diff
-            else:
-                dist = error
-            z_th = dist / unit if unit > 0 else (0.0 if dist == 0 else math.inf)
-            if fval is not None:
-                dfal = abs(meas - fval)
-                z_f = dfal / unit if unit > 0 else (0.0 if dfal == 0 else math.inf)
-        notes = []
-        if not falsifier:
-            rejected = True  # nothing to separate the theory from
-        elif fval is None:
-            rejected = False
-            notes.append("the falsifier has no value, so it cannot be rejected")
-        else:
-            rejected = math.isfinite(meas) and abs(meas - fval) > (tol * abs(pred) if comparison == "rel" else tol)
-            if not rejected:
-                notes.append("the falsifier's value is inside the tolerance too")
-        if kind == "statistical" and not (crit is not None and crit <= MAX_CRIT):
-            rejected = False
-            notes.append(f"the band is {'undefined' if crit is None else f'{crit:.3g} SE'} (more than "
-                         f"{MAX_CRIT:g}): too few degrees of freedom to decide")
+        z_th, z_f = _distances(pred, meas, tol, comparison, error, crit, fval)
+        rejected, notes = _falsifier_rejected(kind, pred, meas, tol, comparison, falsifier, fval, crit)
         status = "failed" if not accepted else ("passed" if rejected else "not_resolvable")
         if undecided is not None:
             if not undecided.strip():

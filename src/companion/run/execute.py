@@ -110,9 +110,6 @@ def run_notebook(
     refused by the notebook's range checks leaves nothing behind, and one that crashed is kept in
     ``<output_dir>.failed-<time>`` beside the previous run instead of over it.
     """
-    import papermill
-    from papermill.exceptions import PapermillExecutionError
-
     path = nbs.resolve(notebook)
     name = nbs.name_of(path)
     specs = nbs.parameters(path)
@@ -135,46 +132,11 @@ def run_notebook(
     t0 = time.perf_counter()
     shown = dict(params, results_dir=str(out)) if our_results_dir else params
     result = RunResult(name, _jsonable(shown), str(out), str(out / executed_tmp.name), "error", started=started)
-    error: Exception | None = None
-    for attempt in range(1, KERNEL_START_RETRIES + 1):
-        try:
-            warm = {} if kernel is None else kernel.engine_arguments(str(path.parent))
-            papermill.execute_notebook(
-                str(input_path),
-                str(executed_tmp),
-                parameters=params,
-                kernel_name=kernel_name,
-                cwd=str(path.parent),
-                progress_bar=False,
-                log_output=log_output,
-                execution_timeout=timeout,
-                start_timeout=120,
-                extra_arguments=KERNEL_ARGUMENTS,
-                **warm,
-            )
-            error = None
-            break
-        except PapermillExecutionError as exc:
-            error = NotebookFailed(name, exc.ename, _clean(exc.evalue), None)
-            break
-        except Exception as exc:  # kernel start races (ZMQ port collisions) are retried
-            error = exc
-            if kernel is not None:
-                kernel.shutdown()  # a kernel that failed a run is not reused
-            if not _is_kernel_start_failure(exc) or attempt == KERNEL_START_RETRIES:
-                break
-            time.sleep(0.5 * attempt)
+    error = _execute(input_path, executed_tmp, path, name, params, kernel_name, timeout, log_output, kernel)
     input_path.unlink(missing_ok=True)
     result.seconds = round(time.perf_counter() - t0, 3)
     result.records = read_records(work, name)
-    if error is None:
-        failed = [r for r in result.records if not r.get("passed")]
-        result.status = "failed" if failed else "ok"
-    elif isinstance(error, NotebookFailed):
-        result.status = "failed" if error.ename == "VerdictError" else "error"
-        result.error = f"{error.ename}: {error.evalue}"
-    else:
-        result.error = f"{type(error).__name__}: {error}"
+    _set_status(result, error)
 
     if isinstance(error, NotebookFailed) and error.refused:
         shutil.rmtree(work, ignore_errors=True)  # refused by the notebook's range checks: nothing ran
@@ -194,6 +156,48 @@ def run_notebook(
             raise error
         raise NotebookFailed(name, type(error).__name__, str(error), executed if executed.exists() else None)
     return result
+
+
+def _execute(input_path: Path, executed: Path, path: Path, name: str, params: dict, kernel_name: str,
+             timeout: float | None, log_output: bool, kernel: "WarmKernel | None") -> Exception | None:
+    """papermill over ``input_path`` into ``executed`` (in a new kernel, or in the warm ``kernel``); a kernel that
+    fails to start (a ZMQ port race) is tried again, up to :data:`KERNEL_START_RETRIES` times. Returns the error:
+    None, a :class:`NotebookFailed` (the notebook raised), or the kernel's own."""
+    import papermill
+    from papermill.exceptions import PapermillExecutionError
+
+    error: Exception | None = None
+    for attempt in range(1, KERNEL_START_RETRIES + 1):
+        try:
+            warm = {} if kernel is None else kernel.engine_arguments(str(path.parent))
+            papermill.execute_notebook(
+                str(input_path), str(executed), parameters=params, kernel_name=kernel_name, cwd=str(path.parent),
+                progress_bar=False, log_output=log_output, execution_timeout=timeout, start_timeout=120,
+                extra_arguments=KERNEL_ARGUMENTS, **warm,
+            )
+            return None
+        except PapermillExecutionError as exc:
+            return NotebookFailed(name, exc.ename, _clean(exc.evalue), None)
+        except Exception as exc:  # kernel start races (ZMQ port collisions) are retried
+            error = exc
+            if kernel is not None:
+                kernel.shutdown()  # a kernel that failed a run is not reused
+            if not _is_kernel_start_failure(exc) or attempt == KERNEL_START_RETRIES:
+                break
+            time.sleep(0.5 * attempt)
+    return error
+
+
+def _set_status(result: RunResult, error: Exception | None) -> None:
+    """ok (every claim passed), failed (a claim failed: the notebook's VerdictError, or a record not passed) or
+    error (anything else), with the error's one line."""
+    if error is None:
+        result.status = "failed" if [r for r in result.records if not r.get("passed")] else "ok"
+    elif isinstance(error, NotebookFailed):
+        result.status = "failed" if error.ename == "VerdictError" else "error"
+        result.error = f"{error.ename}: {error.evalue}"
+    else:
+        result.error = f"{type(error).__name__}: {error}"
 
 
 def _clean(text: str) -> str:
