@@ -26,7 +26,7 @@
    site's own MathJax (:func:`mathjax_unreachable`, a check of the files, no browser).
 
 The site itself (the papers' numbering, provenance and executed notebooks per page, alt text, styles) is
-:mod:`companion.sphinx_ext`.
+:mod:`companion.site.sphinx_ext`.
 """
 
 from __future__ import annotations
@@ -335,7 +335,7 @@ GLANCE_PAGE = "glance.md"  # included by book/glance.md from ../_build/glance.md
 
 def glance_table(records: list[dict]) -> str:
     """MyST for the "Results at a glance" page: one row per result of both registries
-    (:func:`companion.where.all_results`), its decisive claim among ``records``
+    (:func:`companion.registry.all_results`), its decisive claim among ``records``
     (:func:`companion.report.glance_markdown`)."""
 
     return glance_markdown(all_results(), records)
@@ -390,8 +390,8 @@ def print_book(root: Path, browser: str | None = None, jb_cmd: list[str] | None 
     Chromium (offline: the site's own MathJax), MathJax's TeX errors are read per page, and the same typeset page
     is printed (US Letter, margins of 0.4 in as Chromium's own print) to ``_build/html/companion.pdf``.
 
-    One typesetting instead of two: the book used to render every page of the site one by one (:func:`check_math`)
-    beside a second browser printing the same formulas (the README has both times).
+    One typesetting checks and prints: on the cold build's site it takes 98 s, against 122 s for rendering every
+    page one by one (:func:`check_math`) beside a second browser printing the same formulas.
     Returns ``(pdf, errors)``, ``errors`` keyed by page as :func:`check_math` (``"notebooks/mesa/setup.html"``);
     the PDF is written even with errors (the caller decides). Raises RuntimeError if the page does not load or
     the PDF is not written. With ``out_dir``, the single page is a build of its own there (``_single_page``)
@@ -556,23 +556,61 @@ BUILD_THREADS_MAX = 4
 def build(root: Path | None = None, *, strict: bool = True, force: bool = False, extra_args=()) -> int:
     """Guard the cache, build the book strictly, collect the results. Returns an exit status."""
     root = root or repo_root()
-
     start = time.perf_counter()
+    _execute_pages(root, force)
+    cmd = [_jupyter_book(), "build", str(root)] + (["-n", "-W", "--keep-going"] if strict else []) + list(extra_args)
+    names = nbs.all_notebooks(root, toc_only=True)
+    cached, before = _verdict_tables(root, names)
+    write_where_page(root)  # before the two builds below, which both read it
+    browser = find_browser()
+    printing, pool = None, ThreadPoolExecutor(max_workers=1)
+    t_print = time.perf_counter()
+    if browser and cached is not None and all(cached[n] and all(r.get("passed") for r in cached[n]) for n in names):
+        # every page cached with passing verdicts: the single page is built and printed beside the HTML build, on
+        # the other core (its own folder; kept only if the HTML build succeeds with these same tables)
+        printing = pool.submit(print_book, root, browser, None, root / "_build" / "print")
+    print("+", " ".join(cmd), flush=True)
+    t0 = time.perf_counter()
+    status = subprocess.call(cmd, cwd=root)
+    summary = collect_results(root / "_build", names)
+    changed = _tables(root) != before
+    if changed:
+        # second, incremental pass: only the "Every claim" and "Results at a glance" pages (they include the
+        # new tables) are rebuilt
+        print("+ (verdict tables changed) " + " ".join(cmd), flush=True)
+        status = subprocess.call(cmd, cwd=root) or status
+    status = _report(summary, status, time.perf_counter() - t0)
+    if printing is not None and (status != 0 or changed):
+        try:  # printed from other tables than the final ones, or the build failed: not kept
+            printing.result()
+        except (RuntimeError, subprocess.TimeoutExpired):
+            pass
+        printing = None
+    pool.shutdown()
+    if status == 0 and browser:
+        status = _check_tex_and_print(root, browser, printing, t_print)
+    elif status == 0:
+        print("companion book: no Chromium found; the TeX of the pages was not checked", file=sys.stderr)
+    if status == 0:
+        print(f"companion book: open {root / '_build' / 'html' / 'index.html'}")
+    print(f"companion book: {time.perf_counter() - start:.0f} s in all, exit status {status}")
+    return status
 
+
+def _execute_pages(root: Path, force: bool) -> None:
+    """The cache guards, the mesa kernels and the paper runs, then every page that the cache does not hold,
+    two at a time (:func:`pre_execute`)."""
     # the build has the machine to itself: let the training kernels use the cores (they default to one
     # thread, which is faster when several processes share a small machine)
     os.environ.setdefault("COMPANION_THREADS", str(min(BUILD_THREADS_MAX, available_cores())))
     if force and (root / CACHE_DIR).exists():
         shutil.rmtree(root / CACHE_DIR)
-    wiped = guard_cache(root)
-    if wiped:
+    if guard_cache(root):
         print("companion book: src/companion or the pinned stack changed; re-executing every notebook")
-
     # jupyter-cache keys a page on its own code cells: the Sweeps page also depends on the notebooks it sweeps
     if guard_sweeps_page(root / CACHE_DIR, root):
         forget_read_pages(root)
         print("companion book: a notebook swept by the Sweeps page changed; re-executing that page")
-
     # compile the fused mesa kernels once, before the notebooks (cached on disk; a no-op after)
     print(f"companion book: mesa kernels ready in {kernels.warm_up():.1f} s", flush=True)
     t0 = time.perf_counter()
@@ -580,40 +618,28 @@ def build(root: Path | None = None, *, strict: bool = True, force: bool = False,
     if executed:
         print(f"companion book: {len(executed)} page(s) executed in {time.perf_counter() - t0:.0f} s "
               f"(sum of page times {sum(executed.values()):.0f} s)", flush=True)
-    cmd = [_jupyter_book(), "build", str(root)]
-    if strict:
-        cmd += ["-n", "-W", "--keep-going"]
-    cmd += list(extra_args)
-    names = nbs.all_notebooks(root, toc_only=True)
-    page, glance = root / "_build" / VERDICT_PAGE, root / "_build" / GLANCE_PAGE
-    # the verdict tables from the executed pages in jupyter-cache, before Sphinx reads them (no second pass)
+
+
+def _tables(root: Path) -> tuple[str, str]:
+    return (root / "_build" / VERDICT_PAGE).read_text(), (root / "_build" / GLANCE_PAGE).read_text()
+
+
+def _verdict_tables(root: Path, names: list[str]) -> tuple[dict | None, tuple[str, str]]:
+    """Write the verdict tables from the executed pages in jupyter-cache, before Sphinx reads them (no second pass);
+    a placeholder where a page has not run. Returns the cached records (None: not every page cached) and the
+    tables as written."""
     cached = records_from_cache(root, names)
     if cached is not None:
         write_tables(root / "_build", names, [r for n in names for r in cached[n]], [n for n in names if not cached[n]])
-    if not page.is_file():
-        page.write_text("The table of verdicts is written when the notebooks of this build have run.\n")
-    if not glance.is_file():
-        glance.write_text("The results at a glance are written when the notebooks of this build have run.\n")
-    before = page.read_text(), glance.read_text()
-    write_where_page(root)  # before the two builds below, which both read it
-    browser = find_browser()
-    printing, pool = None, ThreadPoolExecutor(max_workers=1)
-    if browser and cached is not None and all(cached[n] and all(r.get("passed") for r in cached[n]) for n in names):
-        # every page cached with passing verdicts: the single page is built and printed beside the HTML build, on
-        # the other core (its own folder; kept only if the HTML build succeeds with these same tables)
-        t_print = time.perf_counter()
-        printing = pool.submit(print_book, root, browser, None, root / "_build" / "print")
-    print("+", " ".join(cmd), flush=True)
-    t0 = time.perf_counter()
-    status = subprocess.call(cmd, cwd=root)
-    summary = collect_results(root / "_build", names)
-    changed = (page.read_text(), glance.read_text()) != before
-    if changed:
-        # second, incremental pass: only the "Every claim" and "Results at a glance" pages (they include the
-        # new tables) are rebuilt
-        print("+ (verdict tables changed) " + " ".join(cmd), flush=True)
-        status = subprocess.call(cmd, cwd=root) or status
-    seconds = time.perf_counter() - t0
+    for name, what in ((VERDICT_PAGE, "The table of verdicts"), (GLANCE_PAGE, "The results at a glance")):
+        if not (root / "_build" / name).is_file():
+            (root / "_build" / name).write_text(f"{what} {'is' if name == VERDICT_PAGE else 'are'} written when the "
+                                                "notebooks of this build have run.\n")
+    return cached, _tables(root)
+
+
+def _report(summary: dict, status: int, seconds: float) -> int:
+    """Print the build's outcome; a page without records or a failed claim fails the build."""
     print(
         f"companion book: build exit status {status} after {seconds:.0f} s; "
         f"{summary['claims']} claims from {len(summary['notebooks'])} notebooks -> _build/results/"
@@ -624,41 +650,33 @@ def build(root: Path | None = None, *, strict: bool = True, force: bool = False,
         print(f"companion book: FAILED claims: {', '.join(summary['failed'])}", file=sys.stderr)
     if status == 0 and (summary["missing"] or summary["failed"]):
         status = 1
-    if printing is not None and (status != 0 or changed):
-        try:  # printed from other tables than the final ones, or the build failed: not kept
-            printing.result()
-        except (RuntimeError, subprocess.TimeoutExpired):
-            pass
-        printing = None
-    pool.shutdown()
-    if status == 0 and browser:
-        # the TeX of every page and the PDF in one typesetting of the whole book; a PDF printed from pages whose
-        # TeX fails is removed again
-        t1 = time.perf_counter()
-        bad = mathjax_unreachable(root / "_build" / "html")
-        try:
-            if printing is not None:
-                pdf = root / "_build" / "html" / PDF_NAME
-                done, tex = printing.result()
-                shutil.move(done, pdf)
-                t1 = t_print
-            else:
-                pdf, tex = print_book(root, browser)
-            for page, errs in tex.items():
-                bad.setdefault(page, []).extend(errs)
-            print(f"companion book: TeX checked and {pdf.relative_to(root)} printed in "
-                  f"{time.perf_counter() - t1:.0f} s" + (" (beside the HTML build)" if printing is not None else ""))
-        except (RuntimeError, subprocess.TimeoutExpired) as exc:
-            print(f"companion book: the PDF failed: {exc}", file=sys.stderr)
-            status = 1
-        for page, errs in bad.items():
-            print(f"companion book: TeX errors on {page}: {sorted(set(errs))}", file=sys.stderr)
-        if bad:
-            status = 1
-            (root / "_build" / "html" / PDF_NAME).unlink(missing_ok=True)
-    elif status == 0:
-        print("companion book: no Chromium found; the TeX of the pages was not checked", file=sys.stderr)
-    if status == 0:
-        print(f"companion book: open {root / '_build' / 'html' / 'index.html'}")
-    print(f"companion book: {time.perf_counter() - start:.0f} s in all, exit status {status}")
+    return status
+
+
+def _check_tex_and_print(root: Path, browser: str, printing, t_print: float) -> int:
+    """The TeX of every page and the PDF in one typesetting of the whole book (``printing``: the print made beside
+    the HTML build, if kept); a PDF printed from pages whose TeX fails is removed again. Returns the status."""
+    status = 0
+    t1 = time.perf_counter()
+    bad = mathjax_unreachable(root / "_build" / "html")
+    try:
+        if printing is not None:
+            pdf = root / "_build" / "html" / PDF_NAME
+            done, tex = printing.result()
+            shutil.move(done, pdf)
+            t1 = t_print
+        else:
+            pdf, tex = print_book(root, browser)
+        for page, errs in tex.items():
+            bad.setdefault(page, []).extend(errs)
+        print(f"companion book: TeX checked and {pdf.relative_to(root)} printed in "
+              f"{time.perf_counter() - t1:.0f} s" + (" (beside the HTML build)" if printing is not None else ""))
+    except (RuntimeError, subprocess.TimeoutExpired) as exc:
+        print(f"companion book: the PDF failed: {exc}", file=sys.stderr)
+        status = 1
+    for page, errs in bad.items():
+        print(f"companion book: TeX errors on {page}: {sorted(set(errs))}", file=sys.stderr)
+    if bad:
+        status = 1
+        (root / "_build" / "html" / PDF_NAME).unlink(missing_ok=True)
     return status
