@@ -1,12 +1,12 @@
 """A sweep's results as a table, a CSV export and a figure (``companion results``).
 
-``results.jsonl`` is read tolerantly (:func:`companion.sweep.scan_results`): a bad line is skipped and
+``results.jsonl`` is read tolerantly (:func:`companion.run.store.scan_results`): a bad line is skipped and
 named (``Table.skipped``), never silently. Verdict records are read with ``.get``, so records with or
-without the newer fields (``status``, ``se``, ``kind``, ``falsifier`` ...) both work.
+without the optional fields (``status``, ``se``, ``kind``, ``falsifier`` ...) both work.
 
-* :meth:`companion.results.Table.wide_rows`: one row per point, one column per parameter and per claim's numbers
+* :meth:`companion.run.table.Table.wide_rows`: one row per point, one column per parameter and per claim's numbers
   (``<claim>.measured``, ``.predicted``, ``.se``, ``.passed`` ...), the export format;
-* :meth:`companion.results.Table.long_rows`: one row per point and claim;
+* :meth:`companion.run.table.Table.long_rows`: one row per point and claim;
 * :func:`plot`: a line of one claim's measured value over one swept parameter (error bars from the
   records' standard errors, or from the spread over the other swept parameters), with the prediction;
   or a heat map over two swept parameters. Points whose verdict failed, or that crashed, are marked.
@@ -150,9 +150,27 @@ def _failed(point: dict, rec: dict | None) -> bool:
 
 def plot(table: Table, out: str | Path, *, x: str | None = None, y: str | None = None, claim: str | None = None,
          value: str = "measured") -> str:
-    """Draw the figure into ``out`` (format from the extension); returns a one-line description."""
+    """Draw the figure into ``out`` (format from the extension); returns a one-line description: a line of one
+    claim's ``value`` over ``x`` (:func:`_line`), or a heat map over ``x`` and ``y`` (:func:`_heat_map`)."""
+    x, claim = _plot_choices(table, out, x, y, claim)
+    if y is None:
+        fig, what = _line(table, x, claim, value)
+    else:
+        fig, what = _heat_map(table, x, y, claim, value)
+    try:
+        fig.savefig(out)
+    except OSError as exc:
+        raise InputError(f"--plot '{out}': cannot be written ({exc.strerror or exc})") from None
+    finally:
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
+    return what
 
 
+def _plot_choices(table: Table, out, x: str | None, y: str | None, claim: str | None) -> tuple[str, str]:
+    """Check the options of ``--plot`` before anything is drawn; returns the x parameter and the claim (defaults:
+    the first swept parameter, the first claim)."""
     suffix = Path(out).suffix.lower()
     if suffix not in (".png", ".svg", ".pdf"):
         raise InputError(f"--plot '{out}': give a file name ending in .png, .svg or .pdf")
@@ -173,92 +191,100 @@ def plot(table: Table, out: str | Path, *, x: str | None = None, y: str | None =
         claim = claims[0]
     elif claim not in claims:
         raise InputError(f"--claim '{claim}': not a claim of this sweep; its claims are: {', '.join(claims) or 'none'}")
+    return x, claim
 
-    def xval(p, name):
-        return _params(p).get(name)
 
-    def key(v):
-        return (0, float(v)) if isinstance(v, (int, float)) else (1, str(v))
+def _xval(p: dict, name: str):
+    return _params(p).get(name)
 
-    fig_w = 5.2
-    if y is None:
-        fig, ax = new_figure(width=fig_w, height=3.6)
-        groups: dict = {}
-        for p in table.points:
-            groups.setdefault(repr(xval(p, x)), (xval(p, x), []))[1].append(p)
-        xs, mean, err, pred, bad_x, bad_y = [], [], [], [], [], []
-        for _, (xv, pts) in sorted(groups.items(), key=lambda kv: key(kv[1][0])):
-            recs = [_claim_record(p, claim) for p in pts]
-            vals = [_num(r.get(value)) if r else math.nan for r in recs]
-            finite = [v for v in vals if math.isfinite(v)]
-            m = float(np.mean(finite)) if finite else math.nan
-            if len(finite) > 1:  # spread over the other swept parameters (e.g. seeds)
-                e = float(np.std(finite, ddof=1) / np.sqrt(len(finite)))
-            else:
-                ses = [_num(r.get("se")) for r in recs if r]
-                e = ses[0] if ses and math.isfinite(ses[0]) and value == "measured" else math.nan
-            preds = [_num(r.get("predicted")) for r in recs if r]
-            xs.append(xv)
-            mean.append(m)
-            err.append(e)
-            pred.append(float(np.nanmean(preds)) if preds and any(math.isfinite(q) for q in preds) else math.nan)
-            for p, r, v in zip(pts, recs, vals):
-                if _failed(p, r):
-                    bad_x.append(xv)
-                    bad_y.append(v if math.isfinite(v) else (m if math.isfinite(m) else 0.0))
-        numeric = all(isinstance(v, (int, float)) for v in xs)
-        pos = xs if numeric else list(range(len(xs)))
-        yerr = None if all(not math.isfinite(e) for e in err) else [e if math.isfinite(e) else 0.0 for e in err]
-        ax.errorbar(pos, mean, yerr=yerr, marker="o", ms=4, capsize=3, label=f"{value}")
-        if value == "measured" and any(math.isfinite(q) for q in pred):
-            ax.plot(pos, pred, ls="--", color="0.3", label="predicted")
-        if bad_x:
-            bpos = bad_x if numeric else [xs.index(b) for b in bad_x]
-            ax.plot(bpos, bad_y, ls="none", marker="x", ms=9, mew=2, color="#d62728", label="verdict failed / error")
-        if not numeric:
-            ax.set_xticks(pos, [str(v) for v in xs])
-        elif len(xs) > 2 and min(xs) > 0 and max(xs) / min(xs) >= 50:
-            ax.set_xscale("log")
-        ax.set_xlabel(x)
-        ax.set_ylabel(f"{claim}: {value}")
-        ax.legend(fontsize=8)
-        what = f"line of {claim} {value} over {x} ({len(xs)} values, {len(bad_x)} failing point(s) marked)"
+
+def _order(v):
+    return (0, float(v)) if isinstance(v, (int, float)) else (1, str(v))
+
+
+#: the figures' width in inches
+FIG_WIDTH = 5.2
+
+
+def _line_point(pts: list[dict], claim: str, value: str):
+    """One x value's mean, its error bar (the spread over the other swept parameters, e.g. seeds, else the record's
+    SE), the mean prediction, and the values of its points."""
+    recs = [_claim_record(p, claim) for p in pts]
+    vals = [_num(r.get(value)) if r else math.nan for r in recs]
+    finite = [v for v in vals if math.isfinite(v)]
+    m = float(np.mean(finite)) if finite else math.nan
+    if len(finite) > 1:  # spread over the other swept parameters (e.g. seeds)
+        e = float(np.std(finite, ddof=1) / np.sqrt(len(finite)))
     else:
-        fig, ax = new_figure(width=fig_w, height=4.0)
-        xv = sorted({repr(xval(p, x)): xval(p, x) for p in table.points}.values(), key=key)
-        yv = sorted({repr(xval(p, y)): xval(p, y) for p in table.points}.values(), key=key)
-        cells: dict = {}
-        fails = set()
-        for p in table.points:
-            i, j = xv.index(xval(p, x)), yv.index(xval(p, y))
-            r = _claim_record(p, claim)
-            cells.setdefault((i, j), []).append(_num(r.get(value)) if r else math.nan)
-            if _failed(p, r):
-                fails.add((i, j))
-        grid = np.full((len(yv), len(xv)), np.nan)
-        for (i, j), vals in cells.items():
-            finite = [v for v in vals if math.isfinite(v)]
-            if finite:
-                grid[j, i] = float(np.mean(finite))
-        im = ax.imshow(grid, origin="lower", aspect="auto", cmap="viridis")
-        fig.colorbar(im, ax=ax, label=f"{claim}: {value}")
-        ax.set_xticks(range(len(xv)), [number_text(v) if isinstance(v, float) else str(v) for v in xv])
-        ax.set_yticks(range(len(yv)), [number_text(v) if isinstance(v, float) else str(v) for v in yv])
-        ax.set_xlabel(x)
-        ax.set_ylabel(y)
-        ax.grid(False)
-        if fails:
-            fi, fj = zip(*sorted(fails))
-            ax.plot(fi, fj, ls="none", marker="x", ms=10, mew=2, color="#d62728", label="verdict failed / error")
-            ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0, -0.15))
-        what = (f"heat map of {claim} {value} over ({x}, {y}) ({len(xv)} x {len(yv)}, "
-                f"{len(fails)} failing cell(s) marked)")
-    try:
-        fig.savefig(out)
-    except OSError as exc:
-        raise InputError(f"--plot '{out}': cannot be written ({exc.strerror or exc})") from None
-    finally:
-        import matplotlib.pyplot as plt
+        ses = [_num(r.get("se")) for r in recs if r]
+        e = ses[0] if ses and math.isfinite(ses[0]) and value == "measured" else math.nan
+    preds = [_num(r.get("predicted")) for r in recs if r]
+    pred = float(np.nanmean(preds)) if preds and any(math.isfinite(q) for q in preds) else math.nan
+    return m, e, pred, recs, vals
 
-        plt.close(fig)
-    return what
+
+def _line(table: Table, x: str, claim: str, value: str):
+    fig, ax = new_figure(width=FIG_WIDTH, height=3.6)
+    groups: dict = {}
+    for p in table.points:
+        groups.setdefault(repr(_xval(p, x)), (_xval(p, x), []))[1].append(p)
+    xs, mean, err, pred, bad_x, bad_y = [], [], [], [], [], []
+    for _, (xv, pts) in sorted(groups.items(), key=lambda kv: _order(kv[1][0])):
+        m, e, q, recs, vals = _line_point(pts, claim, value)
+        xs.append(xv)
+        mean.append(m)
+        err.append(e)
+        pred.append(q)
+        for p, r, v in zip(pts, recs, vals):
+            if _failed(p, r):
+                bad_x.append(xv)
+                bad_y.append(v if math.isfinite(v) else (m if math.isfinite(m) else 0.0))
+    numeric = all(isinstance(v, (int, float)) for v in xs)
+    pos = xs if numeric else list(range(len(xs)))
+    yerr = None if all(not math.isfinite(e) for e in err) else [e if math.isfinite(e) else 0.0 for e in err]
+    ax.errorbar(pos, mean, yerr=yerr, marker="o", ms=4, capsize=3, label=f"{value}")
+    if value == "measured" and any(math.isfinite(q) for q in pred):
+        ax.plot(pos, pred, ls="--", color="0.3", label="predicted")
+    if bad_x:
+        bpos = bad_x if numeric else [xs.index(b) for b in bad_x]
+        ax.plot(bpos, bad_y, ls="none", marker="x", ms=9, mew=2, color="#d62728", label="verdict failed / error")
+    if not numeric:
+        ax.set_xticks(pos, [str(v) for v in xs])
+    elif len(xs) > 2 and min(xs) > 0 and max(xs) / min(xs) >= 50:
+        ax.set_xscale("log")
+    ax.set_xlabel(x)
+    ax.set_ylabel(f"{claim}: {value}")
+    ax.legend(fontsize=8)
+    return fig, f"line of {claim} {value} over {x} ({len(xs)} values, {len(bad_x)} failing point(s) marked)"
+
+
+def _heat_map(table: Table, x: str, y: str, claim: str, value: str):
+    fig, ax = new_figure(width=FIG_WIDTH, height=4.0)
+    xv = sorted({repr(_xval(p, x)): _xval(p, x) for p in table.points}.values(), key=_order)
+    yv = sorted({repr(_xval(p, y)): _xval(p, y) for p in table.points}.values(), key=_order)
+    cells: dict = {}
+    fails = set()
+    for p in table.points:
+        i, j = xv.index(_xval(p, x)), yv.index(_xval(p, y))
+        r = _claim_record(p, claim)
+        cells.setdefault((i, j), []).append(_num(r.get(value)) if r else math.nan)
+        if _failed(p, r):
+            fails.add((i, j))
+    grid = np.full((len(yv), len(xv)), np.nan)
+    for (i, j), vals in cells.items():
+        finite = [v for v in vals if math.isfinite(v)]
+        if finite:
+            grid[j, i] = float(np.mean(finite))
+    im = ax.imshow(grid, origin="lower", aspect="auto", cmap="viridis")
+    fig.colorbar(im, ax=ax, label=f"{claim}: {value}")
+    ax.set_xticks(range(len(xv)), [number_text(v) if isinstance(v, float) else str(v) for v in xv])
+    ax.set_yticks(range(len(yv)), [number_text(v) if isinstance(v, float) else str(v) for v in yv])
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    ax.grid(False)
+    if fails:
+        fi, fj = zip(*sorted(fails))
+        ax.plot(fi, fj, ls="none", marker="x", ms=10, mew=2, color="#d62728", label="verdict failed / error")
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0, -0.15))
+    return fig, (f"heat map of {claim} {value} over ({x}, {y}) ({len(xv)} x {len(yv)}, "
+                 f"{len(fails)} failing cell(s) marked)")
