@@ -292,7 +292,7 @@ def test_a_run_in_a_warm_kernel_records_what_a_run_in_a_new_one_records(name, tm
     """The same point, first in a new kernel, then in the same kernel after a run at another point: equal
     records (the notebooks seed every generator from their parameters; nothing of a run leaks into the next)."""
     from companion.run.execute import run_notebook
-    from companion.run.kernel import WarmKernel
+    from companion.run.jupyter_kernel import WarmKernel
 
     from _util import smoke_parameters
 

@@ -26,7 +26,7 @@ from .. import notebooks as nbs
 from ..params import PARAMETER_ERRORS
 from ..text import slug
 from .inputs import coerce_parameters
-from .kernel import KERNEL_ARGUMENTS, WarmKernel
+from .jupyter_kernel import KERNEL_ARGUMENTS, WarmKernel
 from .outputs import OWNER_FILE, holds_a_run, move_into_place, prepare_output, read_records
 
 __all__ = ["NotebookFailed", "RunResult", "run_notebook", "KERNEL_START_RETRIES"]

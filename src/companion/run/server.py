@@ -19,7 +19,7 @@ from ..params import InputError
 from ..threads import threads_env, use_threads
 from .execute import NotebookFailed, run_notebook
 from .inputs import load_param_file
-from .kernel import SOCKETS_ENV, WarmKernel
+from .jupyter_kernel import SOCKETS_ENV, WarmKernel
 from .process import kill_tree
 
 __all__ = ["serve_runs", "RunServer", "SERVE_IDLE_SECONDS", "SERVER_PREFIX", "remove_stale_socket_folders"]
