@@ -39,20 +39,9 @@ def cmd_list(args) -> int:
     return 0
 
 
-def _text_params(pairs) -> dict[str, str]:
-    from .run.inputs import ParameterSpecError
-
-    out: dict[str, str] = {}
-    for name, value in pairs or []:
-        if name in out:
-            raise ParameterSpecError(f"parameter '{name}' is given twice with -p; give it once")
-        out[name] = value
-    return out
-
-
 def cmd_run(args) -> int:
     from .run.execute import NotebookFailed, run_notebook
-    from .run.inputs import load_param_file
+    from .run.inputs import load_param_file, text_parameters
     from .run.process import exit_when_stdin_closes
     from .run.server import serve_runs
     from .threads import threads_env, use_threads
@@ -64,7 +53,7 @@ def cmd_run(args) -> int:
     typed = {}
     for f in args.file or []:
         typed.update(load_param_file(f))
-    text = _text_params(args.param)
+    text = text_parameters(args.param)
     for name in set(typed) & set(text):
         typed.pop(name)  # -p wins over -f
     threads, why = threads_env(1)
@@ -104,25 +93,12 @@ def _num(v) -> str:
 
 
 def cmd_sweep(args) -> int:
-    from .run.grid import check_point_count, count_points, expand_grid, parse_grid
-    from .run.inputs import SweepError, read_yaml_file
+    from .run.grid import check_point_count, count_points, expand_grid, parse_grid, read_grid_files
+    from .run.inputs import SweepError, text_parameters
     from .run.sweep import run_sweep, worker_count
 
     text_grid = parse_grid(args.grid or [])
-    typed_grid: dict = {}
-    fixed: dict = {}
-    for f in args.file or []:
-        data = read_yaml_file(f, "grid: {name: [values]} and fixed: {name: value}") or {}
-        if not isinstance(data, dict):
-            raise SweepError(f"{f}: expected a mapping (grid: {{name: [values]}}, fixed: {{name: value}})")
-        unknown = set(data) - {"grid", "fixed"}
-        if unknown:
-            raise SweepError(f"{f}: unknown top-level key(s) {sorted(unknown)}; use 'grid' and 'fixed'")
-        for key in ("grid", "fixed"):
-            if data.get(key) is not None and not isinstance(data[key], dict):
-                raise SweepError(f"{f}: '{key}' must be a mapping of parameter names")
-        typed_grid.update(data.get("grid") or {})
-        fixed.update(data.get("fixed") or {})
+    typed_grid, fixed = read_grid_files(args.file or [])
     if not text_grid and not typed_grid:
         raise SweepError("nothing to sweep: give --grid NAME=V1,V2 or -f grid.yaml")
     if args.max_points < 1:
@@ -132,7 +108,7 @@ def cmd_sweep(args) -> int:
         print(f"companion: {note}", file=sys.stderr, flush=True)
     # the count from the grid's sizes, before a value is checked or a point built
     check_point_count(count_points(text_grid, typed_grid), args.max_points)  # one line: the count and the limit
-    points = expand_grid(args.notebook, text_grid, typed_grid, fixed, _text_params(args.param),
+    points = expand_grid(args.notebook, text_grid, typed_grid, fixed, text_parameters(args.param),
                          max_points=args.max_points)
     # the count before any work (on stdout: a refusal below stays one line on stderr)
     print(f"companion: {len(points)} point(s) to sweep (--max-points {args.max_points})", flush=True)

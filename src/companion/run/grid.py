@@ -11,9 +11,9 @@ from typing import Any, Mapping, Sequence
 
 from .. import notebooks as nbs
 from ..text import safe_name
-from .inputs import SweepError, coerce_parameters
+from .inputs import SweepError, coerce_parameters, read_yaml_file
 
-__all__ = ["parse_grid", "count_points", "expand_grid", "point_id", "MAX_POINTS", "check_point_count"]
+__all__ = ["parse_grid", "count_points", "expand_grid", "point_id", "MAX_POINTS", "check_point_count", "read_grid_files"]
 
 
 #: points a sweep may have unless --max-points says otherwise (a 10^4-point grid of the fastest page
@@ -72,6 +72,26 @@ def _split_values(text: str) -> list[str]:
     if cur.strip() or out:
         out.append(cur.strip())
     return out
+
+
+def read_grid_files(paths: Sequence[str]) -> tuple[dict, dict]:
+    """The ``grid:`` and ``fixed:`` mappings of sweep files (``-f``), merged in order: (typed grid, fixed values).
+    Values stay as YAML gives them; :func:`expand_grid` checks them against the notebook."""
+    typed_grid: dict = {}
+    fixed: dict = {}
+    for f in paths:
+        data = read_yaml_file(f, "grid: {name: [values]} and fixed: {name: value}") or {}
+        if not isinstance(data, dict):
+            raise SweepError(f"{f}: expected a mapping (grid: {{name: [values]}}, fixed: {{name: value}})")
+        unknown = set(data) - {"grid", "fixed"}
+        if unknown:
+            raise SweepError(f"{f}: unknown top-level key(s) {sorted(unknown)}; use 'grid' and 'fixed'")
+        for key in ("grid", "fixed"):
+            if data.get(key) is not None and not isinstance(data[key], dict):
+                raise SweepError(f"{f}: '{key}' must be a mapping of parameter names")
+        typed_grid.update(data.get("grid") or {})
+        fixed.update(data.get("fixed") or {})
+    return typed_grid, fixed
 
 
 def expand_grid(

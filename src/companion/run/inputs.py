@@ -19,7 +19,7 @@ from ..params import InputError
 
 __all__ = [
     "InputError", "ParameterSpecError", "coerce_parameters", "load_param_file", "yaml_load", "SEED_MAX",
-    "check_seed", "read_yaml_file", "SweepError"
+    "check_seed", "read_yaml_file", "SweepError", "text_parameters"
 ]
 
 
@@ -205,6 +205,17 @@ def check_seed(params: Mapping[str, Any]) -> None:
         raise ParameterSpecError(
             f"parameter 'seed': must be an integer in [0, {SEED_MAX}] (0 <= seed < 2**32); got {seed!r}"
         )
+
+
+def text_parameters(pairs) -> dict[str, str]:
+    """``-p NAME VALUE`` pairs as a mapping of texts (typed later against the notebook); a name given twice is
+    refused."""
+    out: dict[str, str] = {}
+    for name, value in pairs or []:
+        if name in out:
+            raise ParameterSpecError(f"parameter '{name}' is given twice with -p; give it once")
+        out[name] = value
+    return out
 
 
 def read_yaml_file(path: str | Path, what: str = "a YAML mapping"):
