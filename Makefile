@@ -38,9 +38,9 @@ test: setup
 	$(PY) tools/test_lanes.py
 
 # The fast lane: unit tests of the maths, data, training and verdict machinery; no notebook, papermill,
-# Dask, browser or numba-compile test (those are marked slow), on two processes (pytest-xdist). About a minute on
-# two cores once the kernels are cached. NumPy's BLAS and torch's OpenMP pool on one thread per process unless you
-# chose (two processes share the cores; companion.threads.use_threads says why).
+# Dask, browser or numba-compile test (those are marked slow), on two processes (pytest-xdist). About 25 s on a
+# 2-core AMD EPYC once the kernels are cached (benchmarks/README.md). NumPy's BLAS and torch's OpenMP pool on
+# one thread per process unless you chose (two processes share the cores; companion.threads.use_threads says why).
 test-fast: $(STAMP)
 	OPENBLAS_NUM_THREADS=$${OPENBLAS_NUM_THREADS:-1} OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} \
 	  MKL_NUM_THREADS=$${MKL_NUM_THREADS:-1} $(PY) -m pytest -m "not slow" -q -n 2

@@ -1,10 +1,10 @@
-"""Count the computation lines of the notebooks (issue: "the notebooks' computation lines fall by a third").
+"""Count the computation lines of the notebooks: what a page computes itself instead of calling the package.
 
 A computation line is a non-blank line of a code cell that is not a comment, outside the ``parameters``
 cell (the parameters are the notebook's interface, not computation). Compare with a git revision::
 
     python tools/notebook_lines.py              # per notebook and per paper, this tree
-    python tools/notebook_lines.py --rev f2a2596  # the same at a revision (f2a2596: main when issues 8-14 were filed)
+    python tools/notebook_lines.py --rev f2a2596  # the same at a git revision
 """
 
 from __future__ import annotations

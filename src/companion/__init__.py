@@ -4,8 +4,10 @@
   one-layer linear transformers.
 * :mod:`companion.cot` -- Huang, Wang & Lee (ICLR 2025), multi-step gradient descent with chain of thought.
 * :mod:`companion.params`, :mod:`companion.verdict`, :mod:`companion.plotting` -- the notebook toolkit
-  (parameter validation, theory-vs-simulation verdicts, figure style).
-* :mod:`companion.run`, :mod:`companion.run.sweep`, :mod:`companion.cli` -- papermill execution and sweeps.
+  (parameter validation, theory-vs-simulation verdicts, figure style); :mod:`companion.claims` the claim
+  vocabulary, :mod:`companion.registry` both papers' results.
+* :mod:`companion.run` -- executing notebooks (papermill, the warm kernel) and sweeps (Dask);
+  :mod:`companion.site` -- the book build and the site; :mod:`companion.cli` -- the command line.
 """
 
 from __future__ import annotations

@@ -105,8 +105,8 @@ def module_imports(path: Path, module: str):
     """Every ``import`` statement of the source file ``path`` of ``module``, at module level and inside
     functions: ``(base, names, lineno, inside_function)``, one tuple per imported name of ``import a, b`` (with
     ``names`` empty) and one per ``from base import x, y`` (``names`` = ``["x", "y"]``), relative imports
-    resolved against ``module`` (``from ..runner import f`` in ``companion.mesa.train`` -> base
-    ``companion.run``). The one reader of imports: :func:`import_closure` and the layering test use it."""
+    resolved against ``module`` (``from ..threads import f`` in ``companion.mesa.train`` -> base
+    ``companion.threads``). The one reader of imports: :func:`import_closure` and the layering test use it."""
     tree = ast.parse(path.read_text())
     is_pkg = path.name == "__init__.py"
     inside: set[int] = set()

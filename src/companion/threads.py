@@ -25,9 +25,9 @@ def use_threads(n: int) -> None:
     """The kernels this process starts get ``n`` threads: ``COMPANION_THREADS`` (the mesa kernel, the cot
     trainer) and the variables NumPy's OpenBLAS, torch's OpenMP pool and MKL read when they load
     (:data:`THREAD_VARIABLES`). A library left to thread over every core spin-waits against the other processes
-    sharing them: two cot trainings side by side on 2 cores ran 2.1 times slower per step (45 against 22 ms) until
-    each had one BLAS thread, and the Thm 4.1 and Prop 4.1 pages side by side took 32 and 37 s (9.8 and 8.7 s
-    alone) until each had one torch thread (11.3 and 10.4 s)."""
+    sharing them: two cot trainings side by side on 2 cores took 45 ms per step with OpenBLAS on every core and
+    22 ms with one BLAS thread each; the Thm 4.1 and Prop 4.1 pages side by side took 32 and 37 s with torch's
+    pool on every core and 11.3 and 10.4 s with one torch thread each (9.8 and 8.7 s alone)."""
     for name in THREAD_VARIABLES:
         os.environ[name] = str(n)
 

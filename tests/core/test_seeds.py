@@ -1,5 +1,5 @@
-"""The named seed streams (companion.seeds): each reproduces the integers the book has always used, and no two
-streams of one run share a seed, at every seed and replicate index the book's pages use (their defaults, their
+"""The named seed streams (companion.seeds): each gives fixed integers (a changed offset or key would change every
+recorded verdict), and no two streams of one run share a seed, at every seed and replicate index the book's pages use (their defaults, their
 smoke points and their domain points)."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from companion import seeds as S
 
 from _util import ROOT, domain_points, smoke_parameters
 
-#: how far the mesa replicate designs reach: companion.mesa.evidence.sweep_replicates draws replicate_seed(seed,
-#: 1 + k) and replicate_seed(seed, 17 + k) for k < n_rep <= 16
+#: how far the mesa replicate designs reach: companion.mesa.evidence.replicate_sets draws replicate_seed(seed,
+#: 1 + k) and replicate_seed(seed, 17 + k) for k < n_rep <= MAX_REPLICATES = 16
 MESA_REPLICATES = range(0, 33)
 
 
@@ -90,7 +90,7 @@ def test_streams_have_distinct_names_offsets_and_keys():
     assert set(S.__all__) >= {n for n in dir(S) if n.startswith(("COT_", "MESA_"))}
 
 
-def test_each_stream_reproduces_todays_integers():
+def test_each_stream_keeps_its_integers_so_recorded_verdicts_reproduce():
     # cot: torch.Generator seeds, seed + offset; replicate r (seed + offset + 1_000_003 r) mod 2**32
     assert S.COT_PROMPTS(1) == 1 and S.COT_PROMPTS.replicate(1, 3) == 1 + 3 * 1_000_003
     assert S.COT_TRAIN_EVAL(3) == 3 + 10_000_019
@@ -98,7 +98,7 @@ def test_each_stream_reproduces_todays_integers():
     assert S.COT_ISO_EVAL.replicate(4, 1) == 4 + 5 + 1_000_003
     assert S.COT_SPARSE_SIM(1) == 4 and S.COT_OOD_EVAL(1) == 12 and S.COT_OOD_EVAL.replicate(6, 5) == 17 + 5_000_015
     assert S.replicate_seed(2**32 - 1, 1) == 1_000_002  # modulo 2**32
-    assert S.COT_EVAL(2**32 - 1) == 2**32 + 6  # an offset is not reduced (as before)
+    assert S.COT_EVAL(2**32 - 1) == 2**32 + 6  # an offset is not reduced modulo 2**32
     assert S.MESA_RANDOM_WEIGHTS(5) == 5
     # mesa: NumPy seed sequences [seed, key]
     keys = {"mesa.train_data": 0, "mesa.test_data": 1, "mesa.init": 2, "mesa.one_step_eval": 3,

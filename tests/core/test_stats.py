@@ -128,8 +128,8 @@ def test_richardson_removes_a_one_over_m_bias():
 
 
 def test_combine_and_welch_do_not_overflow():
-    """Medians of errors that reach diverging prompts have standard errors of 1e200 and more: their squares
-    overflow a float (an OverflowError at a domain point of cot/thm4_2_ood before this was guarded)."""
+    """Medians of errors that reach diverging prompts (cot/thm4_2_ood beyond the boundary) have standard errors
+    of 1e200 and more: their squares overflow a float, so the sums are scaled before squaring."""
     assert stats.combine(1e200, 1e200) == pytest.approx(math.sqrt(2) * 1e200)
     assert stats.combine(1e300, 1e308, 1e308) == pytest.approx(math.sqrt(2) * 1e308)  # finite, near the largest float
     assert stats.combine(1.5e308, 1.5e308) == math.inf  # beyond it: infinite, not an OverflowError

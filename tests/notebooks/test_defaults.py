@@ -1,9 +1,9 @@
-"""Each paper's run plan is defined once (companion.mesa.paper, companion.cot.paper): every default of a notebook's
-parameters cell that its paper's plan defines equals the plan's value, and every other default is named here as the
+"""Each paper's settings are stated once (companion.mesa.paper, companion.cot.paper): every default of a notebook's
+parameters cell that its paper's settings define equals their value, and every other default is named here as the
 page's own.
 
 The parameters cell stays literal ``name: type = value  # help`` lines (papermill injects parameters there), so the
-plan cannot be imported into it; this test keeps the two in step instead. It reads the cell with the runner's own
+settings cannot be imported into it; this test keeps the two in step instead. It reads the cell with the runner's own
 parser (:func:`companion.notebooks.parameters`)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Bad input gets one line naming the parameter or path and what is allowed, exit status 2, no traceback
-(issue 11). Most cases are refused before any kernel starts, so they run in-process through
+"""Bad input gets one line naming the parameter or path and what is allowed, exit status 2, no traceback.
+Most cases are refused before any kernel starts, so they run in-process through
 ``companion.cli.main``; the last tests run real notebooks to check that nothing finished is lost."""
 
 import json

@@ -1,4 +1,4 @@
-"""A real Dask cluster on 127.0.0.1 (issue 13): `dask scheduler` and two `dask worker` processes, a sweep
+"""A real Dask cluster on 127.0.0.1: `dask scheduler` and two `dask worker` processes, a sweep
 through `--scheduler`, one worker killed mid-point. Every point is recorded exactly once: the lost point
 is re-run on the other worker (the scheduler allows a bounded number of such losses), the point that
 fails by construction is recorded once with its error, and the killed worker leaves no run or kernel."""

@@ -191,8 +191,8 @@ _PROSE_TABLES_JS = """() => Array.from(document.querySelectorAll('article table'
 
 
 def test_the_notation_tables_fit_the_column_at_1280_px_and_scroll_in_their_box_on_a_phone(browser, smoke_site):
-    """Issue 27: the Notation page's tables were wider than the text column at 1280 px. They fit it now (code
-    names wrap); on a phone a table whose formulas are wider than the screen scrolls inside its own box."""
+    """The Notation page's tables fit the text column at 1280 px (code names wrap); on a phone a table whose
+    formulas are wider than the screen scrolls inside its own box, never the page."""
     page_path = _site(smoke_site) / "book" / "notation.html"
     for viewport, must_fit in ((DESKTOP, True), (PHONE, False)):
         visit = Visit(browser, viewport)

@@ -194,7 +194,7 @@ class SweepLock:
 
 def clear_partials(out: str | Path) -> list[str]:
     """Remove what the runs of an earlier, killed sweep left in ``OUT/points/``: the private
-    ``.<id>.partial-*`` and ``.<id>.old-*`` folders of :func:`companion.runner.run_notebook` and the
+    ``.<id>.partial-*`` and ``.<id>.old-*`` folders of :func:`companion.run.execute.run_notebook` and the
     ``.<id>.params.yaml`` files. Call it only while holding the folder's :class:`SweepLock` and with no
     point running. Returns the names removed."""
 

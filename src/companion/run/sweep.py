@@ -16,10 +16,10 @@ files) that runs of a killed sweep leave in ``points/``, when it starts and when
 
 Limits, checked before any work: at most ``max_points`` points (:data:`MAX_POINTS` by default; the
 count comes from the grid's sizes, before a point is built) and at most as many local workers as the
-machine has cores (``companion.runner.available_cores()``; more are capped with a note).
+machine has cores (:func:`companion.threads.available_cores`; more are capped with a note).
 
 Each worker thread runs its points in a run server of its own (``python -m companion run --serve``,
-:func:`companion.runner.serve_runs`): one process and one warm kernel for all its points, the namespace
+:func:`companion.run.server.serve_runs`): one process and one warm kernel for all its points, the namespace
 reset between them, so a point costs its own work and not a process start, the imports and the kernels'
 compilation again. Kernels of different workers never share a process or a ZMQ context, and the runner
 retries a kernel that fails to start. A point that fails is
@@ -100,7 +100,7 @@ _SERVERS_LOCK = threading.Lock()
 
 
 def _server(threads: int | None, warm: bool) -> RunServer:
-    """This worker thread's run server (:class:`companion.runner.RunServer`), started on first use and again
+    """This worker thread's run server (:class:`companion.run.server.RunServer`), started on first use and again
     after it died or was killed. ``warm=False``: a new server for this point alone (a fresh process and
     kernel, as a single ``companion run`` gets)."""
     key = (threading.get_ident(), threads)
@@ -124,7 +124,7 @@ def _execute_point(
     notebook: str, params: dict, point_dir: str, timeout: float | None, threads: int | None = None,
     key: str | None = None, warm: bool = True,
 ) -> dict:
-    """Run one point in this worker's run server (a warm kernel: :func:`companion.runner.serve_runs`); return
+    """Run one point in this worker's run server (a warm kernel: :func:`companion.run.server.serve_runs`); return
     its run.json (or an error record).
 
     The server reads its requests from a pipe of this process and dies with its kernel when the pipe closes,

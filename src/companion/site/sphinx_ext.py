@@ -12,7 +12,7 @@
   from ``_build/jupyter_execute``), the measured execution time, and the provenance of the outputs
   (commit, parameters, seed, package versions, date).
 * **Where is each result**: the table of ``book/where.md`` is written from the results registries
-  (:mod:`companion.where`) when a build starts.
+  (:mod:`companion.site.where`) when a build starts.
 * **A quiet site**: the unused thebe scripts are dropped (they declared ``THEBE_JS_URL`` twice: a console
   error on every page); the build's kernels get CurveZMQ keys (no "running over TCP without encryption"
   warning per notebook); ``companion.css`` (verdict tables, wrapping code, phone layout) and a search
@@ -281,7 +281,7 @@ WHERE_PAGE = "where.md"  # included by book/where.md from ../_build/where.md
 
 
 def write_where_page(root: Path) -> Path:
-    """Write the "Where is each result" table (:func:`companion.where.where_markdown`) to
+    """Write the "Where is each result" table (:func:`companion.site.where.where_markdown`) to
     ``<root>/_build/where.md``, leaving the file untouched when its text is unchanged (so Sphinx does not
     re-read the page)."""
     page = root / "_build" / WHERE_PAGE

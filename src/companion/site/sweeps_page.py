@@ -1,6 +1,6 @@
 """The sweeps of the book's "Sweeps" page (``book/sweeps.md``): definitions, running and reading them.
 
-Each sweep runs real notebooks through :func:`companion.sweep.run_sweep` (every point is a
+Each sweep runs real notebooks through :func:`companion.run.sweep.run_sweep` (every point is a
 run of the notebook in its worker's warm kernel), at a modest ``book`` size that fits the book build, and states
 the command that reruns it bigger (``cluster`` size) on a Dask cluster. Records are read with
 ``.get``: a notebook that renames a claim shows up as a missing value on the page, not as a crash.
@@ -269,8 +269,8 @@ def notebooks_hash(root: Path | None = None) -> str:
 def guard_cache(cache_dir: str | Path, root: Path | None = None) -> bool:
     """Make the book build re-execute the Sweeps page when a notebook it sweeps has changed since the page
     was cached: jupyter-cache keys a page by its own code cells only, so without this the page would show
-    the results of the old notebooks. Drops the page's cache records; returns True if it dropped any.
-    (Call after :func:`companion.book.guard_cache`, with the same cache directory.)"""
+    the results of the notebooks as they were. Drops the page's cache records; returns True if it dropped any.
+    (Call after :func:`companion.site.book.guard_cache`, with the same cache directory.)"""
 
     root = root or repo_root()
     cache_dir = Path(cache_dir)
