@@ -59,7 +59,7 @@ benchmark: $(STAMP)
 	$(PY) benchmarks/bench_sweep.py  # 100 paper-scale points: about 20 min on 2 cores
 	@if $(PY) -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"; then \
 	  $(PY) benchmarks/bench_gpu.py && $(PY) benchmarks/bench_gpu_train.py && $(PY) benchmarks/bench_cot_gpu.py; \
-	else echo "benchmark: no CUDA device here; the GPU path (device='cuda') is not timed (H100 and H200 numbers: benchmarks/results/ and the README)"; fi
+	else echo "benchmark: no CUDA device here; the GPU path (device='cuda') is not timed (H100 and H200 numbers: benchmarks/results/ and benchmarks/README.md)"; fi
 
 clean:
 	rm -rf _build

@@ -10,10 +10,10 @@
    prints both times and the ratio (target >= 5x), for the gradient + update alone and for the whole step (with the
    sampling of the minibatch and the GD trajectory). One thread on both sides (torch and NumPy's OpenBLAS).
 3. Autoregressive CoT inference at the book's evaluation size (the 10 replicate models of a CoT run, 1000 evaluation
-   prompts each, d = 10, n = 20, k = 20): companion.cot.cot_inference (NumPy) against the torch implementation
-   it replaced (companion.cot.reference.torch_cot_inference); prints both times, the ratio and the difference.
+   prompts each, d = 10, n = 20, k = 20): companion.cot.cot_inference (NumPy) against a torch reference
+   (companion.cot.reference.torch_cot_inference); prints both times, the ratio and the difference.
 4. The wall time of every cot notebook at its book (default) settings, executed through `companion run`
-   with the run cache disabled (cold), and the total (target <= 2 minutes on a 2-core machine, issue 10); beside
+   with the run cache disabled (cold), and the total (target <= 2 minutes on a 2-core machine); beside
    each wall time the CPU time of the run (user + sys of its processes: about the wall time on a quiet machine)
    and the load average, since the machine is shared.
 

@@ -1,4 +1,4 @@
-"""Benchmark of a mesa sweep through `companion sweep`'s own machinery (issue 13, "Scale"; not a test).
+"""Benchmark of a mesa sweep through `companion sweep`'s own machinery (not a test).
 
 Every point is one paper-scale training run (d = 5, T = 100, m = 1e4, 200 epochs, the Gaussian law), executed
 the way `companion sweep` executes any point: through Dask (``companion.run.sweep.run_sweep``), in its worker's run

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every measurement of the README's "On a GPU" section in one command, for a machine with a CUDA GPU
+# Every measurement of benchmarks/README.md's "On a GPU" section in one command, for a machine with a CUDA GPU
 # (not a test; CI never runs it). Writes into OUTDIR: env.txt (GPU, CPU, versions), epoch.json/.log
 # (benchmarks/bench_gpu.py), train.json/.log (benchmarks/bench_gpu_train.py), profile.txt (where the time
 # of a GPU training run goes, cProfile), sweep_cuda.log and sweep_cpu.log (benchmarks/bench_sweep.py, 100
@@ -39,7 +39,7 @@ step() {  # step NAME SECONDS COMMAND...: run COMMAND under a time limit, its ou
   echo "   exit $?, $((SECONDS - t0)) s"
   tail -n 4 "$out/$name.log"
 }
-step tests 120 $py -m pytest -q -p no:cacheprovider -p no:xdist tests/test_cot_device.py tests/test_mesa_torch_epoch.py
+step tests 120 $py -m pytest -q -p no:cacheprovider -p no:xdist tests/cot/test_device.py tests/mesa/test_torch_epoch.py
 step cot 150 $py benchmarks/bench_cot_gpu.py $cot_args --device "$dev" --out "$out/cot.json"
 step epoch 60 $py benchmarks/bench_gpu.py $epoch_args --out "$out/epoch.json"
 step train 90 $py benchmarks/bench_gpu_train.py $train_args --out "$out/train.json"

@@ -140,22 +140,22 @@ def cmd_sweep(args) -> int:
 
 def cmd_results(args) -> int:
     from .params import InputError
-    from .run import table as R
+    from .run import table as sweep_table
 
     path = Path(args.directory)
     jsonl = path / "results.jsonl" if path.is_dir() else path
     if not jsonl.is_file():
         raise InputError(f"{path}: holds no results.jsonl; give a sweep's --out directory (or its results.jsonl)")
-    table = R.load(jsonl)
+    table = sweep_table.load(jsonl)
     for lineno, why in table.skipped:
         _err(f"{jsonl} line {lineno}: skipped ({why})")
     wrote = False
     if args.csv:
-        n = R.write_csv(table, args.csv, long=args.long)
+        n = sweep_table.write_csv(table, args.csv, long=args.long)
         print(f"{n} rows -> {args.csv}")
         wrote = True
     if args.plot:
-        what = R.plot(table, args.plot, x=args.x, y=args.y, claim=args.claim, value=args.value)
+        what = sweep_table.plot(table, args.plot, x=args.x, y=args.y, claim=args.claim, value=args.value)
         print(f"{what} -> {args.plot}")
         wrote = True
     if not wrote:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from companion import notebooks as nbs
-from companion import seeds as S
+from companion import seeds
 
 from _util import ROOT, domain_points, smoke_parameters
 
@@ -48,15 +48,15 @@ def _numpy_entropy(entropy) -> tuple:
 def _cot_streams(seed: int, replicates: int) -> dict[str, set]:
     """The torch seeds each cot stream gives at ``seed`` for replicates 0..replicates-1."""
     rs = range(max(1, replicates))
-    return {s.name: {s.replicate(seed, r) for r in rs} | {s(seed)} for s in S.STREAMS.values()
+    return {s.name: {s.replicate(seed, r) for r in rs} | {s(seed)} for s in seeds.STREAMS.values()
             if s.name.startswith("cot.")}
 
 
 def _mesa_streams(seed: int) -> dict[str, set]:
     """The NumPy seeds each mesa spawn-key stream gives for the runs of a page at ``seed`` (the page's own seed
     and every replicate seed of its replicate designs)."""
-    runs = {S.replicate_seed(seed, r) for r in MESA_REPLICATES}
-    return {k.name: {_numpy_entropy(k.entropy(t)) for t in runs} for k in S.SPAWN_KEYS.values()}
+    runs = {seeds.replicate_seed(seed, r) for r in MESA_REPLICATES}
+    return {k.name: {_numpy_entropy(k.entropy(t)) for t in runs} for k in seeds.SPAWN_KEYS.values()}
 
 
 def _disjoint(streams: dict[str, set]) -> list[str]:
@@ -77,35 +77,35 @@ def test_no_two_streams_of_one_run_share_a_seed(name, point):
 def test_the_check_sees_a_clash():
     """The check above is not vacuous: a stream one replicate stride away from another, or a reused spawn key,
     is caught."""
-    bad = S.SeedStream("cot.bad", S.REPLICATE_STRIDE, "")
+    bad = seeds.SeedStream("cot.bad", seeds.REPLICATE_STRIDE, "")
     streams = _cot_streams(1, 2) | {bad.name: {bad(1)}}
     assert _disjoint(streams)
-    assert _disjoint({"a": {_numpy_entropy(S.SpawnKey("a", 0, "").entropy(3))}, "b": {_numpy_entropy(3)}})
+    assert _disjoint({"a": {_numpy_entropy(seeds.SpawnKey("a", 0, "").entropy(3))}, "b": {_numpy_entropy(3)}})
 
 
 def test_streams_have_distinct_names_offsets_and_keys():
-    cot = [s for s in S.STREAMS.values() if s.name.startswith("cot.")]
+    cot = [s for s in seeds.STREAMS.values() if s.name.startswith("cot.")]
     assert len({s.offset for s in cot}) == len(cot)
-    assert len({k.key for k in S.SPAWN_KEYS.values()}) == len(S.SPAWN_KEYS)
-    assert set(S.__all__) >= {n for n in dir(S) if n.startswith(("COT_", "MESA_"))}
+    assert len({k.key for k in seeds.SPAWN_KEYS.values()}) == len(seeds.SPAWN_KEYS)
+    assert set(seeds.__all__) >= {n for n in dir(seeds) if n.startswith(("COT_", "MESA_"))}
 
 
 def test_each_stream_keeps_its_integers_so_recorded_verdicts_reproduce():
     # cot: torch.Generator seeds, seed + offset; replicate r (seed + offset + 1_000_003 r) mod 2**32
-    assert S.COT_PROMPTS(1) == 1 and S.COT_PROMPTS.replicate(1, 3) == 1 + 3 * 1_000_003
-    assert S.COT_TRAIN_EVAL(3) == 3 + 10_000_019
-    assert S.COT_EVAL(1) == 8 and S.COT_EVAL.replicate(1, 2) == 8 + 2 * 1_000_003
-    assert S.COT_ISO_EVAL.replicate(4, 1) == 4 + 5 + 1_000_003
-    assert S.COT_SPARSE_SIM(1) == 4 and S.COT_OOD_EVAL(1) == 12 and S.COT_OOD_EVAL.replicate(6, 5) == 17 + 5_000_015
-    assert S.replicate_seed(2**32 - 1, 1) == 1_000_002  # modulo 2**32
-    assert S.COT_EVAL(2**32 - 1) == 2**32 + 6  # an offset is not reduced modulo 2**32
-    assert S.MESA_RANDOM_WEIGHTS(5) == 5
+    assert seeds.COT_PROMPTS(1) == 1 and seeds.COT_PROMPTS.replicate(1, 3) == 1 + 3 * 1_000_003
+    assert seeds.COT_TRAIN_EVAL(3) == 3 + 10_000_019
+    assert seeds.COT_EVAL(1) == 8 and seeds.COT_EVAL.replicate(1, 2) == 8 + 2 * 1_000_003
+    assert seeds.COT_ISO_EVAL.replicate(4, 1) == 4 + 5 + 1_000_003
+    assert seeds.COT_SPARSE_SIM(1) == 4 and seeds.COT_OOD_EVAL(1) == 12 and seeds.COT_OOD_EVAL.replicate(6, 5) == 17 + 5_000_015
+    assert seeds.replicate_seed(2**32 - 1, 1) == 1_000_002  # modulo 2**32
+    assert seeds.COT_EVAL(2**32 - 1) == 2**32 + 6  # an offset is not reduced modulo 2**32
+    assert seeds.MESA_RANDOM_WEIGHTS(5) == 5
     # mesa: NumPy seed sequences [seed, key]
     keys = {"mesa.train_data": 0, "mesa.test_data": 1, "mesa.init": 2, "mesa.one_step_eval": 3,
             "mesa.position_eval": 4, "mesa.hessian_data": 5, "mesa.offdiag_mc": 7, "mesa.loss_eval": 8,
             "mesa.equivariant_mc": 9, "mesa.formula_mc": 10}
-    assert {k.name: k.key for k in S.SPAWN_KEYS.values()} == keys
-    for k in S.SPAWN_KEYS.values():
+    assert {k.name: k.key for k in seeds.SPAWN_KEYS.values()} == keys
+    for k in seeds.SPAWN_KEYS.values():
         assert k.entropy(3) == (3, keys[k.name])
         assert k.rng(3).bit_generator.state == np.random.default_rng([3, keys[k.name]]).bit_generator.state
 
@@ -114,13 +114,13 @@ def test_replicate_seed_has_one_home():
     import companion
     from companion.cot import train
 
-    assert companion.replicate_seed is S.replicate_seed is train.replicate_seed
+    assert companion.replicate_seed is seeds.replicate_seed is train.replicate_seed
 
 
 def test_mesa_pages_discard_the_notebook_generator():
     """``seed_everything(seed)`` returns ``default_rng(seed)``, the very generator of the training stream
     ``[seed, 0]``: a mesa page must not draw from it (it seeds the globals only)."""
-    assert _numpy_entropy(S.MESA_TRAIN_DATA.entropy(7)) == _numpy_entropy(7)
+    assert _numpy_entropy(seeds.MESA_TRAIN_DATA.entropy(7)) == _numpy_entropy(7)
     for path in sorted((ROOT / "notebooks" / "mesa").glob("*.md")):
         assert not re.search(r"=\s*seed_everything\(", path.read_text()), path.name
 

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from companion import cli
-from companion.run import table as R
+from companion.run import table as sweep_table
 
 
 def _record(claim, measured, predicted, passed, **extra):
@@ -58,7 +58,7 @@ def test_csv_has_one_column_per_parameter_and_per_claim_number(sweep, tmp_path, 
 
 
 def test_line_plot_with_error_bars_and_failures_marked(sweep, tmp_path, capsys):
-    table = R.load(sweep)
+    table = sweep_table.load(sweep)
     assert table.swept() == ["T", "eta"] and table.claims() == ["ab", "loss"]
     import matplotlib
 
@@ -69,7 +69,7 @@ def test_line_plot_with_error_bars_and_failures_marked(sweep, tmp_path, capsys):
     orig = plt.close
     plt.close = lambda fig=None: captured.setdefault("fig", fig)  # keep the figure to look at it
     try:
-        what = R.plot(table, tmp_path / "line.png", x="T", claim="ab")
+        what = sweep_table.plot(table, tmp_path / "line.png", x="T", claim="ab")
     finally:
         plt.close = orig
     assert (tmp_path / "line.png").stat().st_size > 5000
@@ -92,7 +92,7 @@ def test_line_plot_uses_the_records_standard_errors(tmp_path):
     orig = plt.close
     plt.close = lambda fig=None: captured.setdefault("fig", fig)
     try:
-        R.plot(R.load(tmp_path), tmp_path / "se.svg")
+        sweep_table.plot(sweep_table.load(tmp_path), tmp_path / "se.svg")
     finally:
         plt.close = orig
     ax = captured["fig"].axes[0]

@@ -8,29 +8,29 @@ import shlex
 
 import pytest
 
-from companion.run import table as R
+from companion.run import table as sweep_table
 from companion.run.grid import expand_grid, parse_grid
-from companion.site import sweeps_page as SP
+from companion.site import sweeps_page
 
 
 @pytest.mark.parametrize("size", ["book", "test", "cluster"])
-@pytest.mark.parametrize("name", list(SP.SWEEPS))
+@pytest.mark.parametrize("name", list(sweeps_page.SWEEPS))
 def test_points_valid(name, size):
-    pts = SP.points_of(name, size)
-    grid = SP.spec(name, size)["grid"]
+    pts = sweeps_page.points_of(name, size)
+    grid = sweeps_page.spec(name, size)["grid"]
     assert len(pts) == math.prod(len(v) for v in grid.values())
 
 
-@pytest.mark.parametrize("name", list(SP.SWEEPS))
+@pytest.mark.parametrize("name", list(sweeps_page.SWEEPS))
 def test_command_is_the_sweep(name):
     """The page's command, parsed as the CLI does, gives the same points as the sweep the page runs."""
-    argv = shlex.split(SP.command(name, "book"))
-    assert argv[:3] == ["companion", "sweep", SP.SWEEPS[name]] and "--scheduler" in argv
+    argv = shlex.split(sweeps_page.command(name, "book"))
+    assert argv[:3] == ["companion", "sweep", sweeps_page.SWEEPS[name]] and "--scheduler" in argv
     grid = [argv[i + 1] for i, a in enumerate(argv) if a == "--grid"]
     fixed_text = {argv[i + 1]: argv[i + 2] for i, a in enumerate(argv) if a == "-p"}
-    pts = expand_grid(SP.SWEEPS[name], parse_grid(grid), fixed_text=fixed_text)
-    assert pts == SP.points_of(name, "book")
-    assert "--scheduler" not in SP.command(name, "book", scheduler=None)
+    pts = expand_grid(sweeps_page.SWEEPS[name], parse_grid(grid), fixed_text=fixed_text)
+    assert pts == sweeps_page.points_of(name, "book")
+    assert "--scheduler" not in sweeps_page.command(name, "book", scheduler=None)
 
 
 @pytest.mark.slow
@@ -75,12 +75,12 @@ def test_page_builds_strictly(tmp_path):
     assert proc.returncode == 0 and not warnings, "\n".join(warnings) or log[-4000:]
     page = (root / "_build" / "html" / "book" / "sweeps.html").read_text()
     assert page.count('<img alt=') >= 3 or page.count("<img") >= 3
-    for name in SP.SWEEPS:
-        assert SP.SWEEPS[name] in page and (root / "_build" / "sweeps" / name / "results.jsonl").is_file()
+    for name in sweeps_page.SWEEPS:
+        assert sweeps_page.SWEEPS[name] in page and (root / "_build" / "sweeps" / name / "results.jsonl").is_file()
     assert "--scheduler" in page and "&lt;Figure size" not in page
-    readers = {"mesa_T": SP.mesa_T_rows, "cot_k_eta": SP.cot_k_eta_rows, "mesa_laws": SP.mesa_laws_rows}
-    for name in SP.SWEEPS:
-        table = R.load(root / "_build" / "sweeps" / name)
+    readers = {"mesa_T": sweeps_page.mesa_T_rows, "cot_k_eta": sweeps_page.cot_k_eta_rows, "mesa_laws": sweeps_page.mesa_laws_rows}
+    for name in sweeps_page.SWEEPS:
+        table = sweep_table.load(root / "_build" / "sweeps" / name)
         assert table.points and not table.skipped, name
         assert not [p for p in table.points if p.get("status") == "error"], (name, "a point crashed")
         rows = readers[name](table)
@@ -97,24 +97,24 @@ def test_cache_guard_drops_the_page_when_a_swept_notebook_changes(tmp_path):
     from jupyter_cache.base import CacheBundleIn
 
     root = tmp_path
-    for nb in SP.SWEEPS.values():
+    for nb in sweeps_page.SWEEPS.values():
         (root / "notebooks" / nb).parent.mkdir(parents=True, exist_ok=True)
         (root / "notebooks" / f"{nb}.md").write_text(f"# {nb}\n")
     (root / "book").mkdir()
-    (root / SP.PAGE).write_text("# page\n")
+    (root / sweeps_page.PAGE).write_text("# page\n")
     cache_dir = root / "_build" / ".jupyter_cache"
 
     def cache_page():
         nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1 + 1", execution_count=1)])
-        get_cache(str(cache_dir)).cache_notebook_bundle(CacheBundleIn(nb, str(root / SP.PAGE)), check_validity=False)
+        get_cache(str(cache_dir)).cache_notebook_bundle(CacheBundleIn(nb, str(root / sweeps_page.PAGE)), check_validity=False)
 
     def n_records():
         return len(get_cache(str(cache_dir)).list_cache_records())
 
-    SP.guard_cache(cache_dir, root)  # first build: stamp written
+    sweeps_page.guard_cache(cache_dir, root)  # first build: stamp written
     cache_page()
-    assert SP.guard_cache(cache_dir, root) is False and n_records() == 1
-    (root / "notebooks" / f"{SP.SWEEPS['mesa_T']}.md").write_text("# changed\n")
-    assert SP.guard_cache(cache_dir, root) is True and n_records() == 0
+    assert sweeps_page.guard_cache(cache_dir, root) is False and n_records() == 1
+    (root / "notebooks" / f"{sweeps_page.SWEEPS['mesa_T']}.md").write_text("# changed\n")
+    assert sweeps_page.guard_cache(cache_dir, root) is True and n_records() == 0
     cache_page()
-    assert SP.guard_cache(cache_dir, root) is False and n_records() == 1
+    assert sweeps_page.guard_cache(cache_dir, root) is False and n_records() == 1
