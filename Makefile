@@ -35,9 +35,9 @@ book: setup
 	$(PY) -m companion book
 
 test: setup
-	$(PY) tools/test_lanes.py
+	$(PY) tools/run_suite.py
 
-# The fast lane: unit tests of the maths, data, training and verdict machinery; no notebook, papermill,
+# The fast suite: unit tests of the maths, data, training and verdict machinery; no notebook, papermill,
 # Dask, browser or numba-compile test (those are marked slow), on two processes (pytest-xdist). About 25 s on a
 # 2-core AMD EPYC once the kernels are cached (benchmarks/README.md). NumPy's BLAS and torch's OpenMP pool on
 # one thread per process unless you chose (two processes share the cores; companion.threads.use_threads says why).
@@ -49,7 +49,7 @@ test-fast: $(STAMP)
 lint: $(STAMP)
 	$(PY) -m ruff check src tests benchmarks tools
 
-# Seeded bugs, one at a time in a copy of the package: how many does the fast lane kill?
+# Seeded bugs, one at a time in a copy of the package: how many does the fast suite kill?
 mutants: $(STAMP)
 	$(PY) tools/mutants.py
 

@@ -27,10 +27,10 @@ for _var in ("COMPANION_RESULTS_DIR", "COMPANION_MAX_BYTES", "COMPANION_THREADS"
 # two notebook runs at a time on this 2-core class of machine: one kernel thread each
 ONE_THREAD = {"COMPANION_THREADS": "1"}
 NOTEBOOK_FIXTURES = ("smoke_runs", "domain_runs", "smoke_site")
-# the book-build tests (and the Sweeps page's strict build) join the notebook runs in `make test`'s first lane
-# (tools/test_lanes.py), so that the two lanes end together (session 12: 826 s against 1108 s without site/test_book.py;
-# session 13: 881 s against 1039 s without site/test_sweeps_page.py, 64 s in the second lane)
-BOOK_LANE_FILES = ("test_book.py", "test_sweeps_page.py")  # tests/site/
+# the book-build tests (and the Sweeps page's strict build) join the notebook runs in `make test`'s first pytest process
+# (tools/run_suite.py), so that the two processes end together: with them in the other process the two took 826 s and
+# 1108 s (site/test_book.py, about 140 s of book builds) and 881 s and 1039 s (site/test_sweeps_page.py, 64 s)
+BOOK_PROCESS_FILES = ("test_book.py", "test_sweeps_page.py")  # tests/site/
 EDGE_TESTS_D = 8  # the d of the curvature and divergence tests in tests/mesa/test_step_sizes.py
 
 
@@ -52,8 +52,8 @@ class NotebookRuns:
         # clone, a run that meets an uncompiled d would wait for it (the compilation holds a lock per kernel, so
         # a kernel is compiled once however many processes ask); the cot smoke runs (queued first) keep the
         # other worker busy meanwhile
-        # (and d = 8, which the stability tests of tests/mesa/test_step_sizes.py use in the other lane of `make test`: compiled
-        # here, in the background, that lane loads it instead of compiling it on its critical path)
+        # (and d = 8, which the stability tests of tests/mesa/test_step_sizes.py use in the other pytest process of `make test`: compiled
+        # here, in the background, that process loads it instead of compiling it on its critical path)
         dims = [5] + sorted({int(p["d"]) for name, pts in domain_points().items() if name.startswith("mesa/")
                              for p in pts if "d" in p} - {5}) + [EDGE_TESTS_D]
         self.pool.submit(self._warm_kernels, dims)
@@ -117,14 +117,14 @@ _RUNS: list[NotebookRuns] = []
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects: the marker below is selectable
 def pytest_collection_modifyitems(config, items):
     """Tests that need the notebook runs, and the book-build tests, are marked ``notebooks`` (``make test`` runs them
-    in a pytest process of their own beside the rest, ``tools/test_lanes.py``) and go last, those of the domain points after those of the
+    in a pytest process of their own beside the rest, ``tools/run_suite.py``) and go last, those of the domain points after those of the
     smoke runs (stable order otherwise), so that in one process the runs overlap the rest of the suite."""
     def rank(it):
         names = getattr(it, "fixturenames", ())
         return 2 if "domain_runs" in names else 1 if any(f in names for f in NOTEBOOK_FIXTURES) else 0
 
     for it in items:
-        if rank(it) or it.path.name in BOOK_LANE_FILES:
+        if rank(it) or it.path.name in BOOK_PROCESS_FILES:
             it.add_marker(pytest.mark.notebooks)
     items.sort(key=rank)
 

@@ -87,7 +87,7 @@ def test_thm4_1_memory_covers_the_one_step_prefix_sums(monkeypatch):
     assert err is not None and err.name == "m, T, d" and "0.858 GiB" in str(err), err
 
 
-@pytest.mark.slow  # companion run processes: not in the fast lane (make test-fast)
+@pytest.mark.slow  # companion run processes: not in the fast suite (make test-fast)
 def test_the_largest_sizes_are_refused_by_companion_run_in_one_line(tmp_path):
     args = ["run", "mesa/thm4_3_masking", "-o", str(tmp_path / "r")]
     for k, v in MESA_MAX.items():

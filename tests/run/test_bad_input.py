@@ -217,7 +217,7 @@ def test_a_folder_without_a_run_keeps_its_files(tmp_path):
 @pytest.mark.slow
 def test_benchmark_and_tool_scripts_refuse_unknown_options():
     """Every script in ``benchmarks/`` and ``tools/`` refuses an option it does not know, before any work: one
-    line naming it, exit status 2 (a benchmark that ignored ``--help`` ran for minutes). ``tools/test_lanes.py``
+    line naming it, exit status 2 (a benchmark that ignored ``--help`` ran for minutes). ``tools/run_suite.py``
     hands its options to pytest, whose refusal (exit status 4) it passes on."""
     import subprocess
     import sys
@@ -234,7 +234,7 @@ def test_benchmark_and_tool_scripts_refuse_unknown_options():
         except subprocess.TimeoutExpired:
             proc.kill()
             pytest.fail(f"{s.relative_to(root)} did not refuse --no-such-option: still running after 120 s")
-        if s.name == "test_lanes.py":
+        if s.name == "run_suite.py":
             assert proc.returncode == 4 and "unrecognized arguments: --no-such-option" in out, (proc.returncode, out)
             continue
         assert proc.returncode == 2, (s.name, proc.returncode, err[-500:])

@@ -53,7 +53,7 @@ def test_a_run_clears_the_partial_folders_of_dead_runs_into_the_same_output_and_
     assert (tmp_path / ".other.partial-dead01").is_dir()
 
 
-@pytest.mark.slow  # companion run processes and kernels: not in the fast lane (make test-fast)
+@pytest.mark.slow  # companion run processes and kernels: not in the fast suite (make test-fast)
 def test_a_killed_run_leaves_nothing_after_the_next_run_into_the_same_output(tmp_path):
     out = tmp_path / "out"
     args = ["run", TOY, "-p", "n", "50", "-o", str(out), "--quiet"]

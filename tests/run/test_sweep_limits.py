@@ -137,7 +137,7 @@ def test_a_second_sweep_on_a_locked_folder_is_refused_naming_the_holder(tmp_path
     assert not (out / "sweep.lock").exists()
 
 
-@pytest.mark.slow  # Dask sweep processes and kernels: not in the fast lane (make test-fast)
+@pytest.mark.slow  # Dask sweep processes and kernels: not in the fast suite (make test-fast)
 def test_three_sweeps_on_one_folder_run_every_point_once(tmp_path):
     """Three `companion sweep --out SAME` at once (one with --resume): one runs, the others are refused
     naming the lock and the pid of the one that runs; every point has exactly one record."""
@@ -165,7 +165,7 @@ def _leftovers(out):
     return sorted(p.name for p in points.iterdir() if p.name.startswith(".")) if points.is_dir() else []
 
 
-@pytest.mark.slow  # Dask sweep processes and kernels: not in the fast lane (make test-fast)
+@pytest.mark.slow  # Dask sweep processes and kernels: not in the fast suite (make test-fast)
 def test_a_sweep_killed_before_its_first_point_leaves_nothing_after_the_next_run(tmp_path):
     out = tmp_path / "k"
     args = ["sweep", TOY, "--grid", "seed=1,2", "-p", "n", "50", "-o", str(out), "--quiet", "--workers", "1"]
@@ -187,7 +187,7 @@ def test_a_sweep_killed_before_its_first_point_leaves_nothing_after_the_next_run
     assert _leftovers(out) == [] and len(read_results(out)) == 2
 
 
-@pytest.mark.slow  # Dask sweep processes and kernels: not in the fast lane (make test-fast)
+@pytest.mark.slow  # Dask sweep processes and kernels: not in the fast suite (make test-fast)
 def test_a_new_sweep_clears_leftovers_too(tmp_path):
     out = tmp_path / "n"
     (out / "points" / ".abc_seed=1.partial-x1").mkdir(parents=True)

@@ -10,7 +10,7 @@ from companion.site import book
 from _util import FIXTURES
 
 
-@pytest.mark.slow  # runs the book's page machinery: not in the fast lane (make test-fast)
+@pytest.mark.slow  # runs the book's page machinery: not in the fast suite (make test-fast)
 def test_a_mesa_page_to_run_warms_the_run_cache_first(tmp_path, monkeypatch):
     monkeypatch.setenv("COMPANION_CACHE_DIR", str(tmp_path / "runs"))
     calls = []
