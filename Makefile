@@ -9,7 +9,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.companion-installed
 BROWSER := $(VENV)/.browser-checked
 
-.PHONY: book test test-fast lint mutants install setup clean benchmark
+.PHONY: book test test-fast lint mutants install setup clean benchmark results
 
 install: $(STAMP)
 
@@ -48,6 +48,10 @@ test-fast: $(STAMP)
 # ruff (pyflakes, pycodestyle, bugbear, isort rules; configured in pyproject.toml)
 lint: $(STAMP)
 	$(PY) -m ruff check src tests benchmarks tools
+
+# RESULTS.md, the map of every result, from the registries (tests/site/test_where.py fails while it is stale)
+results: $(STAMP)
+	$(PY) tools/results_map.py
 
 # Seeded bugs, one at a time in a copy of the package: how many does the fast suite kill?
 mutants: $(STAMP)

@@ -1,11 +1,16 @@
-"""pyproject.toml (ranges), constraints.txt (exact pins) and environment.yml (conda) must agree."""
+"""pyproject.toml (ranges), constraints.txt (exact pins) and environment.yml (conda) must agree; the notation page and
+each notebook's Implementation table name code that exists, and every function of its paper a notebook calls."""
 
+import importlib
 import re
 import tomllib
 
+import pytest
 import yaml
 from packaging.requirements import Requirement
 from packaging.version import Version
+
+from companion.site.where import names_called, names_used, notebook_code
 
 from _util import ROOT
 
@@ -78,8 +83,6 @@ def test_ci_runs_exactly_the_readme_test_command():
 def resolves(dotted: str) -> bool:
     """Whether ``companion.a.b.name`` names an existing module or attribute (the longest importable module
     prefix, then attributes)."""
-    import importlib
-
     parts = dotted.split(".")
     for i in range(len(parts), 0, -1):
         try:
@@ -102,12 +105,6 @@ def implementation_section(text: str) -> str | None:
     return m.group(1) if m else None
 
 
-# the aliases under which the notebooks import the modules whose functions the note must name
-# (mesa: R is the page's result module, companion.mesa.results.<name> of the registry)
-NOTE_ALIASES = {"cot": {"checks": "checks", "th": "theory", "figures": "figures", "D": "domain"},
-                "mesa": {"R": "results.{result}", "th": "theory", "F": "figures", "D": "domain"}}
-
-
 def test_the_notation_page_names_code_that_exists():
     """Every `module.name` in the code column of the notation page resolves in companion."""
     text = (ROOT / "book" / "notation.md").read_text()
@@ -124,33 +121,87 @@ def test_the_notation_page_names_code_that_exists():
         assert hasattr(owner, attr) or attr in owner.__dataclass_fields__, f"{cls}.{attr}"
 
 
-def test_every_implementation_note_names_code_that_exists():
-    """Each notebook's "Implementation" note (a table whose code names are `companion.x.y` in backticks):
-    every name resolves, and it names every function of the paper's checks, theory, figures (and mesa's
-    domain) modules that the page's code calls, so the note cannot fall behind the code."""
-    import jupytext
+NOTEBOOKS = sorted(ROOT.glob("notebooks/*/*.md"))
 
+
+def implementation_names(path) -> set[str]:
+    """The code names of a notebook's Implementation table: every `companion.x.y` in backticks."""
+    section = implementation_section(path.read_text())
+    return set(re.findall(r"`(companion(?:\.[A-Za-z_][A-Za-z0-9_]*)+)`", section or ""))
+
+
+def test_every_implementation_note_is_a_table_of_code_that_exists():
+    """Each notebook has an "Implementation" note, a table whose code names (`companion.x.y` in backticks) all
+    resolve."""
     assert not resolves("companion.mesa.evidence.no_such_check")  # a stale name is caught
-    notes = 0
-    for path in sorted(ROOT.glob("notebooks/*/*.md")):
-        text = path.read_text()
-        paper = path.parent.name
-        section = implementation_section(text)
+    for path in NOTEBOOKS:
+        section = implementation_section(path.read_text())
         assert section is not None, f"{path.name}: no Implementation note"
-        notes += 1
         assert "|---|" in section.replace(" ", ""), f"{path.name}: the Implementation note has no table"
-        names = set(re.findall(r"`(companion(?:\.[A-Za-z_][A-Za-z0-9_]*)+)`", section))
+        names = implementation_names(path)
         assert len(names) >= 3, f"{path.name}: the Implementation table names {len(names)} functions"
         for dotted in names:
             assert resolves(dotted), f"{path.name}: `{dotted}` does not exist"
-        code = "\n".join(c.source for c in jupytext.reads(text, fmt="md:myst").cells if c.cell_type == "code")
-        for alias, module in NOTE_ALIASES[paper].items():
-            if "{result}" in module:
-                from companion.mesa.results import module_of
 
-                module = module.format(result=module_of(f"{paper}/{path.stem}").rsplit(".", 1)[1])
-            for fn in set(re.findall(rf"(?<![\w.]){alias}\.([A-Za-z_][A-Za-z0-9_]*)\(", code)):
-                assert f"companion.{paper}.{module}.{fn}" in names, (
-                    f"{path.name}: the code calls {alias}.{fn} but the Implementation note does not name "
-                    f"`companion.{paper}.{module}.{fn}`")
-    assert notes == len(list(ROOT.glob("notebooks/*/*.md")))
+
+def _omissions(scope) -> list[str]:
+    """What the Implementation tables omit: for every notebook, each function of its paper's package that its code
+    calls and ``scope(paper, dotted)`` selects, which its table does not name."""
+    out = []
+    for path in NOTEBOOKS:
+        paper, names = path.parent.name, implementation_names(path)
+        for dotted in sorted(names_called(notebook_code(path))):
+            if dotted.startswith(f"companion.{paper}.") and scope(paper, dotted) and dotted not in names:
+                module, _, fn = dotted.rpartition(".")
+                out.append(f"notebooks/{paper}/{path.name} calls {fn} of {module}: add `{dotted}` to its "
+                           "Implementation table")
+    return out
+
+
+def test_every_result_module_function_a_notebook_calls_is_in_its_implementation_table():
+    """The drift guard of the result modules, for both papers: a notebook that calls a function of a result module
+    (its own or another's, in any import form) names it in its Implementation table."""
+    missing = _omissions(lambda paper, dotted: dotted.startswith(f"companion.{paper}.results."))
+    assert not missing, "\n".join(missing)
+
+
+def test_every_science_function_a_notebook_calls_is_in_its_implementation_table():
+    """The same for the paper's other modules (theory, domain, data, training, shared evidence, figures)."""
+    missing = _omissions(lambda paper, dotted: not dotted.startswith(f"companion.{paper}.results."))
+    assert not missing, "\n".join(missing)
+
+
+def test_everything_a_notebook_uses_is_in_its_modules_all():
+    """Every name a notebook takes from a module of the package (a function it calls, a constant it reads) is in
+    that module's ``__all__``, so that the API page, which documents ``__all__``, lists it."""
+    missing = []
+    for path in NOTEBOOKS:
+        for dotted in sorted(names_used(notebook_code(path))):
+            module, _, name = dotted.rpartition(".")
+            exported = getattr(importlib.import_module(module), "__all__", None)
+            if exported is None or name not in exported:
+                missing.append(f"notebooks/{path.parent.name}/{path.name} uses {name} of {module}: add {name!r} to "
+                               f"{module}.__all__")
+    assert not missing, "\n".join(missing)
+
+
+#: one call of a result module's function in each import form a notebook may use
+IMPORT_FORMS = {
+    "by name": "from companion.cot.results import thm4_2\nthm4_2.parse_spectrum('1,2')",
+    "alias": "from companion.cot.results import thm4_2 as R\nR.parse_spectrum('1,2')",
+    "names": "from companion.cot.results.thm4_2 import parse_spectrum\nparse_spectrum('1,2')",
+    "dotted": "import companion.cot.results.thm4_2\ncompanion.cot.results.thm4_2.parse_spectrum('1,2')",
+    "module alias": "import companion.cot.results.thm4_2 as ood\n%matplotlib inline\nood.parse_spectrum('1,2')",
+}
+
+
+@pytest.mark.parametrize("form", IMPORT_FORMS)
+def test_the_guard_reads_every_import_form(form):
+    """A call the guard cannot see is a call it cannot check: each form is read as the same function."""
+    code = IMPORT_FORMS[form] + "\nspectrum = [1, 2]\nprint(len(spectrum))"
+    assert names_called(code) == names_used(code) == {"companion.cot.results.thm4_2.parse_spectrum"}
+
+
+def test_a_name_read_but_not_called_is_used_not_called():
+    code = "from companion.cot.results import thm4_2\nfalsifier = thm4_2.NEAR_STEP"
+    assert names_used(code) == {"companion.cot.results.thm4_2.NEAR_STEP"} and not names_called(code)

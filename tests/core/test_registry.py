@@ -1,12 +1,12 @@
 """Each paper's result registry (companion.mesa.results, companion.cot.results) agrees with _toc.yml, the notebooks
-and their verdict records. Every check is written once and runs for both papers.
+and their verdict records. Every check is written once and holds for both papers alike: no paper is excused from one.
 
-Fast lane: nothing is executed. The claim ids a notebook records come from the fixtures of the smoke runs:
+Fast suite: nothing is executed. The claim ids a notebook records come from the fixtures of the smoke runs:
 ``tests/fixtures/mesa_smoke_claims.json`` (claim, kind, headline of every verdict record of each mesa notebook run
 at its smoke point, ``tests/smoke/mesa.yaml``, ``COMPANION_CACHE_DIR=off``) and ``tests/fixtures/cot_smoke_claims.json``
 (claim, kind, headline, falsifier, ``tests/smoke/cot.yaml``), saved when the checks moved into the result modules. A
 claim added to a notebook without a manifest line fails the smoke run itself (the Verdict's manifest is the module's
-``manifest()``), and this test then names the missing line. The slow lane checks the same against the records of
+``manifest()``), and this test then names the missing line. The slow tests check the same against the records of
 this build's own smoke runs.
 """
 
@@ -23,25 +23,17 @@ import sys
 import pytest
 
 from companion.claims import KINDS, TARGETS, ResultSpec
+from companion.registry import PAPERS as REGISTRIES
+from companion.registry import results_of
+from companion.site.where import notebook_code
 
 from _util import FIXTURES, ROOT, read_run
 
-PAPERS = ("mesa", "cot")
-REGISTRY = {p: importlib.import_module(f"companion.{p}.results") for p in PAPERS}
+PAPERS = tuple(name for name, _, _ in REGISTRIES)
+REGISTRY = {name: registry for name, registry, _ in REGISTRIES}
 TOC = {p: re.findall(rf"file: notebooks/({p}/\S+)", (ROOT / "_toc.yml").read_text()) for p in PAPERS}
-RESULTS = {p: REGISTRY[p].results() for p in PAPERS}
+RESULTS = {p: results_of(p) for p in PAPERS}
 BY_NOTEBOOK = {r.notebook: r for p in PAPERS for r in RESULTS[p]}
-#: how a notebook imports its result module (mesa: as R, the alias its Implementation note is checked under)
-IMPORT = {"mesa": "companion.mesa.results import {name} as R", "cot": "companion.cot.results import {name}"}
-#: the papers whose every claim names its prediction (a mesa claim may name none: an invariant, an equality of losses)
-PREDICTION_REQUIRED = {"cot"}
-#: the papers whose manifests may let an exact claim id take precedence over a pattern it also fits (mesa: every
-#: recorded claim fits exactly one line)
-EXACT_FIRST = {"cot"}
-#: the papers whose records name their manifest line's falsifier verbatim (mesa: a line such as ``ab_{law}_{s}``
-#: covers several laws and names their falsifiers together; each record names its own law's, e.g.
-#: :func:`companion.mesa.evidence.falsifier_alpha`)
-EXACT_FALSIFIER = {"cot"}
 #: the result modules of both papers, as (paper, module name)
 MODULES = [(p, name) for p in PAPERS for name in REGISTRY[p].MODULES]
 IDS = [f"{p}.{name}" for p, name in MODULES]
@@ -74,6 +66,33 @@ def test_every_toc_notebook_has_exactly_one_result_in_book_order(paper):
     assert len(REGISTRY[paper].MODULES) == len(set(REGISTRY[paper].MODULES)) == len(RESULTS[paper])
 
 
+def _import_problems(code: str, module: str) -> list[str]:
+    """How a notebook's code departs from the book's import convention for its result module ``module``
+    (``companion.<paper>.results.<name>``): ``from companion.<paper>.results import <name>``, then ``<name>.f(...)``;
+    no alias, no import of the module's names one by one."""
+    package, _, name = module.rpartition(".")
+    tree = ast.parse("\n".join("pass" if line.lstrip().startswith(("%", "!")) else line for line in code.splitlines()))
+    by_name, problems = False, []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == package:
+            for a in node.names:
+                if a.name == name:
+                    by_name |= a.asname is None
+                    if a.asname:
+                        problems.append(f"imports {name} as {a.asname} (write `from {package} import {name}`)")
+        elif isinstance(node, ast.ImportFrom) and node.module == module:
+            problems.append(f"imports {', '.join(a.name for a in node.names)} from {module} (call them as {name}.f)")
+        elif isinstance(node, ast.Import) and any(a.name == module for a in node.names):
+            problems.append(f"imports {module} whole (write `from {package} import {name}`)")
+    calls = any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name)
+                and n.func.value.id == name for n in ast.walk(tree))
+    if not by_name and not problems:
+        problems.append(f"does not import its result module as `from {package} import {name}`")
+    elif not calls:
+        problems.append(f"does not call its result module ({name}.f(...))")
+    return problems
+
+
 @pytest.mark.parametrize("paper, name", MODULES, ids=IDS)
 def test_result_module_names_itself_and_its_notebook(paper, name):
     mod = importlib.import_module(f"companion.{paper}.results.{name}")
@@ -84,7 +103,8 @@ def test_result_module_names_itself_and_its_notebook(paper, name):
     text = (ROOT / "notebooks" / f"{r.notebook}.md").read_text()
     assert re.search(rf"^:label: {re.escape(r.label)}$", text, flags=re.M), f"{r.notebook}: no statement labelled {r.label}"
     assert re.search(r"```\{prf:[a-z]+\}[^\n]*\n:label: " + re.escape(r.label), text), "the label of a statement"
-    assert IMPORT[paper].format(name=name) in text, f"{r.notebook} does not call its result module"
+    problems = _import_problems(notebook_code(ROOT / "notebooks" / f"{r.notebook}.md"), r.module)
+    assert not problems, f"notebooks/{r.notebook}.md: " + "; ".join(problems)
     for fig in r.figures:
         assert re.search(rf"^```\{{glue:figure\}} {re.escape(fig)}$", text, flags=re.M), f"{r.notebook}: figure {fig} is not shown"
     shown = set(re.findall(r"```\{glue:figure\} (\S+)", text))
@@ -100,7 +120,7 @@ def test_claim_manifest_is_well_formed(paper, name):
     assert ids and len(ids) == len(set(ids)), f"{name}: a claim pattern twice: {ids}"
     for c in r.claims:
         assert c.kind in KINDS and c.target in TARGETS
-        assert c.prediction or paper not in PREDICTION_REQUIRED, f"{name}: {c.id}: names no prediction"
+        assert c.prediction, f"{name}: {c.id}: names no prediction (the function that computes the theory's value)"
         module, _, func = c.prediction.rpartition(".")
         assert not c.prediction or (module and callable(getattr(importlib.import_module(module), func, None))), (
             f"{name}: {c.id}: prediction {c.prediction!r} does not exist")
@@ -109,25 +129,25 @@ def test_claim_manifest_is_well_formed(paper, name):
 
 
 def _check_records(notebook: str, records, *, every_line: bool = False) -> None:
-    """Every record belongs to exactly one manifest line (:func:`_matching`, the order
-    :meth:`companion.claims.ResultSpec.spec_of` follows, where the paper is in :data:`EXACT_FIRST`; else exactly one
-    line fits it) of its kind, a headline only to a headline line, and its
-    falsifier (where recorded) is the line's; ``every_line``: every line of the manifest is used."""
+    """Every record belongs to exactly one manifest line (:func:`_matching`: the line with its exact id, else the one
+    pattern it fits; :meth:`companion.claims.ResultSpec.spec_of` finds the same line), of its kind, a headline only to
+    a headline line, and the falsifier it names (where recorded) is its line's, word for word; ``every_line``: every
+    line of the manifest is used."""
     r = BY_NOTEBOOK[notebook]
     assert records, f"{notebook}: no records"
     used = set()
     for rec in records:
         claim = rec["claim"]
-        lines = _matching(r, claim) if r.paper in EXACT_FIRST else [c for c in r.claims if c.matches(claim)]
+        lines = _matching(r, claim)
         assert len(lines) == 1, f"{notebook}: claim {claim!r} matches {[c.id for c in lines]} of CLAIMS"
         spec = lines[0]
         assert r.spec_of(claim) is spec, f"{claim}: ResultSpec.spec_of must find {spec.id} (order exact ids first)"
         assert spec.kind == rec["kind"], f"{notebook}: {claim} is {rec['kind']}, its spec says {spec.kind}"
         assert spec.headline or not rec.get("headline"), f"{notebook}: {claim} is a headline claim, its spec {spec.id} is not"
         if rec.get("falsifier"):
-            assert spec.falsifier, f"{claim}: the record names a falsifier, its manifest line {spec.id} none"
-            assert r.paper not in EXACT_FALSIFIER or spec.falsifier == rec["falsifier"], (
-                f"{claim}: falsifier {rec['falsifier']!r}, manifest {spec.falsifier!r}")
+            assert spec.falsifier == rec["falsifier"], (
+                f"{notebook}: {claim} names the falsifier {rec['falsifier']!r}, its manifest line {spec.id} "
+                f"{spec.falsifier!r}")
         used.add(spec.id)
     unused = [c.id for c in r.claims if c.id not in used]
     assert not every_line or not unused, f"{notebook}: manifest lines no smoke record matches: {unused}"
@@ -176,12 +196,13 @@ def _imports(path, package: str) -> set[str]:
 
 #: the results that import another result because the paper derives them from it (CONTRIBUTING.md, "A result is a
 #: module"): cot Corollary 3.1 trains and stops as Theorem 3.1 does; the experiments page's falsifier is Theorem 4.1's
-DERIVED = {"cot": {"cor3_1": {"thm3_1"}, "experiments": {"thm4_1"}}, "mesa": {}}
+DERIVED = {"companion.cot.results.cor3_1": {"companion.cot.results.thm3_1"},
+           "companion.cot.results.experiments": {"companion.cot.results.thm4_1"}}
 
 
 @pytest.mark.parametrize("paper", PAPERS)
 def test_results_sit_above_the_science_layer(paper):
-    """The science modules (the run plan paper.py, the shared evidence) import no result; a result imports no other
+    """The science modules (the settings paper.py, the shared evidence) import no result; a result imports no other
     result but those of :data:`DERIVED` (the registry's claim-id helpers, ``companion.mesa.results.init_tag`` and the
     like, are not results)."""
     src = ROOT / "src" / "companion" / paper
@@ -195,7 +216,8 @@ def test_results_sit_above_the_science_layer(paper):
         bad = results_imported(path, f"companion.{paper}") | {m for m in _imports(path, f"companion.{paper}") if m == prefix}
         assert not bad, f"{path.name} imports {bad}"
     for name in modules:
-        bad = results_imported(src / "results" / f"{name}.py", prefix) - DERIVED[paper].get(name, set())
+        allowed = {m.rpartition(".")[2] for m in DERIVED.get(f"{prefix}.{name}", ())}
+        bad = results_imported(src / "results" / f"{name}.py", prefix) - allowed
         assert not bad, f"results/{name}.py imports {bad}"
     assert "companion.cot.results.thm3_1" in _imports(ROOT / "src/companion/cot/results/cor3_1.py", "companion.cot.results")
 

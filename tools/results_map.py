@@ -1,0 +1,27 @@
+"""Write RESULTS.md, the map of every result (page, module, claims, figures, tests, training), from the registries.
+
+Run after adding, removing or changing a result, its page or its tests: ``tests/site/test_where.py`` fails while the
+committed file differs from what :func:`companion.site.where.results_markdown` gives. ``--check``: write nothing,
+exit 1 (showing the difference) when the file is stale."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from companion.site import where
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main(argv: list[str]) -> int:
+    if "--check" in argv:
+        problem = where.check_results(ROOT)
+        print(problem or f"{where.RESULTS_FILE} is up to date")
+        return 1 if problem else 0
+    print(f"wrote {where.write_results(ROOT).relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
