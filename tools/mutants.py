@@ -1,10 +1,10 @@
 """A mutation check: seed plausible bugs, one at a time, into a copy of the package and count how many the
-fast test lane catches (``make mutants``).
+fast suite catches (``make mutants``).
 
 Each mutant is a small textual edit of one source file (a sign, an off-by-one, a wrong seed stream, a
 dropped factor) of the kind a careful reviewer would fear. For each, the package is copied to a temporary
 directory, the edit applied there, and ``pytest -m "not slow" -x`` run with that copy first on
-``PYTHONPATH``; the mutant is *killed* when the lane fails. The working tree is never modified.
+``PYTHONPATH``; the mutant is *killed* when the fast suite fails. The working tree is never modified.
 
 Usage::
 
@@ -54,21 +54,21 @@ MUTANTS = [
     Mutant("stats_critical_normal", "stats.py", r"return float\(st\.t\.isf\(st\.norm\.sf\(z\), dof\)\)",
            "return float(z)", "degrees of freedom ignored: few-replicate SEs judged at the normal z"),
     Mutant("stats_richardson_sqrt", "stats.py", r"measured=\(4 \* mb - ms\) / 3",
-           "measured=2 * mb - ms", "Richardson for an m^-1/2 bias (the old combination)"),
+           "measured=2 * mb - ms", "Richardson for an m^-1/2 bias (a wrong combination for a 1/m bias)"),
     Mutant("verdict_manifest_unchecked", "verdict.py", r"out \+= \[f\"\{c\}: recorded but not declared",
            "out += [] and [f\"{c}: recorded but not declared", "undeclared claims accepted"),
     # ---- cot theory
-    Mutant("cot_eta_star", "cot/theory.py", r"return n / \(n \+ d \+ 1\)", "return n / (n + d)",
+    Mutant("cot_eta_star", "cot/theory/no_cot.py", r"return n / \(n \+ d \+ 1\)", "return n / (n + d)",
            "eta* = n/(n+d) (a dropped +1)"),
-    Mutant("cot_floor", "cot/theory.py", r"return d \* \(d \+ 1\) / \(n \+ d \+ 1\)", "return d * d / (n + d + 1)",
+    Mutant("cot_floor", "cot/theory/no_cot.py", r"return d \* \(d \+ 1\) / \(n \+ d \+ 1\)", "return d * d / (n + d + 1)",
            "no-CoT floor d^2/(n+d+1)"),
-    Mutant("cot_wishart_m2", "cot/theory.py", r"return d \* \(n \+ d \+ 1\) / n\n", "return d * (n + d) / n\n",
-           "second Wishart trace moment off by d/n"),
-    Mutant("cot_gd_exact_range", "cot/theory.py", r"for p in range\(2 \* k \+ 1\)", "for p in range(2 * k)",
+    Mutant("cot_wishart_m2", "cot/theory/wishart.py", r"total = \(n \+ a - 1\) \* term\(a - 1\)",
+           "total = (n + a) * term(a - 1)", "Wishart trace moments' loop equation off by one"),
+    Mutant("cot_gd_exact_range", "cot/theory/gd.py", r"for p in range\(2 \* k \+ 1\)", "for p in range(2 * k)",
            "k-step GD error misses its top power (off by one)"),
-    Mutant("cot_gd_samples_k", "cot/theory.py", r"\(1\.0 - eta \* eigs\) \*\* \(2 \* k\) \* z\*\*2",
-           "(1.0 - eta * eigs) ** (k) * z**2", "per-prompt GD error with (1 - eta lambda)^k instead of ^2k"),
-    Mutant("cot_mp_edge", "cot/theory.py", r"\(1 \+ np\.sqrt\(gamma\)\) \*\* 2", "(1 + gamma) ** 2",
+    Mutant("cot_gd_samples_k", "cot/theory/gd.py", r"r = residual_power\(c, eigs, 2 \* k\)",
+           "r = residual_power(c, eigs, k)", "per-prompt GD error with (1 - eta lambda)^k instead of ^2k"),
+    Mutant("cot_mp_edge", "cot/theory/mp.py", r"\(1 \+ np\.sqrt\(gamma\)\) \*\* 2", "(1 + gamma) ** 2",
            "Marchenko-Pastur upper edge without the square root"),
     # ---- mesa theory, data and training
     Mutant("mesa_position_loss_t", "mesa/theory.py", r"\(d - 1\) \* mo\.m24 / \(t - 1\)\)",
@@ -88,7 +88,7 @@ MUTANTS = [
     Mutant("mesa_equivariant_offdiag_step", "mesa/theory.py", r"off = 0\.0 if masked else lr / \(d \* \(d - 1\)\)",
            "off = 0.0 if masked else lr / d", "unmasked equivariant GD steps the off-diagonal entries like the diagonal"),
     # ---- the fused mesa kernel's thread split
-    Mutant("kernels_thread_split_drops_a_block", "mesa/kernels.py",
+    Mutant("kernels_thread_split_drops_a_block", "mesa/lanes/host.py",
            r"cuts = \[i \* nblocks // n for i in range\(n \+ 1\)\]",
            "cuts = [i * nblocks // n for i in range(n)] + [nblocks - 1]",
            "a sweep on several threads skips the last block of sequences"),
@@ -96,7 +96,7 @@ MUTANTS = [
            r'W\.e\(f"\{gi\} \+= x\{k\}_r \* \{gF\}_i - x\{k\}_i \* \{gF\}_r"\)',
            'W.e(f"{gi} += x{k}_r * {gF}_i + x{k}_i * {gF}_r")',
            "the generated kernel accumulates x dF instead of conj(x) dF into dL/dC (imaginary part)"),
-    Mutant("tables_rotation_sign", "mesa/kernels.py", r"c, s = c \* c1 - s \* s1, s \* c1 \+ c \* s1",
+    Mutant("tables_rotation_sign", "mesa/lanes/host.py", r"c, s = c \* c1 - s \* s1, s \* c1 \+ c \* s1",
            "c, s = c * c1 - s * s1, s * c1 - c * s1", "lam^t advanced along a run of positions by the wrong rotation"),
     # ---- caches
     Mutant("cache_hash_ignores_contents", "cache.py", r"h\.update\(normalised_source\(Path\(f\)\.read_text\(\)\)\)", "pass",
@@ -121,7 +121,7 @@ def _apply(m: Mutant, pkg: Path) -> bool:
     return True
 
 
-def run(selected: list[Mutant], lane: list[str], timeout: float) -> int:
+def run(selected: list[Mutant], pytest_args: list[str], timeout: float) -> int:
     killed = survived = skipped = 0
     rows = []
     for m in selected:
@@ -140,7 +140,7 @@ def run(selected: list[Mutant], lane: list[str], timeout: float) -> int:
             env.pop("NUMBA_CACHE_DIR", None)
             t = time.perf_counter()
             try:
-                proc = subprocess.run([sys.executable, "-m", "pytest", *lane], cwd=ROOT, env=env,
+                proc = subprocess.run([sys.executable, "-m", "pytest", *pytest_args], cwd=ROOT, env=env,
                                       capture_output=True, text=True, timeout=timeout)
                 dead = proc.returncode != 0
                 by = next((ln.split(" - ")[0].replace("FAILED ", "") for ln in proc.stdout.splitlines()
@@ -153,7 +153,7 @@ def run(selected: list[Mutant], lane: list[str], timeout: float) -> int:
             rows.append((m.name, "killed" if dead else "SURVIVED", sec))
             print(f"{'killed  ' if dead else 'SURVIVED'} {sec:6.1f} s  {m.name}: {m.why}"
                   + (f"\n           by {by}" if dead and by else ""), flush=True)
-    print(f"\n{killed} of {killed + survived} mutants killed by the fast lane"
+    print(f"\n{killed} of {killed + survived} mutants killed by the fast suite"
           + (f"; {skipped} not applied (stale pattern)" if skipped else ""))
     for name, status, _ in rows:
         if status.startswith("NOT"):
@@ -172,8 +172,8 @@ def main(argv=None) -> int:
         for m in selected:
             print(f"{m.name:36s} {m.file:22s} {m.why}")
         return 0
-    lane = ["-m", "not slow", "-x", "-q", "-p", "no:cacheprovider"]
-    return run(selected, lane, args.timeout)
+    pytest_args = ["-m", "not slow", "-x", "-q", "-p", "no:cacheprovider"]
+    return run(selected, pytest_args, args.timeout)
 
 
 if __name__ == "__main__":

@@ -108,7 +108,7 @@ def implementation_section(text: str) -> str | None:
 def test_the_notation_page_names_code_that_exists():
     """Every `module.name` in the code column of the notation page resolves in companion."""
     text = (ROOT / "book" / "notation.md").read_text()
-    names = set(re.findall(r"`((?:mesa|cot)\.[a-z_]+\.[A-Za-z_]+)`", text))
+    names = set(re.findall(r"`((?:mesa|cot)(?:\.[a-z_0-9]+)*\.[A-Za-z_][A-Za-z0-9_]*)`", text))
     classes = set(re.findall(r"`(ARData|Prompts)\.([A-Za-z_]+)(?:\(\))?`", text))
     assert len(names) >= 10 and classes
     for dotted in names:

@@ -92,20 +92,20 @@ def test_training_equals_the_autograd_path(objective, k, R, opt):
     same trained parameters and recorded losses to 1e-10, single models and replicates alike."""
     kw = dict(steps=60, lr=0.02 if opt == "adam" else 0.05, batch=6, seed=5, eval_every=25, eval_batch=20,
               optimizer=opt, lr_final=0.3, replicates=R)
-    new = train_full(objective, 3, 6, k, 0.35, **kw)
-    old = train_full_autograd(objective, 3, 6, k, 0.35, **kw)
-    for a, b in ((new.W_KQ, old.W_KQ), (new.W_PV, old.W_PV)):
+    closed = train_full(objective, 3, 6, k, 0.35, **kw)
+    auto = train_full_autograd(objective, 3, 6, k, 0.35, **kw)
+    for a, b in ((closed.W_KQ, auto.W_KQ), (closed.W_PV, auto.W_PV)):
         torch.testing.assert_close(a, b, rtol=RTOL, atol=RTOL)
-    assert float((new.W_KQ - torch.as_tensor(new.snapshots[0][0])).abs().max()) > 1e-3  # the run moved the weights
-    torch.testing.assert_close(torch.as_tensor(new.train_loss), torch.as_tensor(old.train_loss), rtol=RTOL, atol=0)
-    torch.testing.assert_close(torch.as_tensor(new.eval_loss), torch.as_tensor(old.eval_loss), rtol=RTOL, atol=0)
+    assert float((closed.W_KQ - torch.as_tensor(closed.snapshots[0][0])).abs().max()) > 1e-3  # the run moved the weights
+    torch.testing.assert_close(torch.as_tensor(closed.train_loss), torch.as_tensor(auto.train_loss), rtol=RTOL, atol=0)
+    torch.testing.assert_close(torch.as_tensor(closed.eval_loss), torch.as_tensor(auto.eval_loss), rtol=RTOL, atol=0)
 
 
 def test_clipped_training_equals_the_autograd_path():
     kw = dict(steps=40, lr=0.05, batch=5, seed=2, eval_every=40, eval_batch=10, clip=0.05, replicates=2)
-    new, old = train_full("cot", 2, 5, 3, 0.3, **kw), train_full_autograd("cot", 2, 5, 3, 0.3, **kw)
-    torch.testing.assert_close(new.W_PV, old.W_PV, rtol=RTOL, atol=RTOL)
-    torch.testing.assert_close(new.W_KQ, old.W_KQ, rtol=RTOL, atol=RTOL)
+    closed, auto = train_full("cot", 2, 5, 3, 0.3, **kw), train_full_autograd("cot", 2, 5, 3, 0.3, **kw)
+    torch.testing.assert_close(closed.W_PV, auto.W_PV, rtol=RTOL, atol=RTOL)
+    torch.testing.assert_close(closed.W_KQ, auto.W_KQ, rtol=RTOL, atol=RTOL)
 
 
 def test_isotropic_training_equals_the_autograd_path():

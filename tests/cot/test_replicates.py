@@ -109,7 +109,7 @@ def test_the_replicate_band_keeps_the_level_of_four_normal_ses(seed_sd):
         assert np.mean(naive) < 0.99
 
 
-def test_replicate_median():
+def test_replicate_median_is_the_mean_of_the_medians_with_the_seed_band_when_seeds_dominate():
     rng = np.random.default_rng(2)
     e = rng.exponential(1.0, (4, 2000)) * np.array([[1.0], [1.5], [1.0], [1.5]])
     med, se, dof = cot_stats.replicate_median(e)

@@ -1,11 +1,82 @@
-"""Theorem 4.1's result module: a flow that does not reach the construction in its budget is recorded (its
-distance fails the limit claim), never raised."""
+"""Theorem 4.1 (companion.cot.theory.dynamics, companion.cot.results.thm4_1): the reduced (v, w) flow, its rates and
+stage times, the restricted matrix flow, and the result module's handling of flows that do not converge and of a
+regime whose errors are not resolved.
+
+Each test is meant to fail on a plausible bug: a sign in the Gauss-Newton vector, a gradient term dropped, a
+symmetrisation that leaves off-diagonal drift, a horizon not derived from the rate, a flow that stops the page
+instead of failing its claim, a decay ratio divided by the floor 1e-300."""
+
+from __future__ import annotations
+
+import math
 
 import numpy as np
+import pytest
 
-from companion.cot import theory as th
 from companion.cot.results import thm4_1
+from companion.cot.theory import dynamics, wishart
 from companion.params import ParameterError
+from companion.verdict import Verdict
+
+
+def _num_hessian(f, x, h=1e-5):
+    x = np.asarray(x, float)
+    H = np.zeros((len(x), len(x)))
+    for i in range(len(x)):
+        for j in range(len(x)):
+            e_i, e_j = np.eye(len(x))[i] * h, np.eye(len(x))[j] * h
+            H[i, j] = (f(x + e_i + e_j) - f(x + e_i - e_j) - f(x - e_i + e_j) + f(x - e_i - e_j)) / (4 * h * h)
+    return H
+
+
+# ----------------------------------------------------------------------------- the reduced flow
+def test_reduced_flow_converges_to_the_construction_and_stage1_equilibrium():
+    eta, k = 1.0, 10
+    t, v, w, loss = dynamics.solve_reduced_flow(eta, k, 0.01, 20.0)
+    assert abs(v[-1] + eta) < 1e-6 and abs(w[-1] - 1) < 1e-6 and loss[-1] < 1e-12
+    assert dynamics.reduced_loss(-eta, 1.0, eta, k) == 0.0
+    # at w = 0 the stage-1 equilibrium is -(eta/k) sum_i (1 - eta)^i; for eta = 0.5:
+    e = 0.5
+    assert dynamics.stage1_v(0.0, e, k) == pytest.approx(-(e / k) * sum((1 - e) ** i for i in range(k)), rel=1e-12)
+    gv, gw = dynamics.reduced_grad(-0.3, 0.7, 0.5, 5)
+    h = 1e-6
+    num_v = (dynamics.reduced_loss(-0.3 + h, 0.7, 0.5, 5) - dynamics.reduced_loss(-0.3 - h, 0.7, 0.5, 5)) / (2 * h)
+    num_w = (dynamics.reduced_loss(-0.3, 0.7 + h, 0.5, 5) - dynamics.reduced_loss(-0.3, 0.7 - h, 0.5, 5)) / (2 * h)
+    assert gv == pytest.approx(num_v, rel=1e-6) and gw == pytest.approx(num_w, rel=1e-6)
+
+
+@pytest.mark.parametrize("eta, k, lam", [(1.0, 10, 1.0), (0.3, 5, None)])
+def test_fixed_point_rate_is_the_smallest_hessian_eigenvalue(eta, k, lam):
+    if lam is None:
+        lam = wishart.sample_S_eigs(3, 7, 50, np.random.default_rng(0))
+    H = _num_hessian(lambda p: dynamics.reduced_loss(p[0], p[1], eta, k, lam), [-eta, 1.0])
+    assert dynamics.fixed_point_rate(eta, k, lam) == pytest.approx(np.linalg.eigvalsh(H)[0], rel=1e-5)
+
+
+def test_reduced_moments_reproduce_the_sampled_loss_and_gradient():
+    lam = wishart.sample_S_eigs(3, 6, 40, np.random.default_rng(6))
+    A0, A1, A2 = dynamics._reduced_moments(0.4, 5, lam)
+    for v, w in [(-0.1, 0.3), (0.2, -0.7), (-0.4, 1.0)]:
+        P, Q = v * w + 0.4, v + 0.4
+        assert 0.5 * np.sum(P**2 * A2 - 2 * P * Q * A1 + Q**2 * A0) == pytest.approx(
+            dynamics.reduced_loss(v, w, 0.4, 5, lam), rel=1e-12)
+    r = dynamics.reduced_flow_converged(0.4, 5, 0.01, 1e-6, lam=lam, num_t=11)
+    assert r["loss"][0] == pytest.approx(dynamics.reduced_loss(r["v"][0], r["w"][0], 0.4, 5, lam), rel=1e-12)
+
+
+def test_rate_derived_horizon_reaches_the_tolerance_and_the_fitted_rate_is_mu():
+    a = thm4_1.stage_analysis(0.5, 5, 0.01, tol=1e-6)
+    assert a["final"] <= 1e-6
+    assert a["T"] == pytest.approx(a["t2"] + math.log(1e-3 * 100 / 1e-6) / a["mu"])
+    assert a["rate"] == pytest.approx(a["mu"], rel=1e-3)
+
+
+def test_separation_parameter_is_large_without_two_stages_and_small_with_them():
+    # eta = 1, k = 3, sigma = 0.1: no separation (w(t1) = 0.66); eta = 0.3, k = 20: two clear stages
+    assert thm4_1.separation_parameter(1.0, 3, 0.1) >= 1
+    a = thm4_1.stage_analysis(0.3, 20, 0.01)
+    assert a["eps"] < 0.25 and a["w1"] < 0.5
+    assert abs(a["t_half"] - a["t_pred"]) <= 2 * a["eps"] * a["t_half"]
 
 
 def test_reduced_flow_outside_its_budget_is_a_result_not_an_exception(monkeypatch):
@@ -15,12 +86,48 @@ def test_reduced_flow_outside_its_budget_is_a_result_not_an_exception(monkeypatc
     def no_convergence(*args, **kwargs):
         raise ParameterError("sigma", "the reduced flow did not reach the construction")
 
-    monkeypatch.setattr(th, "reduced_flow_converged", no_convergence)
+    monkeypatch.setattr(dynamics, "reduced_flow_converged", no_convergence)
     r = thm4_1.stage_analysis(0.3, 5, 0.01, stages=False)
     assert not r["converged"] and np.isnan(r["t2"]) and np.isfinite(r["final"])
     # integrated to the budget 1e3/mu + 1e3/sigma: there the flow has converged, so the distance is tiny
-    assert r["T"] == 1e3 / th.fixed_point_rate(0.3, 5) + 1e3 / 0.01
+    assert r["T"] == 1e3 / dynamics.fixed_point_rate(0.3, 5) + 1e3 / 0.01
     assert r["final"] < thm4_1.TOL
+
+
+# ----------------------------------------------------------------------------- the restricted matrix flow
+def test_restricted_gradient_matches_finite_differences_and_flow_converges():
+    d, n, k, eta = 3, 8, 4, 0.5
+    rng = np.random.default_rng(4)
+    S = wishart.sample_S(d, n, 300, rng)
+    A = dynamics.gd_iterate_maps(S, eta, k)
+    V, W = 0.1 * rng.standard_normal((d, d)), 0.1 * rng.standard_normal((d, d))
+    L, gV, gW = dynamics.restricted_loss_grad(V, W, S, A, eta)
+    h = 1e-6
+    E = np.zeros((d, d))
+    E[1, 2] = h
+
+    def loss(V_, W_):
+        return dynamics.restricted_loss_grad(V_, W_, S, A, eta)[0]
+
+    assert gV[1, 2] == pytest.approx((loss(V + E, W) - loss(V - E, W)) / (2 * h), rel=1e-6)
+    assert gW[1, 2] == pytest.approx((loss(V, W + E) - loss(V, W - E)) / (2 * h), rel=1e-6)
+    V0, W0 = dynamics.assumption41_init(d, 0.05, rng)
+    assert np.allclose(V0, V0.T) and np.allclose(V0, W0)
+    t, Vt, Wt, Lt = dynamics.restricted_flow(V0, W0, S, eta, k, 200.0, num_t=11)
+    assert np.abs(Vt[-1] + eta * np.eye(d)).max() < 1e-3 and np.abs(Wt[-1] - np.eye(d)).max() < 1e-3
+
+
+def test_symmetrised_sample_keeps_the_flow_in_the_eigenbasis():
+    d, n, k, eta = 3, 6, 3, 0.4
+    rng = np.random.default_rng(8)
+    V0, W0 = dynamics.assumption41_init(d, 0.05, rng)
+    _, U = np.linalg.eigh(V0)
+    S = dynamics.symmetrised_S_sample(wishart.sample_S(d, n, 5, rng), U)
+    assert S.shape == (20, d, d)
+    _, gV, gW = dynamics.restricted_loss_grad(V0, W0, S, dynamics.gd_iterate_maps(S, eta, k), eta)
+    for G in (gV, gW):
+        Gu = U.T @ G @ U
+        assert np.abs(Gu - np.diag(np.diag(Gu))).max() < 1e-13 * np.abs(Gu).max()
 
 
 def test_matrix_flow_that_never_comes_near_is_recorded_with_its_distance(monkeypatch):
@@ -41,33 +148,29 @@ def test_matrix_flow_that_never_comes_near_is_recorded_with_its_distance(monkeyp
     assert not r["converged"] and np.isfinite(r["final"]) and r["final"] > thm4_1.TOL
 
 
+# ----------------------------------------------------------------------------- the regime n ~ d log d, k ~ log d
 def test_regime_decay_is_undecided_where_an_error_is_not_resolved_from_0():
-    """Held out at seed 52 of the page's smoke point, an error within 4 SE of 0 made the decay ratio divide by the
-    floor 1e-300 (7.8e295) and fail the claim; such a step cannot be measured, so the claim is undecided there."""
-    from companion.cot.results import thm4_1 as T41
-
+    """An error within 4 SE of 0 leaves nothing to fall from by 4 SE more: the decay ratio would divide by the floor
+    1e-300 (7.8e295 at seed 52 of the page's smoke point) and fail the claim; the claim is undecided there."""
     fine = [dict(d=2, err=1.0, se=0.01), dict(d=4, err=0.5, se=0.01), dict(d=8, err=1e-6, se=1e-6)]
-    assert T41.regime_unresolved(fine) is None  # the last error is only ever the one fallen to
+    assert thm4_1.regime_unresolved(fine) is None  # the last error is only ever the one fallen to
     low = [dict(d=2, err=1.0, se=0.01), dict(d=4, err=0.03, se=0.01), dict(d=8, err=0.001, se=0.01)]
-    why = T41.regime_unresolved(low)
+    why = thm4_1.regime_unresolved(low)
     assert why is not None and "d = 4" in why and "d = 2" not in why
-    assert T41.regime_decay_ratio(low) > 1  # what the claim would otherwise have failed on
+    assert thm4_1.regime_decay_ratio(low) > 1  # what the claim would otherwise have failed on
 
 
 def test_regime_decay_falsifier_has_a_value_the_claim_can_reject():
-    """Without a value the falsifier was never rejected and the claim was ``not_resolvable`` at every parameter. Its
-    value is the decay statistic with no decay (each error equal to the one before): above 1, so a decay measured
-    at every step rejects it, and a flat regime does not pass."""
-    from companion.cot.results import thm4_1 as T41
-    from companion.verdict import Verdict
-
+    """The falsifier's value is the decay statistic with no decay (each error equal to the one before): above 1, so
+    a decay measured at every step rejects it (a falsifier without a value is never rejected, and the claim would be
+    not resolvable at every parameter), and a flat regime does not pass."""
     fine = [dict(d=2, err=1.0, se=0.01), dict(d=4, err=0.5, se=0.01), dict(d=8, err=0.2, se=0.01)]
     flat = [dict(d=2, err=1.0, se=0.01), dict(d=4, err=0.99, se=0.01), dict(d=8, err=0.98, se=0.01)]
-    assert T41.regime_no_decay_ratio(fine) > 1
-    assert T41.regime_decay_ratio(fine) < 1 < T41.regime_decay_ratio(flat)
+    assert thm4_1.regime_no_decay_ratio(fine) > 1
+    assert thm4_1.regime_decay_ratio(fine) < 1 < thm4_1.regime_decay_ratio(flat)
     for name, reg in (("fine", fine), ("flat", flat)):
         v = Verdict("cot/thm4_1_dynamics", manifest=["cot41_regime_decay"], parameters={})
-        v.qualitative("cot41_regime_decay", quantity=name, predicted=1.0, measured=T41.regime_decay_ratio(reg),
+        v.qualitative("cot41_regime_decay", quantity=name, predicted=1.0, measured=thm4_1.regime_decay_ratio(reg),
                       comparison="upper", tolerance=0.0, falsifier="no decay with d",
-                      falsifier_value=T41.regime_no_decay_ratio(reg), reason="4 SE each side")
+                      falsifier_value=thm4_1.regime_no_decay_ratio(reg), reason="4 SE each side")
         assert v.records[-1].status == ("passed" if name == "fine" else "failed")

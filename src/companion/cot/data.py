@@ -68,8 +68,8 @@ def sample_prompts(batch: int, d: int, n: int, generator: torch.Generator, Sigma
     """``batch`` prompts: x_i ~ N(0, Sigma) (Sigma = I if None), w* ~ N(0, I_d), noiseless y = w*^T X.
 
     The standard normals are drawn in float32 and then cast to ``dtype`` (all arithmetic stays in ``dtype``):
-    torch draws float32 normals about 4.6x faster than float64 ones, and sampling was the largest single cost
-    of cot training (fresh prompts every step); rounding a N(0, 1) draw to 24 bits changes no statistic the
+    torch draws float32 normals about 4.6x faster than float64 ones, and sampling fresh prompts at every step is a
+    large share of the cost of cot training; rounding a N(0, 1) draw to 24 bits changes no statistic the
     book measures (relative 6e-8, far below every Monte-Carlo error)."""
     batch = integer("batch", batch, min=1)
     d = integer("d", d, min=1)

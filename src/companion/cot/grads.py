@@ -159,7 +159,7 @@ def _buf(name: str, shape: tuple) -> np.ndarray:
 def _sumsq(a: np.ndarray) -> float:
     """The sum of the squared entries of ``a``, without BLAS: OpenBLAS runs a dot product of more than a few
     thousand entries on every core, and its threads then spin-wait, so one such call per training step halves the
-    speed of two trainings side by side on two cores (two notebooks of a book build, two test lanes)."""
+    speed of two trainings side by side on two cores (two notebooks of a book build, two test processes)."""
     flat = a.reshape(-1)
     return float(np.einsum("i,i->", flat, flat))
 

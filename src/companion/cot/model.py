@@ -161,8 +161,8 @@ def cot_inference(prompts: Prompts, W_KQ: torch.Tensor, W_PV: torch.Tensor, k: i
     with :math:`G_{xy} = E E^\top / n` the data rows' Gram matrix (the data columns have no
     :math:`\mathcal T` part). Computed in NumPy (float64): the products with the weights per replicate, the
     rest as batched contractions over the prompts. ``tests/cot/test_model.py`` compares it with the definition
-    (the whole LSA recomputed at every step); ``benchmarks/bench_cot.py`` times it against the torch version it
-    replaced, :func:`companion.cot.reference.torch_cot_inference`."""
+    (the whole LSA recomputed at every step); ``benchmarks/bench_cot.py`` times it against the torch version,
+    :func:`companion.cot.reference.torch_cot_inference`."""
     k = integer("k", k, min=0)
     if append not in ("column", "clean"):
         raise ParameterError("append", f"must be 'column' or 'clean'; got {append!r}")

@@ -2,12 +2,12 @@
 
 :func:`train_full_autograd` and :func:`train_looped_isotropic_autograd` run the training loops of
 :mod:`companion.cot.train` with the gradients of torch autograd on the losses of :mod:`companion.cot.model`
-and the optimisers of ``torch.optim`` (``Adam`` / ``SGD``, ``ExponentialLR``, ``clip_grad_norm_``): the
-implementation :mod:`companion.cot.train` used before its gradients were written in closed form
-(:mod:`companion.cot.grads`). Importing ``torch.optim``'s optimisers imports ``torch._dynamo`` (about 1 s).
+and the optimisers of ``torch.optim`` (``Adam`` / ``SGD``, ``ExponentialLR``, ``clip_grad_norm_``): an
+implementation independent of the closed-form gradients (:mod:`companion.cot.grads`) and the written-out optimiser
+that :mod:`companion.cot.train` uses, against which the tests check them. Importing ``torch.optim``'s optimisers imports ``torch._dynamo`` (about 1 s).
 
 :func:`torch_cot_inference` is the torch implementation of :func:`companion.cot.model.cot_inference` (prefix
-products per step) that the NumPy one replaced; ``benchmarks/bench_cot.py`` times the two.
+products per step), against which the tests check the NumPy one and ``benchmarks/bench_cot.py`` times it.
 
 :func:`naive_teacher_forced_loss` is the deliberately naive per-position loss (one prompt and one position at a
 time) that ``tests/cot/test_model.py`` compares the fast loss with and ``benchmarks/bench_cot.py`` times.

@@ -19,7 +19,7 @@ and plain GD is :math:`\theta_s = \theta_{s-1} - \alpha_s g_s`; the operations a
 ``torch.optim.Adam`` / ``SGD`` with ``ExponentialLR``, so both give the same parameters up to round-off. The
 autograd + ``torch.optim`` path is kept as the tests' reference in :mod:`companion.cot.reference`.
 
-The restricted gradient flow of :prf:ref:`cot-thm-4-1` is theory and lives in :mod:`companion.cot.theory`."""
+The restricted gradient flow of :prf:ref:`cot-thm-4-1` is theory and lives in :mod:`companion.cot.theory.dynamics`."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ from .data import Prompts, make_generator, sample_prompts
 from .grads import cot_step_grads, looped_isotropic_grads, outcome_loss_grads
 from .model import cot_inference, looped_predict, no_cot_predict, per_prompt_error
 
-__all__ = ["TrainResult", "Optimizer", "train_full", "cached_train_full", "evaluate", "replicate_seed",
+__all__ = ["TrainResult", "Optimizer", "threads1", "train_full", "cached_train_full", "evaluate", "replicate_seed",
            "train_looped_isotropic"]
 
 
@@ -305,8 +305,10 @@ def train_looped_isotropic(d: int, n: int, k: int, *, steps: int, lr: float, lr_
     objective restricted to these parameters). Raises :class:`~companion.params.TrainingDiverged` (naming ``lr``) if
     the loss becomes non-finite.
 
-    Returns:
-        ``(v, w)``: arrays of shape (replicates,).
+    Returns
+    -------
+    tuple of numpy.ndarray
+        ``(v, w)``, each of shape (replicates,).
     """
     return _train_looped_isotropic(CLOSED_FORM, d, n, k, steps, lr, lr_final, batch, seed, replicates)
 

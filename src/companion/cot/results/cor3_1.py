@@ -4,7 +4,7 @@ r"""Corollary 3.1 (:prf:ref:`cot-cor-3-1`, notebook ``cot/cor3_1_floor``): the n
 The headline claims, one per trained pair :math:`(d, n)`: the error of R independently seeded full no-CoT LSAs
 trained from random weights in one batch (:func:`trained_floor`), each on its own fresh prompts, with the
 standard error from the spread of the seeds, against the floor. Their falsifier is the proportional-limit
-floor :math:`d^2/(n+d)` (:func:`floor_proportional`), what the leading-order :math:`\Theta(d^2/n)` analysis
+floor :math:`d^2/(n+d)` (:func:`companion.cot.theory.no_cot.no_cot_floor_mp`), what the leading-order :math:`\Theta(d^2/n)` analysis
 gives. One identity claim checks the formula against the minimum of the exact one-step error
 (:func:`floor_from_moments`); the Monte-Carlo floor (:func:`floor_mc`) is drawn in the figure.
 """
@@ -17,23 +17,22 @@ import numpy as np
 from matplotlib.ticker import NullFormatter, ScalarFormatter
 
 from companion.claims import ClaimSpec, ResultSpec
-from companion.params import integer
 from companion.plotting import legend_outside, new_figure
 from companion.stats import ROUNDOFF, critical, mean_se
 
 from ...text import tex_number
-from .. import theory as th
 from ..stats import replicate_errors, trained_vs_prediction
+from ..theory import gd, no_cot, wishart
 from .thm3_1 import CONVERGED, MAX_DOUBLINGS, last_quarter_drift, train_until_converged
 
-__all__ = ["CLAIMS", "RESULT", "PROPORTIONAL_FLOOR", "grid_pairs", "floor_proportional", "floor_from_moments",
+__all__ = ["CLAIMS", "RESULT", "PROPORTIONAL_FLOOR", "grid_pairs", "floor_from_moments",
            "floor_mc", "trained_floor", "record_formula", "record_trained", "figure", "manifest"]
 
 PROPORTIONAL_FLOOR = "the proportional-limit (Marchenko–Pastur) floor $d^2/(n+d)$"
 
-IDENTITY = ClaimSpec("cot_c31_floor_formula", "identity", "closed_form", prediction="companion.cot.theory.no_cot_floor")
+IDENTITY = ClaimSpec("cot_c31_floor_formula", "identity", "closed_form", prediction="companion.cot.theory.no_cot.no_cot_floor")
 TRAINED = ClaimSpec("cot_c31_trained_d{d}_n{n}", "statistical", "trained", headline=True,
-                    prediction="companion.cot.theory.no_cot_floor", falsifier=PROPORTIONAL_FLOOR)
+                    prediction="companion.cot.theory.no_cot.no_cot_floor", falsifier=PROPORTIONAL_FLOOR)
 CLAIMS = (IDENTITY, TRAINED)
 
 RESULT = ResultSpec(paper="cot", number="Corollary 3.1", title="the no-CoT error floor d(d+1)/(n+d+1)",
@@ -52,24 +51,13 @@ def manifest(pairs, trained_pairs) -> list[str]:
     return [IDENTITY.id] + [TRAINED.id.format(d=d, n=n) for d, n in trained_pairs]
 
 
-def floor_proportional(d: int, n: int) -> float:
-    r"""The sceptic's floor (:prf:ref:`cot-cor-3-1`): the minimum over :math:`\eta` of
-    :math:`d(1 - 2\eta + \eta^2(1 + d/n))`, the one-step error with the proportional-limit (Marchenko–Pastur)
-    moment :math:`\E\tr S^2/d \to 1 + d/n` in place of the exact :math:`(n+d+1)/n`:
-
-    .. math:: \frac{d^2}{n+d},\qquad 1 - \frac{d^2/(n+d)}{d(d+1)/(n+d+1)} = \frac{n}{(d+1)(n+d)} .
-    """
-    d, n = integer("d", d, min=1), integer("n", n, min=1)
-    return d * d / (n + d)
-
-
 def floor_from_moments(d: int, n: int) -> float:
     r"""The minimum of the exact one-step error :math:`L_1(\eta) = \E\tr(I-\eta S)^2`
-    (:func:`companion.cot.theory.gd_error_wishart`, a sum over the exact Wishart trace moments), found from the
+    (:func:`companion.cot.theory.gd.gd_error_wishart`, a sum over the exact Wishart trace moments), found from the
     quadratic through :math:`\eta = 0, 1, 2`: with :math:`L_1(\eta) = c + b\eta + a\eta^2`, the minimum
     :math:`c - b^2/(4a)`. An implementation of :prf:ref:`cot-cor-3-1` that uses neither
-    :func:`companion.cot.theory.no_cot_floor` nor :func:`companion.cot.theory.eta_star`."""
-    l0, l1, l2 = (th.gd_error_wishart(1, e, d, n) for e in (0.0, 1.0, 2.0))
+    :func:`companion.cot.theory.no_cot.no_cot_floor` nor :func:`companion.cot.theory.no_cot.eta_star`."""
+    l0, l1, l2 = (gd.gd_error_wishart(1, e, d, n) for e in (0.0, 1.0, 2.0))
     a = (l2 - 2 * l1 + l0) / 2
     b = l1 - l0 - a
     return float(l0 - b * b / (4 * a))
@@ -78,10 +66,8 @@ def floor_from_moments(d: int, n: int) -> float:
 def floor_mc(d: int, n: int, num: int, rng: np.random.Generator, eta: float | None = None) -> tuple[float, float]:
     r"""Monte-Carlo :math:`\E\tr(I-\eta S)^2` (default :math:`\eta = \eta^\star`, i.e. the no-CoT floor of
     :prf:ref:`cot-cor-3-1`) from ``num`` independent S, with its standard error over the sample."""
-    eta = th.eta_star(d, n) if eta is None else eta
-    S = th.sample_S(d, n, num, rng)
-    per = d - 2 * eta * np.trace(S, axis1=1, axis2=2) + eta**2 * np.einsum("bij,bji->b", S, S)
-    return mean_se(per)
+    eta = no_cot.eta_star(d, n) if eta is None else eta
+    return mean_se(gd.gd_trace(eta, wishart.sample_S_eigs(d, n, num, rng), 1))
 
 
 def trained_floor(d: int, n: int, *, lr: float, lr_final: float, path: float, replicates: int, eval_batch: int,
@@ -101,7 +87,7 @@ def trained_floor(d: int, n: int, *, lr: float, lr_final: float, path: float, re
     res, steps, p, converged = train_until_converged(d, n, lr=lr, lr_final=lr_final, path=path, replicates=replicates,
                                                      seed=seed, batch=batch)
     err = replicate_errors("no_cot", res, 1, eval_batch, seed)
-    out = trained_vs_prediction(err if res.replicates > 1 else err[0], th.no_cot_floor(d, n), z=z)
+    out = trained_vs_prediction(err if res.replicates > 1 else err[0], no_cot.no_cot_floor(d, n), z=z)
     drift = float(np.mean(last_quarter_drift(res.steps, res.eval_loss)))
     return dict(out, drift=drift, steps=steps, path=p, converged=converged, res=res)
 
@@ -145,7 +131,7 @@ def record_trained(v, trained: dict, eval_batch: int):
                 f"(path {t['path']:g})")
         other = (f"the prompts-only standard error {tex_number(t['se_prompts'])} (normal), a lower bound" if seeds else
                  f"the seed spread {tex_number(t.get('se_seeds', math.nan))} on $R - 1 = {R - 1}$ degrees of freedom")
-        fal = floor_proportional(d, n)
+        fal = no_cot.no_cot_floor_mp(d, n)
         head = v.statistical(
             f"cot_c31_trained_d{d}_n{n}",
             quantity=rf"{R} trained no-CoT LSAs at $d = {d}$, $n = {n}$: mean error against $d(d+1)/(n+d+1)$",

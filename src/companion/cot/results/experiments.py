@@ -16,20 +16,20 @@ from companion.seeds import COT_EVAL
 from companion.stats import ROUNDOFF, band_words
 
 from ...text import tex_number
-from .. import theory as th
 from ..data import make_generator, sample_prompts
 from ..stats import model_errors, replicate_errors, trained_vs_prediction
+from ..theory import gd, no_cot, wishart
 from ..train import cached_train_full
 from .thm4_1 import PREV_STEP
 
 __all__ = ["CLAIMS", "RESULT", "MP_FLOOR", "cot_vs_no_cot", "figure", "manifest", "record_pairs"]
 
-COT = ClaimSpec("cotexp_cot_n{n}", "statistical", "trained", headline=True, prediction="companion.cot.theory.gd_error_mc",
+COT = ClaimSpec("cotexp_cot_n{n}", "statistical", "trained", headline=True, prediction="companion.cot.theory.gd.gd_error_mc",
                 falsifier=PREV_STEP)
 #: the falsifier of the no-CoT claims: the floor without its finite-size corrections
 MP_FLOOR = r"the floor's proportional (Marchenko–Pastur) limit $d^2/(n+d)$"
 NO_COT = ClaimSpec("cotexp_no_cot_n{n}", "statistical", "trained", headline=True,
-                   prediction="companion.cot.theory.no_cot_floor", falsifier=MP_FLOOR)
+                   prediction="companion.cot.theory.no_cot.no_cot_floor", falsifier=MP_FLOOR)
 CLAIMS = (COT, NO_COT)
 
 RESULT = ResultSpec(paper="cot", number="Figure 2 (Section 5)", title="training with and without CoT",
@@ -53,7 +53,7 @@ def cot_vs_no_cot(d: int, n: int, eta: float, k: int, *, steps: int, lr: float, 
     CoT models against an independent Monte-Carlo estimate of :math:`\E\tr(I-\eta S)^{2k}` from ``num_mc`` spectra,
     with the competitor :math:`\E\tr(I-\eta S)^{2(k-1)}` on the same spectra; the no-CoT model against the floor
     :math:`d(d+1)/(n+d+1)`,
-    with the competitor :math:`d^2/(n+d)` (:func:`companion.cot.theory.no_cot_floor_mp`); and, on the same spectra,
+    with the competitor :math:`d^2/(n+d)` (:func:`companion.cot.theory.no_cot.no_cot_floor_mp`); and, on the same spectra,
     the fraction of prompts with :math:`\eta\lambda_{\max}(S) > 2` and the 99.9 % quantile of :math:`\lambda_{\max}`.
 
     Returns
@@ -67,10 +67,10 @@ def cot_vs_no_cot(d: int, n: int, eta: float, k: int, *, steps: int, lr: float, 
                             eval_every=every, eval_batch=200, replicates=replicates)
     noc = cached_train_full("no_cot", d, n, 1, steps=steps, lr=lr_no_cot, lr_final=lr_final_no_cot, batch=64,
                             seed=seed, eval_every=every, eval_batch=200)
-    eigs = th.sample_S_eigs(d, n, num_mc, rng)
-    pred, prev, floor = th.gd_error_mc(k, eta, eigs), th.gd_error_mc(k - 1, eta, eigs), th.no_cot_floor(d, n)
-    eta999, q999 = th.divergence_step(eigs, 1e-3)  # one prompt in a thousand diverges from this step on
-    return dict(n=n, eta=eta, cot=cot, noc=noc, pred=pred, prev=prev, floor=floor, floor_mp=th.no_cot_floor_mp(d, n),
+    eigs = wishart.sample_S_eigs(d, n, num_mc, rng)
+    pred, prev, floor = gd.gd_error_mc(k, eta, eigs), gd.gd_error_mc(k - 1, eta, eigs), no_cot.no_cot_floor(d, n)
+    eta999, q999 = gd.divergence_step(eigs, 1e-3)  # one prompt in a thousand diverges from this step on
+    return dict(n=n, eta=eta, cot=cot, noc=noc, pred=pred, prev=prev, floor=floor, floor_mp=no_cot.no_cot_floor_mp(d, n),
                 m_cot=trained_vs_prediction(replicate_errors("cot", cot, k, eval_batch // replicates, COT_EVAL(seed)),
                                             pred.mean, pred.se),
                 m_noc=trained_vs_prediction(model_errors("no_cot", noc, sample_prompts(eval_batch, d, n,

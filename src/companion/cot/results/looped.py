@@ -24,11 +24,11 @@ from companion.seeds import COT_EVAL, COT_ISO_EVAL, COT_PROMPTS
 from companion.stats import ROUNDOFF, combine, mean_se
 
 from ...text import tex_number
-from .. import theory as th
 from ..data import Prompts, make_generator, sample_prompts
 from ..grads import outcome_loss_grads
 from ..model import looped_predict, per_prompt_error, sparse_parameters
 from ..stats import model_errors, trained_vs_prediction
+from ..theory import gd, loops, no_cot, wishart
 from ..train import Optimizer, TrainResult, threads1, train_looped_isotropic
 
 __all__ = ["CLAIMS", "RESULT", "loop_counts", "best_polynomial_loss", "looped_optima", "looped_sparse_simulation", "looped_trained_vs_optimum",
@@ -37,17 +37,17 @@ __all__ = ["CLAIMS", "RESULT", "loop_counts", "best_polynomial_loss", "looped_op
 
 W13_FIXED = r"$W_{13} = I$ is as good: the loss at $c_k$"
 CLAIMS = (
-    ClaimSpec("cotloop_c2", "statistical", "monte_carlo", prediction="companion.cot.theory.looped_optimum_exact_k2",
+    ClaimSpec("cotloop_c2", "statistical", "monte_carlo", prediction="companion.cot.theory.loops.looped_optimum_exact_k2",
               falsifier=r"the one-layer step $\eta^\star$ is also optimal for two loops"),
-    ClaimSpec("cotloop_L2", "statistical", "monte_carlo", prediction="companion.cot.theory.looped_optimum_exact_k2",
+    ClaimSpec("cotloop_L2", "statistical", "monte_carlo", prediction="companion.cot.theory.loops.looped_optimum_exact_k2",
               falsifier="looping buys nothing: the one-layer floor"),
     ClaimSpec("cotloop_two_param_sim", "statistical", "monte_carlo",
-              prediction="companion.cot.theory.looped_two_param_optimum", falsifier=W13_FIXED),
+              prediction="companion.cot.theory.loops.looped_two_param_optimum", falsifier=W13_FIXED),
     ClaimSpec("cotloop_trained_optimum", "statistical", "reduced", headline=True,
-              prediction="companion.cot.theory.looped_two_param_optimum", falsifier=W13_FIXED),
+              prediction="companion.cot.theory.loops.looped_two_param_optimum", falsifier=W13_FIXED),
     ClaimSpec("cotloop_trained_sparse", "statistical", "trained", headline=True,
-              prediction="companion.cot.theory.looped_two_param_optimum", falsifier=W13_FIXED),
-    ClaimSpec("cotloop_trained", "bound", "trained", prediction="companion.cot.theory.no_cot_floor",
+              prediction="companion.cot.theory.loops.looped_two_param_optimum", falsifier=W13_FIXED),
+    ClaimSpec("cotloop_trained", "bound", "trained", prediction="companion.cot.theory.no_cot.no_cot_floor",
               falsifier="looping does not help: the floor"),
 )
 
@@ -70,12 +70,12 @@ def best_polynomial_loss(k: int, d: int, n: int) -> float:
     r"""The smallest error of any estimate :math:`\hat w = (I - q(S))\wstar` with q a polynomial of degree at most k,
     :math:`q(0) = 1` (:prf:ref:`cot-prop-looped`): :math:`\min_q \E\tr q(S)^2`, a quadratic in the coefficients of q
     whose matrix :math:`M_{ij} = \E\tr S^{i+j}` holds the exact moments of
-    :func:`companion.cot.theory.wishart_trace_moments`.
+    :func:`companion.cot.theory.wishart.wishart_trace_moments`.
 
     k GD steps with any step sizes, and every looped model of parts (a) and (b) (whose
     :math:`\hat w_k = b(I - (I - cS)^k)\wstar`), are such estimates, so none has a smaller error; a looped model below it
     runs another algorithm (it moves the data columns)."""
-    m = th.wishart_trace_moments(2 * k, d, n)
+    m = wishart.wishart_trace_moments(2 * k, d, n)
     mu = [m[p] / n**p for p in range(2 * k + 1)]
     M = np.array([[mu[i + j] for j in range(1, k + 1)] for i in range(1, k + 1)])
     v = np.array(mu[1 : k + 1])
@@ -85,10 +85,10 @@ def best_polynomial_loss(k: int, d: int, n: int) -> float:
 
 def looped_optima(ks, eigs: np.ndarray, eis: np.ndarray, wis: np.ndarray) -> tuple[dict, dict]:
     """Parts (a) and (b) of :prf:ref:`cot-prop-looped` for every k in ``ks``: (a) on the importance-weighted sample
-    (``eis``, ``wis``: :func:`companion.cot.theory.looped_is_optimum`, ``(c_k, se, loss, se)``), (b) on the plain
-    sample ``eigs`` (:func:`companion.cot.theory.looped_two_param_optimum`, ``(c, b, loss)``)."""
-    return ({int(k): th.looped_is_optimum(int(k), eis, wis) for k in ks},
-            {int(k): th.looped_two_param_optimum(int(k), eigs) for k in ks})
+    (``eis``, ``wis``: :func:`companion.cot.theory.loops.looped_is_optimum`, ``(c_k, se, loss, se)``), (b) on the plain
+    sample ``eigs`` (:func:`companion.cot.theory.loops.looped_two_param_optimum`, ``(c, b, loss)``)."""
+    return ({int(k): loops.looped_is_optimum(int(k), eis, wis) for k in ks},
+            {int(k): loops.looped_two_param_optimum(int(k), eigs) for k in ks})
 
 
 def looped_sparse_simulation(d: int, n: int, k: int, c: float, b: float, eigs: np.ndarray, num: int,
@@ -100,7 +100,7 @@ def looped_sparse_simulation(d: int, n: int, k: int, c: float, b: float, eigs: n
     with threads1(), torch.no_grad():
         pr = sample_prompts(num, d, n, make_generator(seed))
         sim = mean_se(per_prompt_error(looped_predict(pr, W_KQ, W_PV, k), pr).numpy())
-    return sim, mean_se(np.sum((1 - b * (1 - (1 - c * eigs) ** k)) ** 2, axis=1))
+    return sim, mean_se(loops.looped_two_param_errors(c, b, k, eigs))
 
 
 def looped_trained_vs_optimum(d: int, n: int, k: int, eigs: np.ndarray, *, steps: int, lr: float, lr_final: float,
@@ -127,8 +127,8 @@ def looped_trained_vs_optimum(d: int, n: int, k: int, eigs: np.ndarray, *, steps
             pr = sample_prompts(num // replicates, d, n, make_generator(COT_ISO_EVAL.replicate(seed, r)))
             W_KQ, W_PV = sparse_parameters(v[r] * np.eye(d), w[r] * np.eye(d), -1.0)
             errs.append(per_prompt_error(looped_predict(pr, W_KQ, W_PV, k), pr).numpy())
-    c, b, _ = th.looped_two_param_optimum(k, eigs)
-    loss, loss_se = mean_se(np.sum((1 - b * (1 - (1 - c * eigs) ** k)) ** 2, axis=1))
+    c, b, _ = loops.looped_two_param_optimum(k, eigs)
+    loss, loss_se = mean_se(loops.looped_two_param_errors(c, b, k, eigs))
     return dict(c=-v * w, b=1 / w, pred=(c, b, loss, loss_se), m=trained_vs_prediction(np.stack(errs), loss, loss_se))
 
 #: the training of the sparse-block looped transformers (:func:`train_looped_sparse`), fixed at every point: ten
@@ -193,7 +193,7 @@ def sparse_trained_vs_optimum(d: int, n: int, k: int, pred: tuple[float, float],
 
         \min_{c, b}\ \E\sum_j \bigl(1 - b\,h_j\bigr)^2, \qquad h_j = 1 - (1 - c\lambda_j)^k,
 
-    computed on an independent sample of spectra of S (:func:`companion.cot.theory.looped_two_param_optimum`),
+    computed on an independent sample of spectra of S (:func:`companion.cot.theory.loops.looped_two_param_optimum`),
     never from the trained weights, with its Monte-Carlo standard error
     (:func:`companion.cot.stats.trained_vs_prediction`: the wider of the seed band and the prompt band). The
     learned step :math:`c = -\tr(W_{13}V_{31})/d` and scale :math:`b = d/\tr W_{13}` are diagnostics only.
@@ -237,7 +237,7 @@ def full_vs_floor(res, d: int, n: int, k: int, num: int, seed: int, z: float = 4
     """
     prompts = sample_prompts(num, d, n, make_generator(COT_EVAL(seed)))
     errors = model_errors("looped", res, prompts, k)
-    out = trained_vs_prediction(errors, th.no_cot_floor(d, n))
+    out = trained_vs_prediction(errors, no_cot.no_cot_floor(d, n))
     steps = np.asarray(res.steps)
     i = int(np.argmin(np.abs(steps - 0.8 * steps[-1])))
     W_KQ, W_PV = (torch.from_numpy(np.asarray(w)) for w in res.snapshots[i])
@@ -273,7 +273,7 @@ def record_part_a(v, opt_a: dict, L2_is, *, c2_exact: float, L2_exact: float, et
                   falsifier=CLAIMS[0].falsifier, falsifier_value=eta_star,
                   reason="4 linearised standard errors of the weighted argmin (from its first two derivatives), plus round-off",
                   detail=r"The argmin of the importance-weighted $\E\tr(I-cS)^4$ on spectra from the defensive "
-                         rf"mixture $\tfrac12 W(I) + \tfrac12 W(\tau I)$, $\tau = {th.IS_TAU:g}$; "
+                         rf"mixture $\tfrac12 W(I) + \tfrac12 W(\tau I)$, $\tau = {wishart.IS_TAU:g}$; "
                          r"by linearisation, $\mathrm{SE}(\hat c) = \mathrm{SE}(\hat F'(c))/\hat F''(c)$ (normal); the exact "
                          r"optimum from "
                          rf"the Wishart moments; round-off floor ${tex_number(ROUNDOFF)}$.")
@@ -329,7 +329,7 @@ def record_full(v, tr: dict, *, floor: float, k: int, d: int) -> None:
             falsifier=CLAIMS[5].falsifier, falsifier_value=floor, undecided=tr["undecided"],
             reason="the floor bounds every one-layer model; 4 standard errors over the evaluation prompts",
             detail=r"The floor $d(d+1)/(n+d+1)$ is the smallest error of any one-layer model "
-                   "(`companion.cot.theory.no_cot_floor`); the model's mean error on fresh prompts with its standard "
+                   "(`companion.cot.theory.no_cot.no_cot_floor`); the model's mean error on fresh prompts with its standard "
                    f"error over them (normal); round-off floor ${tex_number(ROUNDOFF * d)}$. Whether it was still "
                    rf"improving: its error at step {tr['drop_from']} minus at step {tr['drop_to']}, "
                    rf"${tex_number(tr['drop'][0])} \pm {tex_number(tr['drop'][1], '.2g')}$ on the same prompts.")
@@ -342,7 +342,7 @@ def figure(ks, opt_a: dict, opt_b: dict, eigs, eta: float, floor: float, k_check
     fig, (ax0, ax1) = new_figure(ncols=2, width=3.6, height=3.1)
     ax0.semilogy(ks, [opt_a[k][2] for k in ks], "-o", ms=3, label=r"looped, $W_{13}=I$: $c_k$")
     ax0.semilogy(ks, [opt_b[k][2] for k in ks], "-s", ms=3, mfc="none", label=r"looped, $W_{13}$ trained")
-    ax0.semilogy(ks, [th.gd_error_mc(int(k), eta, eigs).mean for k in ks], "--", label=rf"CoT, fixed $\eta$ = {eta:g}")
+    ax0.semilogy(ks, [gd.gd_error_mc(int(k), eta, eigs).mean for k in ks], "--", label=rf"CoT, fixed $\eta$ = {eta:g}")
     ax0.axhline(floor, color="k", ls=":", lw=1, label="one layer (floor)")
     for (label, val), style in zip(marks.items(), (dict(marker="*", ms=11, color="C4"), dict(marker="x", ms=8, color="k"),
                                                    dict(marker="D", ms=6, mfc="none", color="C5"))):
@@ -353,7 +353,7 @@ def figure(ks, opt_a: dict, opt_b: dict, eigs, eta: float, floor: float, k_check
     ax1.errorbar(ks, [opt_a[k][0] for k in ks], yerr=[2 * opt_a[k][1] for k in ks], fmt="-o", ms=3, label=r"$c_k$ ($W_{13}=I$)")
     ax1.plot(ks[1:], [opt_b[int(k)][0] for k in ks[1:]], "-s", ms=3, mfc="none", label=r"$c$ ($W_{13}$ trained)")
     ax1.plot(ks[1:], [opt_b[int(k)][1] for k in ks[1:]], "-^", ms=3, mfc="none", label=r"$b^\star = 1/w$")
-    ax1.axhline(th.eta_star(d, n), color="k", ls=":", lw=1, label=r"$\eta^\star$")
+    ax1.axhline(no_cot.eta_star(d, n), color="k", ls=":", lw=1, label=r"$\eta^\star$")
     ax1.set_xlabel("loops k")
     ax1.set_title("(b) optimal parameters")
     legend_outside(ax0, "below", ncol=2)

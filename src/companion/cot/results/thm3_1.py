@@ -23,8 +23,8 @@ from companion.plotting import legend_outside, new_figure
 from companion.stats import ROUNDOFF, band_words, critical, replicate_se
 
 from ...text import tex_number
-from .. import theory as th
 from ..model import no_cot_effective_matrix
+from ..theory import gd, no_cot
 from ..train import cached_train_full
 
 __all__ = ["CLAIMS", "RESULT", "PROPORTIONAL_STEP", "CONVERGED", "MAX_DOUBLINGS", "eta_proportional", "adam_horizon",
@@ -39,9 +39,9 @@ CONVERGED = 0.01
 MAX_DOUBLINGS = 3
 
 CLAIMS = (
-    ClaimSpec("cot31_eta_eff", "statistical", "trained", headline=True, prediction="companion.cot.theory.eta_star",
+    ClaimSpec("cot31_eta_eff", "statistical", "trained", headline=True, prediction="companion.cot.theory.no_cot.eta_star",
               falsifier=PROPORTIONAL_STEP),
-    ClaimSpec("cot31_eta_mc", "statistical", "monte_carlo", prediction="companion.cot.theory.eta_star",
+    ClaimSpec("cot31_eta_mc", "statistical", "monte_carlo", prediction="companion.cot.theory.no_cot.eta_star",
               falsifier=PROPORTIONAL_STEP),
 )
 
@@ -123,17 +123,24 @@ def train_until_converged(d: int, n: int, *, lr: float, lr_final: float, path: f
         res = cached_train_full("no_cot", d, n, 1, steps=steps, lr=lr, lr_final=lr_final, batch=batch, seed=seed,
                                 eval_every=max(1, steps // 20), eval_batch=1000, replicates=replicates)
         fall = -last_quarter_drift(res.steps, res.eval_loss)
-        converged = bool(np.all(fall <= CONVERGED * th.no_cot_floor(d, n)))
+        converged = bool(np.all(fall <= CONVERGED * no_cot.no_cot_floor(d, n)))
         if converged:
             break
     return res, steps, p, converged
 
 
 def eta_argmin_mc(S: np.ndarray) -> tuple[float, float]:
-    r"""Monte-Carlo argmin of :math:`L_1(\eta) = \E\tr(I-\eta S)^2` (:prf:ref:`cot-thm-3-1`), with its delta-method
-    standard error over the S sample:
+    r"""Monte-Carlo argmin of :math:`L_1(\eta) = \E\tr(I-\eta S)^2` (:prf:ref:`cot-thm-3-1`),
 
-    .. math:: \hat\eta = \overline{\tr S}\,/\,\overline{\tr S^2}.
+    .. math:: \hat\eta = \overline{\tr S}\,/\,\overline{\tr S^2},
+
+    with its delta-method standard error over the S sample (:func:`companion.cot.theory.gd.argmin_se`, from the
+    per-prompt derivatives :math:`-2(\tr S - \hat\eta\tr S^2)` and :math:`2\tr S^2`).
+
+    Parameters
+    ----------
+    S : numpy.ndarray
+        The sample of S, shape (N, d, d).
 
     Returns
     -------
@@ -142,8 +149,8 @@ def eta_argmin_mc(S: np.ndarray) -> tuple[float, float]:
     """
     a = np.trace(S, axis1=1, axis2=2)
     b = np.einsum("bij,bji->b", S, S)
-    grad = np.array([1 / b.mean(), -a.mean() / b.mean() ** 2])
-    return float(a.mean() / b.mean()), float(np.sqrt(grad @ np.cov(a, b) @ grad / len(a)))
+    eta = float(a.mean() / b.mean())
+    return eta, float(gd.argmin_se(-2 * (a - eta * b), 2 * b))
 
 
 def no_cot_eta_eff(W_KQ, W_PV, d: int) -> float:
@@ -225,7 +232,7 @@ def record_argmin(v, eta_mc: float, eta_mc_se: float, eta_s: float, eta_mp: floa
                          r"$\eta^\star$; band: 4 SE of the ratio (linearised) over the $S$ sample, plus round-off",
                   detail=rf"{num_mc} independent $S = XX^\T/n$ (Bartlett decomposition, `sample_S`). Standard "
                          rf"error {tex_number(eta_mc_se)} of the ratio of the two sample means, linearised to first order "
-                         "in the means (with their sample covariance), normal critical value 4 (many degrees of "
+                         "in the means (`argmin_se`), normal critical value 4 (many degrees of "
                          "freedom); floor round-off "
                          rf"${tex_number(ROUNDOFF)}$. Falsifier $n/(n+d) = {eta_mp:.6g}$ against "
                          rf"$\eta^\star = {eta_s:.6g}$.")
@@ -236,10 +243,10 @@ def figure(S, model: dict, eta_star: float, eta_mp: float, d: int, n: int):
     LSAs (their mean effective step and final evaluation error); (b) the replicates' effective steps during
     training (``model`` from :func:`trained_eta_eff`)."""
     etas, etas_mc = np.linspace(0.0, 1.2, 121), np.linspace(0.1, 1.1, 11)
-    L1_mc = [np.mean(np.sum((np.eye(d) - e * S[:5000]) ** 2, axis=(1, 2))) for e in etas_mc]
+    L1_mc = np.mean(gd.gd_trace(etas_mc, np.linalg.eigvalsh(S[:5000]), 1), axis=-1)
     res = model["res"]
     fig, (ax0, ax1) = new_figure(ncols=2, width=3.5, height=3.0)
-    ax0.plot(etas, [th.gd_error_wishart(1, e, d, n) for e in etas], label=r"exact $d(1-2\eta+\eta^2\frac{n+d+1}{n})$")
+    ax0.plot(etas, [gd.gd_error_wishart(1, e, d, n) for e in etas], label=r"exact $d(1-2\eta+\eta^2\frac{n+d+1}{n})$")
     ax0.plot(etas_mc, L1_mc, "o", ms=4, mfc="none", label="Monte Carlo")
     ax0.axvline(eta_star, color="k", lw=0.8, ls="--")
     ax0.plot([model["mean"]], [float(np.mean(res.eval_loss[-1]))], "*", ms=11, color="C1", label="trained LSAs (mean)")

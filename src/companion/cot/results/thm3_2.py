@@ -3,7 +3,7 @@ of gradient descent, error :math:`L_k(\eta) = \E\tr(I-\eta S)^{2k}`.
 
 The decisive claim: ``replicates`` full CoT transformers trained from random weights by the book's trainer, their
 error after k CoT steps against the exact :math:`L_k(\eta)` of the loop-equation moments
-(:func:`companion.cot.theory.gd_error_wishart`), with k - 1 and k + 1 steps as the competitors (:func:`trained_cot`).
+(:func:`companion.cot.theory.gd.gd_error_wishart`), with k - 1 and k + 1 steps as the competitors (:func:`trained_cot`).
 Then the construction's CoT inference on fresh prompts (:func:`construction_errors`) against: the exact formula at
 the same k; the median of an independent sample of the per-prompt k-step law (:func:`law_medians`); the
 Marchenko--Pastur limit through a finite-d fit (:func:`mp_limit_fit`, with the quadrature checked against the
@@ -25,10 +25,10 @@ from companion.seeds import COT_EVAL, COT_PROMPTS
 from companion.stats import ROUNDOFF, combine, critical, median_se
 
 from ...text import tex_number
-from .. import theory as th
 from ..data import make_generator, sample_prompts
 from ..model import construction, cot_effective_blocks, cot_inference
 from ..stats import nearer_neighbour, replicate_errors, trained_vs_prediction
+from ..theory import gd, mp, no_cot, wishart
 from ..train import cached_train_full, threads1
 
 __all__ = ["CLAIMS", "RESULT", "NEIGHBOUR", "IDENTITY_LIMIT", "neighbours", "trained_cot", "learned_steps",
@@ -36,24 +36,24 @@ __all__ = ["CLAIMS", "RESULT", "NEIGHBOUR", "IDENTITY_LIMIT", "neighbours", "tra
            "record_trained", "record_exact", "record_law", "record_mp", "record_decay", "figure", "figure_mp",
            "manifest"]
 
-LAW = ClaimSpec("cot32_law_k{k}", "statistical", "monte_carlo", prediction="companion.cot.theory.gd_error_samples",
+LAW = ClaimSpec("cot32_law_k{k}", "statistical", "monte_carlo", prediction="companion.cot.theory.gd.gd_error_samples",
                 falsifier="one GD step instead of $k$ (median of the one-step law)")
 #: the competitor of the trained and the construction claims: the nearer of L_{k-1}, L_{k+1}
 NEIGHBOUR = "one GD step more or less (the nearer of $L_{k-1}$, $L_{k+1}$)"
 #: the competitor of the Marchenko-Pastur limit: no spread of the spectrum
 IDENTITY_LIMIT = r"$S = I$ ($\gamma\to0$): $(1 - \eta)^{2k}$"
 TRAINED = ClaimSpec("cot32_trained_k{k}", "statistical", "trained", headline=True,
-                    prediction="companion.cot.theory.gd_error_wishart", falsifier=NEIGHBOUR)
-EXACT = ClaimSpec("cot32_exact_k{k}", "statistical", "monte_carlo", prediction="companion.cot.theory.gd_error_wishart",
+                    prediction="companion.cot.theory.gd.gd_error_wishart", falsifier=NEIGHBOUR)
+EXACT = ClaimSpec("cot32_exact_k{k}", "statistical", "monte_carlo", prediction="companion.cot.theory.gd.gd_error_wishart",
                   falsifier=NEIGHBOUR)
 CLAIMS = (
     TRAINED,
     EXACT,
     LAW,
-    ClaimSpec("cot32_mp_quadrature", "numerics", "closed_form", prediction="companion.cot.theory.mp_moment"),
-    ClaimSpec("cot32_mp_limit", "statistical", "monte_carlo", headline=True, prediction="companion.cot.theory.gd_error_mp",
+    ClaimSpec("cot32_mp_quadrature", "numerics", "closed_form", prediction="companion.cot.theory.mp.mp_moment"),
+    ClaimSpec("cot32_mp_limit", "statistical", "monte_carlo", headline=True, prediction="companion.cot.theory.mp.gd_error_mp",
               falsifier=IDENTITY_LIMIT),
-    ClaimSpec("cot32_decay_bound", "bound", "monte_carlo", prediction="companion.cot.theory.mp_rate"),
+    ClaimSpec("cot32_decay_bound", "bound", "monte_carlo", prediction="companion.cot.theory.mp.mp_rate"),
 )
 
 RESULT = ResultSpec(paper="cot", number="Theorem 3.2", title="with CoT, one LSA layer runs multi-step gradient descent",
@@ -71,7 +71,7 @@ def manifest(k_list, k_eval: int) -> list[str]:
 
 def neighbours(k: int, eta: float, d: int, n: int) -> dict:
     r"""The exact :math:`L_{k-1}(\eta)`, :math:`L_k(\eta)`, :math:`L_{k+1}(\eta)`
-    (:func:`companion.cot.theory.gd_error_wishart`, :math:`k \ge 1`) and the competitor of the claims at k: the
+    (:func:`companion.cot.theory.gd.gd_error_wishart`, :math:`k \ge 1`) and the competitor of the claims at k: the
     nearer neighbour (:func:`companion.cot.stats.nearer_neighbour`, the rule :prf:ref:`cot-thm-4-2` uses too).
 
     Returns
@@ -79,7 +79,7 @@ def neighbours(k: int, eta: float, d: int, n: int) -> dict:
     dict
         ``dict(pred, km1, kp1, near, near_k)``.
     """
-    km1, pred, kp1 = (th.gd_error_wishart(j, eta, d, n) for j in (k - 1, k, k + 1))
+    km1, pred, kp1 = (gd.gd_error_wishart(j, eta, d, n) for j in (k - 1, k, k + 1))
     near_k, near = nearer_neighbour(k, pred, {k - 1: km1, k + 1: kp1})
     return dict(pred=pred, km1=km1, kp1=kp1, near=near, near_k=near_k)
 
@@ -148,7 +148,7 @@ def median_pair(a, b) -> tuple[float, float, float]:
 
 def law_medians(err: np.ndarray, k_list, eta: float, eigs: np.ndarray, rng: np.random.Generator) -> tuple[dict, dict]:
     r"""The per-prompt k-step law on an independent sample of spectra ``eigs``,
-    :math:`\sum_j(1-\eta\lambda_j)^{2k}z_j^2` with :math:`z \sim N(0, I)` (:func:`companion.cot.theory.gd_error_samples`),
+    :math:`\sum_j(1-\eta\lambda_j)^{2k}z_j^2` with :math:`z \sim N(0, I)` (:func:`companion.cot.theory.gd.gd_error_samples`),
     for every k of ``k_list`` and k = 1 (the falsifier), in increasing k; and for each k of ``k_list`` the median
     of the construction's errors ``err[:, k]`` against the median of the law (:func:`median_pair`).
 
@@ -157,14 +157,14 @@ def law_medians(err: np.ndarray, k_list, eta: float, eigs: np.ndarray, rng: np.r
     tuple
         ``(law, med)``: ``law[k]`` the sample, ``med[k] = (model, prediction, combined se)``.
     """
-    law = {k: th.gd_error_samples(k, eta, eigs, rng) for k in sorted(set(k_list) | {1})}
+    law = {k: gd.gd_error_samples(k, eta, eigs, rng) for k in sorted(set(k_list) | {1})}
     return law, {k: median_pair(err[:, k], law[k]) for k in k_list}
 
 
 def mp_quadrature_pair(eta: float, gamma: float) -> tuple[float, float]:
-    r"""The Marchenko--Pastur limit at k = 2 by quadrature (:func:`companion.cot.theory.gd_error_mp`) and from the
+    r"""The Marchenko--Pastur limit at k = 2 by quadrature (:func:`companion.cot.theory.mp.gd_error_mp`) and from the
     closed-form moments, :math:`\sum_{p\le 4}\binom4p(-\eta)^p\int\lambda^p\,d\mathrm{MP}_\gamma`."""
-    return th.gd_error_mp(2, eta, gamma), sum(math.comb(4, p) * (-eta) ** p * th.mp_moment(p, gamma) for p in range(5))
+    return mp.gd_error_mp(2, eta, gamma), sum(math.comb(4, p) * (-eta) ** p * mp.mp_moment(p, gamma) for p in range(5))
 
 
 def decay_curves(d: int, ratios, eta: float, K: int, num: int, rng: np.random.Generator) -> dict:
@@ -173,9 +173,8 @@ def decay_curves(d: int, ratios, eta: float, K: int, num: int, rng: np.random.Ge
     out = {}
     for r in ratios:
         nn = max(d, int(round(r * d)))
-        e = th.sample_S_eigs(d, nn, num, rng)
-        with np.errstate(over="ignore"):
-            per = np.sum((1 - eta * e[:, None, :]) ** (2 * np.arange(K + 1)[None, :, None]), axis=-1)
+        e = wishart.sample_S_eigs(d, nn, num, rng)
+        per = np.stack([gd.gd_trace(eta, e, k) for k in range(K + 1)], axis=1)
         out[nn] = (per.mean(0), np.median(per, axis=0))
     return out
 
@@ -196,7 +195,7 @@ def mp_limit_fit(k: int, eta: float, d: int, n: int, levels: int, num: int, rng:
     for j in range(levels):
         dj, nj = d * 2**j, n * 2**j
         # the variance of (1/d) tr f(S) falls like 1/d^2: num / 4^j draws keep the standard error level-independent
-        m, se = th.gd_error_mc(k, eta, th.sample_S_eigs(dj, nj, max(200, num // 4**j), rng))
+        m, se = gd.gd_error_mc(k, eta, wishart.sample_S_eigs(dj, nj, max(200, num // 4**j), rng))
         ds.append(dj)
         vals.append(m / dj)
         ses.append(se / dj)
@@ -363,7 +362,7 @@ def record_mp(v, mp_k2, fit: dict, mp_k: float, k: int, *, eta: float, gamma: fl
 def record_decay(v, err: np.ndarray, k_list, rho: float, *, d: int):
     r"""Record the bound ``cot32_decay_bound`` on the verdict ``v`` and return its record: the median of the
     construction's errors (``err``: :func:`construction_errors`) after :math:`\max(k_{\rm list})` steps below
-    :math:`d\rho_{\rm MP}^{2k}` (``rho``: :func:`companion.cot.theory.mp_rate`), at 4 order-statistic SE plus
+    :math:`d\rho_{\rm MP}^{2k}` (``rho``: :func:`companion.cot.theory.mp.mp_rate`), at 4 order-statistic SE plus
     round-off."""
     kb = max(k_list)
     m_kb, se_kb = median_se(err[:, kb])
@@ -389,14 +388,14 @@ def figure(err, k_list, med: dict, decay: dict, rho: float, eta: float, d: int, 
     ax0.semilogy(ks, err.mean(0), "-", label="CoT construction (mean)")
     ax0.semilogy(ks, np.median(err, axis=0), "--", label="CoT construction (median)")
     kx = np.arange(1, min(K, 12) + 1)
-    ax0.plot(kx, [th.gd_error_wishart(int(k), eta, d, n) for k in kx], "ko", ms=5, mfc="none", label="exact (moments)")
+    ax0.plot(kx, [gd.gd_error_wishart(int(k), eta, d, n) for k in kx], "ko", ms=5, mfc="none", label="exact (moments)")
     if trained is not None:
         ax0.errorbar([trained[0]], [trained[1]], yerr=[2 * trained[2]], fmt="*", ms=11, color="C1",
                      label="trained CoT models (±2 SE)")
     ax0.plot(k_list, [med[k][1] for k in k_list], "s", ms=4, mfc="none", color="C2", label="independent law (median)")
-    ax0.semilogy(ks, [d * th.gd_error_mp(int(k), eta, gam) for k in ks], ":", color="C3", label="d × MP limit")
+    ax0.semilogy(ks, [d * mp.gd_error_mp(int(k), eta, gam) for k in ks], ":", color="C3", label="d × MP limit")
     ax0.semilogy(ks, d * rho ** (2 * ks), "-.", color="C4", lw=0.8, label=r"bound $d\rho_{\rm MP}^{2k}$")
-    ax0.axhline(th.no_cot_floor(d, n), color="k", lw=0.8, ls="-.", label="no-CoT floor")
+    ax0.axhline(no_cot.no_cot_floor(d, n), color="k", lw=0.8, ls="-.", label="no-CoT floor")
     ax0.set_xlabel("CoT steps k")
     ax0.set_ylabel(r"$\|\hat w_k - w^\star\|^2$")
     ax0.set_title(f"(a) d = {d}, n = {n}")

@@ -22,15 +22,15 @@ from companion.seeds import COT_EVAL
 from companion.stats import ROUNDOFF
 
 from ...text import tex_number
-from .. import theory as th
 from ..model import blocks, cot_effective_blocks
 from ..stats import replicate_errors, trained_vs_prediction
+from ..theory import dynamics, gd, mp, no_cot, wishart
 
 __all__ = ["CLAIMS", "RESULT", "PREV_STEP", "TOL", "MARGIN", "FIT", "separation_parameter", "stage_analysis", "matrix_flow", "regime_errors",
            "regime_decay_ratio", "regime_no_decay_ratio", "regime_unresolved", "full_eval", "trained_weights", "figures", "manifest",
            "record_stages", "record_flows", "record_full_eval", "record_regime"]
 
-FLOW = "companion.cot.theory.reduced_flow_converged"
+FLOW = "companion.cot.theory.dynamics.reduced_flow_converged"
 #: the falsifier of the trained-model claim: the construction one GD step short
 PREV_STEP = r"one GD step fewer: $\E\tr(I - \eta S)^{2(k-1)}$"
 #: the distance to the construction that the limit claims allow; every horizon is set so that the linearised flow
@@ -41,17 +41,17 @@ FIT = (1e-8, 1e-5)
 REGIME_DECAY = ClaimSpec("cot41_regime_decay", "qualitative", "monte_carlo",
                          prediction="companion.cot.results.thm4_1.regime_errors",
                          falsifier=r"no decay with $d$: each error equal to the one before")
-REGIME = ClaimSpec("cot41_regime_d{d:num}", "bound", "monte_carlo", prediction="companion.cot.theory.mp_rate")
+REGIME = ClaimSpec("cot41_regime_d{d:num}", "bound", "monte_carlo", prediction="companion.cot.theory.mp.mp_rate")
 CLAIMS = (
-    ClaimSpec("cot41_separation", "qualitative", "ode", prediction="companion.cot.theory.v_curvature",
+    ClaimSpec("cot41_separation", "qualitative", "ode", prediction="companion.cot.theory.dynamics.v_curvature",
               falsifier=r"no stage separation: $w$ reaches $1/2$ while $v$ relaxes"),
-    ClaimSpec("cot41_stage1_time", "numerics", "ode", prediction="companion.cot.theory.slow_manifold_time"),
-    ClaimSpec("cot41_stage2_rate", "numerics", "ode", prediction="companion.cot.theory.fixed_point_rate"),
+    ClaimSpec("cot41_stage1_time", "numerics", "ode", prediction="companion.cot.theory.dynamics.slow_manifold_time"),
+    ClaimSpec("cot41_stage2_rate", "numerics", "ode", prediction="companion.cot.theory.dynamics.fixed_point_rate"),
     ClaimSpec("cot41_ode_limit", "numerics", "ode", prediction=FLOW),
     ClaimSpec("cot41_finite_n_limit", "numerics", "ode", prediction=FLOW),
-    ClaimSpec("cot41_flow_eigenbasis", "identity", "ode", prediction="companion.cot.theory.symmetrised_S_sample"),
+    ClaimSpec("cot41_flow_eigenbasis", "identity", "ode", prediction="companion.cot.theory.dynamics.symmetrised_S_sample"),
     ClaimSpec("cot41_flow_limit", "numerics", "ode", prediction="companion.cot.results.thm4_1.matrix_flow"),
-    ClaimSpec("cot41_full_eval", "statistical", "trained", headline=True, prediction="companion.cot.theory.gd_error_mc",
+    ClaimSpec("cot41_full_eval", "statistical", "trained", headline=True, prediction="companion.cot.theory.gd.gd_error_mc",
               falsifier=PREV_STEP),
     REGIME_DECAY,
     REGIME,
@@ -87,7 +87,7 @@ def separation_parameter(eta: float, k: int, sigma: float, lam=1.0, num: int = 6
     :math:`\gamma(w) = \dot w / w` with :math:`v = v_{\rm eq}(w)`, to the fast relaxation rate :math:`\kappa(w)` of v.
     Two well-separated stages need :math:`\varepsilon < 1`."""
     ws = np.geomspace(sigma, 0.5, num)
-    return float(max(-th.reduced_grad(th.stage1_v(w, eta, k, lam), w, eta, k, lam)[1] / w / th.v_curvature(w, eta, k, lam)
+    return float(max(-dynamics.reduced_grad(dynamics.stage1_v(w, eta, k, lam), w, eta, k, lam)[1] / w / dynamics.v_curvature(w, eta, k, lam)
                      for w in ws))
 
 
@@ -98,36 +98,36 @@ def stage_analysis(eta: float, k: int, sigma: float, lam=1.0, tol: float = TOL, 
       :math:`v_{\rm eq}`); the ODE's :math:`w(t_1)`; the time :math:`t_{1/2}` at which w reaches 1/2, measured and
       predicted by the slow-manifold reduction started from the ODE's state at :math:`t_1`;
     * stage 2: the late decay rate fitted on distances in :math:`[10^{-8}, 10^{-5}]` and the predicted rate
-      :math:`\mu` (:func:`companion.cot.theory.fixed_point_rate`), and its allowance ``rate_tol`` =
+      :math:`\mu` (:func:`companion.cot.theory.dynamics.fixed_point_rate`), and its allowance ``rate_tol`` =
       ``MARGIN * FIT[1]`` (relative); the distance at the rate-derived horizon.
 
     A flow that does not come within :math:`10^{-3}` of the construction in the budget of
-    :func:`companion.cot.theory.reduced_flow_converged` is not an exception: it is integrated to that budget,
+    :func:`companion.cot.theory.dynamics.reduced_flow_converged` is not an exception: it is integrated to that budget,
     ``converged`` is False and ``final`` is the distance reached (the limit claims then fail).
     """
     num_t = 4001 if stages else 601
     try:
-        r = dict(th.reduced_flow_converged(eta, k, sigma, tol, lam=lam, num_t=num_t), converged=True)
+        r = dict(dynamics.reduced_flow_converged(eta, k, sigma, tol, lam=lam, num_t=num_t), converged=True)
     except ParameterError:  # not within the rate-derived budget: the limit claims record the distance reached
-        mu = th.fixed_point_rate(eta, k, lam)
+        mu = dynamics.fixed_point_rate(eta, k, lam)
         T = 1e3 / mu + 1e3 / max(sigma, 1e-6)  # the budget of reduced_flow_converged
-        t_, v_, w_, loss_ = th.solve_reduced_flow(eta, k, sigma, T, lam=lam, num_t=num_t)
+        t_, v_, w_, loss_ = dynamics.solve_reduced_flow(eta, k, sigma, T, lam=lam, num_t=num_t)
         r = dict(t=t_, v=v_, w=w_, loss=loss_, T=T, t2=float("nan"), mu=mu, converged=False)
     t, v, w = r["t"], r["v"], r["w"]
     final = float(max(abs(v[-1] + eta), abs(w[-1] - 1)))
     if not stages:
         return dict(r, final=final)
-    kap = th.v_curvature(sigma, eta, k, lam)
+    kap = dynamics.v_curvature(sigma, eta, k, lam)
     t1 = float(np.log(1e3) / kap)
     w1 = float(np.interp(t1, t, w))
     eps = separation_parameter(eta, k, sigma, lam)
     t_half = _first_crossing(t, w, 0.5)
-    t_pred = t1 + th.slow_manifold_time(eta, k, w1, lam=lam) if w1 < 0.5 else float("nan")
+    t_pred = t1 + dynamics.slow_manifold_time(eta, k, w1, lam=lam) if w1 < 0.5 else float("nan")
     dist = np.hypot(v + eta, w - 1)
     sel = (dist > FIT[0]) & (dist < FIT[1])
     rate = float(-np.polyfit(t[sel], np.log(dist[sel]), 1)[0]) if sel.sum() >= 5 else float("nan")
     return dict(r, kappa=kap, t1=t1, w1=w1, eps=eps, t_half=t_half, t_pred=t_pred, rate=rate, rate_tol=MARGIN * FIT[1],
-                final=final, veq=np.array([th.stage1_v(x, eta, k, lam) for x in w]))
+                final=final, veq=np.array([dynamics.stage1_v(x, eta, k, lam) for x in w]))
 
 
 def matrix_flow(d: int, n: int, num_S: int, eta: float, k: int, sigma: float, rng: np.random.Generator,
@@ -146,14 +146,14 @@ def matrix_flow(d: int, n: int, num_S: int, eta: float, k: int, sigma: float, rn
         off-diagonal entry; ``converged`` False when the flow did not come within ``enter`` of the construction by
         :math:`10^4/\mu`: then T is that budget, and ``final`` the distance reached, which fails the limit claim).
     """
-    V0, W0 = th.assumption41_init(d, sigma, rng)
+    V0, W0 = dynamics.assumption41_init(d, sigma, rng)
     U = np.linalg.eigh(V0)[1]
-    S = th.symmetrised_S_sample(th.sample_S(d, n, num_S, rng), U)
-    A = th._A(S, eta, k)
+    S = dynamics.symmetrised_S_sample(wishart.sample_S(d, n, num_S, rng), U)
+    A = dynamics.gd_iterate_maps(S, eta, k)
 
     def diag_grad(p):
         V, W = (U * p[:d]) @ U.T, (U * p[d:]) @ U.T
-        _, gV, gW = th.restricted_loss_grad(V, W, S, A, eta)
+        _, gV, gW = dynamics.restricted_loss_grad(V, W, S, A, eta)
         return np.concatenate([np.diag(U.T @ gV @ U), np.diag(U.T @ gW @ U)])
 
     p0 = np.concatenate([-eta * np.ones(d), np.ones(d)])
@@ -162,10 +162,7 @@ def matrix_flow(d: int, n: int, num_S: int, eta: float, k: int, sigma: float, rn
     mu = float(np.linalg.eigvalsh((H + H.T) / 2)[0])
     I = np.eye(d)
 
-    def rhs(_t, y):
-        V, W = y[: d * d].reshape(d, d), y[d * d:].reshape(d, d)
-        _, gV, gW = th.restricted_loss_grad(V, W, S, A, eta)
-        return -np.concatenate([gV.ravel(), gW.ravel()])
+    rhs = dynamics.restricted_flow_rhs(S, A, eta)
 
     def near(_t, y):
         return max(np.abs(y[: d * d].reshape(d, d) + eta * I).max(), np.abs(y[d * d:].reshape(d, d) - I).max()) - enter
@@ -183,7 +180,7 @@ def matrix_flow(d: int, n: int, num_S: int, eta: float, k: int, sigma: float, rn
     Vu = np.einsum("ji,tjk,kl->til", U, Vt, U)
     Wu = np.einsum("ji,tjk,kl->til", U, Wt, U)
     off = max(float(np.abs(M - np.einsum("tii->ti", M)[:, :, None] * I).max()) for M in (Vu, Wu))
-    L = np.array([th.restricted_loss_grad(V, W, S, A, eta)[0] for V, W in zip(Vt, Wt)])
+    L = np.array([dynamics.restricted_loss_grad(V, W, S, A, eta)[0] for V, W in zip(Vt, Wt)])
     final = float(max(np.abs(Vt[-1] + eta * I).max(), np.abs(Wt[-1] - I).max()))
     return dict(t=t, Vu=Vu, Wu=Wu, L=L, mu=mu, T=T, off=off, final=final, converged=converged)
 
@@ -197,10 +194,10 @@ def regime_errors(d_list, c_n: float, c_k: float, num: int, rng: np.random.Gener
     for d in d_list:
         n = int(math.ceil(c_n * d * math.log(d)))
         k = int(math.ceil(c_k * math.log(d)))
-        lo, hi = th.mp_edges(d / n)
+        lo, hi = mp.mp_edges(d / n)
         eta = 2 / (lo + hi)
-        m, se = th.gd_error_mc(k, eta, th.sample_S_eigs(d, n, num, rng))
-        out.append(dict(d=d, n=n, k=k, eta=eta, err=m / d, se=se / d, bound=th.mp_rate(eta, d / n) ** (2 * k)))
+        m, se = gd.gd_error_mc(k, eta, wishart.sample_S_eigs(d, n, num, rng))
+        out.append(dict(d=d, n=n, k=k, eta=eta, err=m / d, se=se / d, bound=mp.mp_rate(eta, d / n) ** (2 * k)))
     return out
 
 
@@ -218,8 +215,8 @@ def regime_no_decay_ratio(regime: list[dict]) -> float:
 
 def regime_unresolved(regime: list[dict]) -> str | None:
     """Why :func:`regime_decay_ratio` cannot decide, or ``None``: an error (other than the last) that is not 4 standard
-    errors above 0 leaves nothing to fall from by 4 more (seen at a held-out seed of the page's smoke point: the ratio
-    divided by the floor 1e-300 and read 7.8e295)."""
+    errors above 0 leaves nothing to fall from by 4 more (at seed 52 of the page's smoke point such an error puts
+    the floor 1e-300 in the ratio's denominator, and the ratio reads 7.8e295)."""
     low = [a for a in regime[:-1] if a["err"] - 4 * a["se"] <= 0]
     if not low:
         return None
@@ -231,7 +228,7 @@ def regime_unresolved(regime: list[dict]) -> str | None:
 def full_eval(runs, pred, k: int, eval_batch: int, seed: int) -> dict:
     r"""The ``runs.replicates`` trained CoT models, each on its own ``eval_batch // replicates`` fresh prompts
     (:func:`companion.cot.stats.replicate_errors`), against the Monte-Carlo k-step GD error ``pred``
-    (:func:`companion.cot.theory.gd_error_mc`): :func:`companion.cot.stats.trained_vs_prediction`."""
+    (:func:`companion.cot.theory.gd.gd_error_mc`): :func:`companion.cot.stats.trained_vs_prediction`."""
     errors = replicate_errors("cot", runs, k, eval_batch // runs.replicates, COT_EVAL(seed))
     return trained_vs_prediction(errors, pred.mean, pred.se)
 
@@ -287,7 +284,7 @@ def record_stages(v, ode: dict) -> None:
                reason=rf"rate fitted on distances ${tex_number(FIT[0])}$ to ${tex_number(FIT[1])}$, where nonlinear terms change "
                       rf"it by a relative $O({tex_number(FIT[1])})$; {MARGIN:g} times that",
                detail=r"$H$ is the Gauss–Newton Hessian $\sum_i \E[\lambda^2 g_i g_i^\T]$ of the reduced loss at "
-                      r"$(-\eta, 1)$ (`companion.cot.theory.fixed_point_rate`); the rate is the slope of a "
+                      r"$(-\eta, 1)$ (`companion.cot.theory.dynamics.fixed_point_rate`); the rate is the slope of a "
                       r"least-squares line through $\ln$ of the distance on the ODE's grid (at least 5 points); "
                       rf"relative tolerance {MARGIN:g} $\times$ ${tex_number(FIT[1])}$.")
     v.numerics("cot41_ode_limit",
@@ -379,7 +376,7 @@ def record_regime(v, regime: list[dict]) -> None:
                 reason="geometric decay on spectra inside the Marchenko–Pastur support; 4 Monte-Carlo standard errors",
                 detail=r"Monte-Carlo mean of $\frac1d\E\tr(I-\eta S)^{2k}$ at the step "
                        rf"$\eta = 2/(\lambda_+ + \lambda_-) = {r_['eta']:.4g}$ that balances the edges, against "
-                       r"$\rho_{\rm MP}^{2k}$ (`companion.cot.theory.mp_rate`); band 4 SE plus the round-off floor "
+                       r"$\rho_{\rm MP}^{2k}$ (`companion.cot.theory.mp.mp_rate`); band 4 SE plus the round-off floor "
                        rf"${tex_number(ROUNDOFF)}$.")
     v.qualitative("cot41_regime_decay",
                   quantity=r"largest ratio $(\mathrm{err}(d') + 4\,\mathrm{SE}) / (\mathrm{err}(d) - 4\,\mathrm{SE})$ "
@@ -442,7 +439,7 @@ def figures(ode: dict, fin: dict, flow: dict, runs, pred_mean: float, regime: li
     ax3.semilogy(runs.steps, curves, color="C0", lw=0.8)
     ax3.plot([], [], color="C0", label=f"trained, eval. loss (7), {curves.shape[1]} seeds")
     ax3.axhline(pred_mean, color="k", ls="--", lw=0.8, label="k GD steps")
-    ax3.axhline(th.no_cot_floor(d, n), color="k", ls=":", lw=0.8, label="no-CoT floor")
+    ax3.axhline(no_cot.no_cot_floor(d, n), color="k", ls=":", lw=0.8, label="no-CoT floor")
     ax3.set_xlabel("Adam step")
     ax3.set_title("(b) full-parameter training")
     legend_outside(ax3, "below", ncol=1)

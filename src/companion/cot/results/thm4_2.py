@@ -25,10 +25,10 @@ from companion.stats import ROUNDOFF, band_words, mean_se, median_se, replicate_
 from companion.text import id_part
 
 from ...text import tex_number
-from .. import theory as th
 from ..data import Prompts, make_generator, sample_prompts
 from ..model import cot_inference
 from ..stats import nearer_neighbour, replicate_median
+from ..theory import gd, mp, no_cot, ood, wishart
 from ..train import replicate_seed, threads1
 
 __all__ = ["CLAIMS", "RESULT", "NEAR_STEP", "NO_BOUNDARY", "parse_spectrum", "spectrum_name", "ood_row", "regime",
@@ -44,7 +44,7 @@ NO_BOUNDARY = r"the model's error does not see the boundary (the fraction at $\S
 PRINTED_FACTOR = "the printed form with a factor 2 (Javanmard et al., Lemma A.1)"
 
 CLAIMS = (
-    ClaimSpec("cot42_one_step_{sigma}", "statistical", "monte_carlo", prediction="companion.cot.theory.one_step_ood_error",
+    ClaimSpec("cot42_one_step_{sigma}", "statistical", "monte_carlo", prediction="companion.cot.theory.ood.one_step_ood_error",
               falsifier=PRINTED_FACTOR),
     ClaimSpec("cot42_model_{sigma}", "statistical", "trained", headline=True,
               prediction="companion.cot.results.thm4_2.ood_row",
@@ -78,17 +78,18 @@ def parse_spectrum(text: str) -> tuple[float, float]:
 
 
 def _law_errors(eta: float, eigs: np.ndarray, z: np.ndarray, k: int) -> np.ndarray:
-    r"""Per-prompt k-step GD errors :math:`\sum_j(1-\eta\lambda_j)^{2k}z_j^2` (rows of ``eigs``, one fixed ``z`` per prompt,
-    so that the errors at several k are one GD path)."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        return np.nan_to_num(np.sum((1.0 - eta * eigs) ** (2 * k) * z**2, axis=-1), nan=np.inf)
+    r"""Per-prompt k-step GD errors :math:`\sum_j(1-\eta\lambda_j)^{2k}z_j^2` (:func:`companion.cot.theory.gd.gd_trace`;
+    rows of ``eigs``, one fixed ``z`` per prompt, so that the errors at several k are one GD path); an overflow that
+    meets :math:`z_j = 0` is :math:`+\infty`, not NaN."""
+    with np.errstate(invalid="ignore"):
+        return np.nan_to_num(gd.gd_trace(eta, eigs, k, z=z), nan=np.inf)
 
 
 def in_distribution_growth(d: int, n: int, K: int, eta: float, num: int, rng: np.random.Generator) -> float:
     r"""The fraction of prompts at :math:`\Sigma = I` whose K-step GD error exceeds the starting error
     :math:`\|w^\star\|^2`, from ``num`` independent spectra: the falsifier of the growth claims (a model whose error
     does not see the boundary)."""
-    eigs = th.sample_S_eigs(d, n, num, rng)
+    eigs = wishart.sample_S_eigs(d, n, num, rng)
     z = rng.standard_normal(eigs.shape)
     return float(np.mean(_law_errors(eta, eigs, z, K) > np.sum(z**2, axis=-1)))
 
@@ -151,20 +152,16 @@ def _ood_row(res, Sigma, eta, k_list, n, num_eval, num_mc, seed, rng, z) -> dict
             for _ in range(K):
                 v = v - (eta / n) * torch.einsum("bdn,bn->bd", p.X, torch.einsum("bdn,bd->bn", p.X, v))
             eg = np.nan_to_num((v**2).sum(-1).numpy(), nan=np.inf).reshape(R, -1)
-    S = th.sample_S(d, n, num_mc, rng, Sigma)
-    eigs = np.linalg.eigvalsh(S)
+    eigs = wishart.sample_S_eigs(d, n, num_mc, rng, Sigma)
     zz = rng.standard_normal(eigs.shape)
-    eta1 = th.eta_star(d, n)
-    one = np.sum((np.eye(d) - eta1 * S) ** 2, axis=(1, 2))
-    lo, hi = np.linalg.eigvalsh(Sigma)[[0, -1]]
-    eps = math.sqrt(d / n)
-    out = dict(K=K, R=R, d=d, unstable=float(np.mean(eta * eigs[:, -1] > 2)), one_mc=mean_se(one),
-               one_pred=th.one_step_ood_error(-eta1 * np.eye(d), Sigma, n),
-               one_j26=th.one_step_ood_error(-eta1 * np.eye(d), Sigma, n, factor=2.0),
-               cond=float(eta * hi * (1 + eps) ** 2),
-               rho=float(max(abs(1 - eta * lo * (1 - eps) ** 2), abs(1 - eta * hi * (1 + eps) ** 2))), ks={})
+    eta1 = no_cot.eta_star(d, n)
+    cond, rho = ood.spectral_condition(eta, Sigma, n)
+    out = dict(K=K, R=R, d=d, unstable=float(np.mean(eta * eigs[:, -1] > 2)),
+               one_mc=mean_se(gd.gd_trace(eta1, eigs, 1)),
+               one_pred=ood.one_step_ood_error(-eta1 * np.eye(d), Sigma, n),
+               one_j26=ood.one_step_ood_error(-eta1 * np.eye(d), Sigma, n, factor=2.0), cond=cond, rho=rho, ks={})
+    tr = {k: gd.gd_trace(eta, eigs, k) for k in (max(K - 1, 0), K, K + 1)}
     with np.errstate(over="ignore", invalid="ignore"):
-        tr = {k: np.sum((1.0 - eta * eigs) ** (2 * k), axis=-1) for k in (max(K - 1, 0), K, K + 1)}
         out["stated"] = float(np.mean(d * np.max(np.abs(1 - eta * eigs), axis=1) ** (2 * K)))
         diff = (em[:, :, K] - eg).mean(axis=1)  # the replicates' paired differences model - GD
     pred, pred_se = mean_se(tr[K])
@@ -207,14 +204,14 @@ def phase_diagram(d: int, k: int, grid: int, rng: np.random.Generator, num: int 
     ratios :math:`n/d \in [1, 16]`, from ``num`` spectra per ratio; and the Marchenko-Pastur boundary
     :math:`\eta = 2/(1+\sqrt{d/n})^2`. Returns ``dict(etas, ratios, median, unstable, eta_mp)``."""
     etas, ratios = np.linspace(0.05, 1.6, grid), np.geomspace(1.0, 16.0, grid)
+    ns = [max(d, int(round(r * d))) for r in ratios]
     med, frac = np.zeros((grid, grid)), np.zeros((grid, grid))
-    for j, r in enumerate(ratios):
-        e = th.sample_S_eigs(d, max(d, int(round(r * d))), num, rng)
-        with np.errstate(over="ignore"):
-            med[:, j] = np.median(np.sum((1 - etas[:, None, None] * e[None]) ** (2 * k), axis=-1), axis=1)
+    for j, nj in enumerate(ns):
+        e = wishart.sample_S_eigs(d, nj, num, rng)
+        med[:, j] = np.median(gd.gd_trace(etas, e, k), axis=1)
         frac[:, j] = np.mean(etas[:, None] * e[None, :, -1] > 2, axis=1)
     return dict(etas=etas, ratios=ratios, median=med, unstable=frac,
-                eta_mp=2 / (1 + np.sqrt(d / np.maximum(d, np.round(ratios * d)))) ** 2)
+                eta_mp=np.array([2 / mp.mp_edges(d / nj)[1] for nj in ns]))
 
 
 def figure(rows: dict, k_list, phase: dict, floor: float, k_train: int):
@@ -328,9 +325,9 @@ def model_claim(row: dict) -> ClaimNumbers:
       differences to exact GD on the same prompts, R - 1 degrees of freedom), else the model's median
       :math:`m_{\rm model} \pm s_{\rm model}`, against the median :math:`m_{\rm law} \pm s_{\rm law}` of the K-step
       GD law, the standard errors combined by :func:`companion.stats.welch` (the law's sample counts as normal).
-      Held out at seed 91 of the page's first domain point (Σ 0.2:2, K = 12), the unpaired medians failed at 4.8
-      of their SEs: the six replicates' prompts had a GD median 15 % above the law's and the law's sample one 7 %
-      below, while the models matched GD on their own prompts to 2 %;
+      At seed 91 of the page's first domain point (Σ 0.2:2, K = 12) the unpaired medians differ by 4.8 of their
+      SEs: the six replicates' prompts have a GD median 15 % above the law's and the law's sample one 7 % below,
+      while the models match GD on their own prompts to 2 %;
     * beyond it (half or more of the spectra diverge): not applicable (empty ``form``).
 
     The competitor is the same quantity one step short or long, whichever is nearer the prediction
@@ -418,7 +415,7 @@ def record_covariances(v, rows: dict, id_growth: float, *, num_mc: int) -> None:
                       reason="4 standard errors of the Monte-Carlo mean over the sample of $S_\\Sigma$, plus round-off",
                       detail=rf"Mean of $\|I - \eta^\star S_\Sigma\|_F^2$ over {num_mc} independent matrices "
                              r"$S_\Sigma$ (normal, many degrees of freedom) against "
-                             rf"`companion.cot.theory.one_step_ood_error`; round-off floor ${tex_number(floor)}$.")
+                             rf"`companion.cot.theory.ood.one_step_ood_error`; round-off floor ${tex_number(floor)}$.")
         if model.form == "mean":
             v.statistical(f"cot42_model_{nm}",
                           quantity=rf"{sig}: mean error of the trained model after $K = {K}$ steps (paired control "

@@ -1,0 +1,274 @@
+r"""The looped transformer (:prf:ref:`cot-prop-looped`): one LSA layer applied k times.
+
+On the sparse manifold with :math:`V_{31} = vI`, :math:`W_{13} = wI`, :math:`W_{24} = -1` the looped model
+estimates :math:`\hat w_k = b\,(I - (I - cS)^k)\,w^\star` with :math:`c = -vw`, :math:`b = 1/w`. Part (a),
+:math:`W_{13} = I` (:math:`b = 1`): its error is :func:`companion.cot.theory.gd.gd_trace`, the k-step GD error at
+step c, and the optimal loop step is
+
+.. math:: c_k = \arg\min_c \E\tr(I-cS)^{2k}
+
+(:func:`looped_optimum`; on an importance-weighted sample, :func:`looped_is_optimum`; exactly at :math:`k = 2`,
+:func:`looped_optimum_exact_k2`). Part (b), a trained :math:`W_{13}` scale: the joint optimum of (c, b)
+(:func:`looped_two_param_optimum`).
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from math import comb
+
+import numpy as np
+from scipy import optimize
+
+from companion.params import integer
+from companion.stats import mean_se
+
+from .gd import argmin_se, gd_trace, gd_trace_derivatives, residual_power
+from .wishart import check_dims, wishart_trace_moments
+
+__all__ = ["looped_loss", "looped_optimum", "looped_optimum_exact_k2", "looped_optimum_se", "looped_is_loss",
+           "looped_is_optimum", "looped_two_param_errors", "looped_two_param_loss", "looped_two_param_optimum"]
+
+
+def looped_loss(c, k: int, eigs: np.ndarray, weights=None) -> np.ndarray:
+    r"""Monte-Carlo :math:`F(c) = \E\tr(I-cS)^{2k}`, the error of the looped model with :math:`W_{13} = I`: the mean
+    of :func:`companion.cot.theory.gd.gd_trace` over the spectra, importance-weighted when ``weights`` are given.
+
+    Parameters
+    ----------
+    c : float or array_like
+        The loop step (an array: one value per step).
+    k : int
+        Loops.
+    eigs : numpy.ndarray
+        Spectra, shape (N, d).
+    weights : numpy.ndarray, optional
+        Importance weights, shape (N,) (:func:`companion.cot.theory.wishart.wishart_is_sample`).
+
+    Returns
+    -------
+    numpy.ndarray
+        :math:`F(c)`, the shape of ``c``.
+    """
+    per = gd_trace(c, eigs, k)
+    return np.mean(per if weights is None else weights * per, axis=-1)
+
+
+def _grid_then_refine(f, bracket, num: int = 40, fv=None) -> float:
+    """Global search on a grid (vectorised through ``fv`` if given), then a bounded scalar refinement between
+    the neighbouring grid points (the objectives are polynomials of high degree with far-away spurious regions)."""
+    grid = np.linspace(bracket[0], bracket[1], num)
+    with np.errstate(over="ignore", invalid="ignore"):
+        vals = np.asarray(fv(grid), dtype=float) if fv is not None else np.array([f(c) for c in grid])
+    vals[~np.isfinite(vals)] = np.inf
+    j = int(np.argmin(vals))
+    lo, hi = grid[max(j - 1, 0)], grid[min(j + 1, num - 1)]
+    res = optimize.minimize_scalar(f, bounds=(lo, hi), method="bounded", options={"xatol": 1e-10})
+    return float(res.x)
+
+
+def looped_optimum(k: int, eigs: np.ndarray, bracket=(1e-3, 1.5)) -> tuple[float, float]:
+    r"""The optimal loop step :math:`c_k = \arg\min_c \E\tr(I-cS)^{2k}` on a sample of spectra: a grid search, then a
+    bounded scalar minimisation.
+
+    Parameters
+    ----------
+    k : int
+        Loops, at least 1.
+    eigs : numpy.ndarray
+        Spectra, shape (N, d).
+    bracket : tuple of float
+        The interval searched.
+
+    Returns
+    -------
+    tuple of float
+        ``(c_k, F(c_k))`` (:func:`looped_loss`).
+    """
+    k = integer("k", k, min=1)
+    c = _grid_then_refine(lambda c: float(looped_loss(c, k, eigs)), bracket, fv=lambda g: looped_loss(g, k, eigs))
+    return c, float(looped_loss(c, k, eigs))
+
+
+def looped_optimum_exact_k2(d: int, n: int) -> tuple[float, float]:
+    r"""The exact optimal step of two loops, :math:`c_2 = \arg\min_c \E\tr(I-cS)^4`: the real root of the derivative
+    of the quartic
+
+    .. math:: \E\tr(I-cS)^4 = \sum_{p=0}^4\binom4p(-c)^p m_p
+
+    with the exact Wishart moments :math:`m_p` (:func:`companion.cot.theory.wishart.wishart_trace_moments`) at which
+    it is smallest.
+
+    Parameters
+    ----------
+    d, n : int
+        Dimension and examples per prompt.
+
+    Returns
+    -------
+    tuple of float
+        ``(c_2, E tr(I - c_2 S)^4)``.
+    """
+    d, n = check_dims(d, n)
+    m = [Fraction(w, n**p) for p, w in enumerate(wishart_trace_moments(4, d, n))]
+    coef = [float(comb(4, p) * (-1) ** p * m[p]) for p in range(5)]  # sum coef[p] c^p
+    dcoef = [p * coef[p] for p in range(1, 5)]  # derivative, ascending powers
+    roots = np.roots(dcoef[::-1])
+    roots = roots[np.abs(roots.imag) < 1e-9].real
+    vals = [sum(coef[p] * r**p for p in range(5)) for r in roots]
+    j = int(np.argmin(vals))
+    return float(roots[j]), float(vals[j])
+
+
+def looped_optimum_se(c: float, k: int, eigs: np.ndarray, weights=None) -> float:
+    r"""The delta-method standard error of the Monte-Carlo optimum :math:`\hat c_k` of :func:`looped_loss`,
+    :math:`\mathrm{SE}(\hat F'(c))/\hat F''(c)` (:func:`companion.cot.theory.gd.argmin_se`) from the per-sample
+    derivatives of :func:`companion.cot.theory.gd.gd_trace_derivatives`, importance-weighted when ``weights`` are
+    given.
+
+    Parameters
+    ----------
+    c : float
+        The optimum found.
+    k : int
+        Loops, at least 1.
+    eigs : numpy.ndarray
+        Spectra, shape (N, d).
+    weights : numpy.ndarray, optional
+        Importance weights, shape (N,).
+
+    Returns
+    -------
+    float
+        :math:`\mathrm{SE}(\hat c_k)`.
+    """
+    first, second = gd_trace_derivatives(c, eigs, k)
+    if weights is not None:
+        first, second = weights * first, weights * second
+    return argmin_se(first, second)
+
+
+def looped_is_loss(c, k: int, eigs: np.ndarray, weights: np.ndarray) -> tuple[float, float]:
+    r"""The importance-weighted :math:`\E\tr(I-cS)^{2k}` at one step c, with its standard error.
+
+    Parameters
+    ----------
+    c : float
+        The loop step.
+    k : int
+        Loops.
+    eigs, weights : numpy.ndarray
+        The importance-weighted sample (:func:`companion.cot.theory.wishart.wishart_is_sample`).
+
+    Returns
+    -------
+    tuple of float
+        ``(mean, se)`` (:func:`companion.stats.mean_se`).
+    """
+    return mean_se(weights * gd_trace(float(c), eigs, k))
+
+
+def looped_is_optimum(k: int, eigs: np.ndarray, weights: np.ndarray, bracket=(1e-3, 1.5)):
+    r"""The heavy-tail-aware looped optimum :math:`c_k = \arg\min_c \E\tr(I-cS)^{2k}` (:prf:ref:`cot-prop-looped`) on an
+    importance-weighted sample of spectra (:func:`companion.cot.theory.wishart.wishart_is_sample`), with the
+    delta-method standard error of :func:`looped_optimum_se` from the weighted per-sample derivatives.
+
+    Parameters
+    ----------
+    k : int
+        Loops, at least 1.
+    eigs, weights : numpy.ndarray
+        The importance-weighted sample.
+    bracket : tuple of float
+        The interval searched.
+
+    Returns
+    -------
+    tuple of float
+        ``(c, c_se, loss, loss_se)``.
+    """
+    k = integer("k", k, min=1)
+    e = np.asarray(eigs, dtype=float)
+    wts = np.asarray(weights, dtype=float)
+    c = _grid_then_refine(lambda x: float(looped_loss(x, k, e, wts)), bracket, fv=lambda g: looped_loss(g, k, e, wts))
+    loss, loss_se = looped_is_loss(c, k, e, wts)
+    return float(c), float(looped_optimum_se(c, k, e, wts)), loss, loss_se
+
+
+def looped_two_param_errors(c: float, b: float, k: int, eigs: np.ndarray) -> np.ndarray:
+    r"""The error of the looped model with :math:`W_{13} = I/b` and loop step c on each prompt, averaged over
+    :math:`w^\star`,
+
+    .. math:: \sum_j (1 - b\,h_j)^2,\qquad h_j = 1 - (1 - c\lambda_j)^k .
+
+    Parameters
+    ----------
+    c, b : float
+        The loop step and the scale.
+    k : int
+        Loops.
+    eigs : numpy.ndarray
+        Spectra, shape (N, d).
+
+    Returns
+    -------
+    numpy.ndarray
+        Shape (N,).
+    """
+    return np.sum((1 - b * (1.0 - residual_power(c, eigs, k))) ** 2, axis=-1)
+
+
+def looped_two_param_loss(c, k: int, eigs: np.ndarray):
+    r"""The looped model with :math:`V_{31} = vI`, :math:`W_{13} = wI`, :math:`W_{24} = -1`,
+    :math:`\hat w_k = b\,(I - (I - cS)^k)\,w^\star` with :math:`c = -vw`, :math:`b = 1/w`, at its best b for a given c,
+
+    .. math:: b^\star = \frac{\E\sum_j h_j}{\E\sum_j h_j^2},\qquad
+              \text{loss } d - \frac{(\E\sum_j h_j)^2}{\E\sum_j h_j^2},\qquad h_j = 1 - (1 - c\lambda_j)^k .
+
+    Parameters
+    ----------
+    c : float or array_like
+        The loop step (an array: one value per step).
+    k : int
+        Loops.
+    eigs : numpy.ndarray
+        Spectra, shape (N, d).
+
+    Returns
+    -------
+    tuple
+        ``(loss, b*)``: floats for a scalar c, arrays for an array.
+    """
+    e = np.asarray(eigs, dtype=float)
+    h = 1.0 - residual_power(c, e, k)
+    m1 = np.mean(np.sum(h, axis=-1), axis=-1)
+    m2 = np.mean(np.sum(h**2, axis=-1), axis=-1)
+    loss, b = e.shape[-1] - m1**2 / m2, m1 / m2
+    if loss.ndim == 0:
+        return float(loss), float(b)
+    return loss, b
+
+
+def looped_two_param_optimum(k: int, eigs: np.ndarray, bracket=(1e-3, 1.5)) -> tuple[float, float, float]:
+    r"""The jointly optimal :math:`(c, b)` of the isotropic looped model with a trainable :math:`W_{13}` scale (part (b)
+    of :prf:ref:`cot-prop-looped`): :func:`looped_two_param_loss` minimised over c.
+
+    Parameters
+    ----------
+    k : int
+        Loops, at least 1.
+    eigs : numpy.ndarray
+        Spectra, shape (N, d).
+    bracket : tuple of float
+        The interval of c searched.
+
+    Returns
+    -------
+    tuple of float
+        ``(c, b, loss)``.
+    """
+    k = integer("k", k, min=1)
+    c = _grid_then_refine(lambda c: looped_two_param_loss(c, k, eigs)[0], bracket,
+                          fv=lambda g: looped_two_param_loss(g, k, eigs)[0])
+    loss, b = looped_two_param_loss(c, k, eigs)
+    return c, b, loss

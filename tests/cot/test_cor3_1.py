@@ -1,0 +1,56 @@
+"""Corollary 3.1 (companion.cot.theory.no_cot, companion.cot.results.cor3_1): the no-CoT floor d(d+1)/(n+d+1), its
+proportional (Marchenko-Pastur) limit d^2/(n+d), the floor from the exact quadratic and by Monte Carlo.
+
+Each test is meant to fail on a plausible bug: a floor d^2/(n+d+1), a proportional floor that is not the minimum of
+its own error, E tr S^2 without its finite-size +1, a Monte-Carlo floor at the wrong step."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from companion.cot.results import cor3_1
+from companion.cot.theory import mp, no_cot
+
+PAIRS = [(1, 1), (3, 8), (5, 9), (10, 20), (10, 40), (50, 5000)]
+
+
+def _proportional_error(eta, d, n):
+    """The one-step error with the Marchenko-Pastur moment E tr S^2 / d = 1 + d/n."""
+    return d * (1 - 2 * eta + eta**2 * (1 + d / n))
+
+
+@pytest.mark.parametrize("d,n", PAIRS)
+def test_proportional_floor_is_the_minimum_of_the_proportional_error(d, n):
+    grid = np.linspace(0, 1.5, 300_001)
+    assert abs(np.min(_proportional_error(grid, d, n)) - no_cot.no_cot_floor_mp(d, n)) <= 1e-9 * max(1.0, d)
+    # the relative distance the page quotes
+    assert math.isclose(1 - no_cot.no_cot_floor_mp(d, n) / no_cot.no_cot_floor(d, n), n / ((d + 1) * (n + d)),
+                        rel_tol=1e-12)
+
+
+@pytest.mark.parametrize("d,n", PAIRS)
+def test_floor_from_the_exact_quadratic_is_the_closed_form(d, n):
+    assert math.isclose(cor3_1.floor_from_moments(d, n), no_cot.no_cot_floor(d, n), rel_tol=1e-12)
+    # and not the floor without the finite-size +1 (a plausible slip in E tr S^2)
+    assert not math.isclose(cor3_1.floor_from_moments(d, n), no_cot.no_cot_floor_mp(d, n), rel_tol=1e-6)
+
+
+def test_mp_floor_is_the_proportional_limit_of_the_floor():
+    # d * min_eta (1 - 2 eta + eta^2 * int lambda^2 dMP), minimised numerically with the MP moments
+    for d, n in ((10, 20), (10, 40), (3, 12)):
+        gamma = d / n
+        m1, m2 = mp.mp_moment(1, gamma), mp.mp_moment(2, gamma)
+        etas = np.linspace(0, 1.5, 150001)
+        assert no_cot.no_cot_floor_mp(d, n) == pytest.approx(d * np.min(1 - 2 * etas * m1 + etas**2 * m2), rel=1e-8)
+        assert no_cot.no_cot_floor_mp(d, n) < no_cot.no_cot_floor(d, n)
+    # the finite-size corrections vanish at fixed d/n
+    assert no_cot.no_cot_floor_mp(1000, 2000) == pytest.approx(no_cot.no_cot_floor(1000, 2000), rel=1e-3)
+    assert no_cot.no_cot_floor_mp(10, 20) == pytest.approx(100 / 30, rel=1e-14)
+
+
+def test_monte_carlo_floor_against_the_closed_form():
+    m, se = cor3_1.floor_mc(5, 9, 50_000, np.random.default_rng(4))
+    assert abs(m - no_cot.no_cot_floor(5, 9)) <= 4 * se

@@ -1,0 +1,36 @@
+"""The experiments page (companion.cot.results.experiments): the claims it records at each n from the rows of
+cot_vs_no_cot.
+
+Meant to fail on a plausible bug: the CoT claim tested where divergent prompts are expected among the evaluation
+prompts (or set aside where none are), the competitor taken from the prediction instead of one GD step fewer, the
+no-CoT claim's falsifier not the proportional floor, a claim id outside the page's manifest."""
+
+from __future__ import annotations
+
+import math
+
+from companion.cot.results import experiments
+from companion.cot.theory import gd, no_cot
+from companion.verdict import Verdict
+
+
+def _row(n, unstable, d=3):
+    """A row of cot_vs_no_cot with the numbers the verdict reads (the trained models' summaries given)."""
+    m_cot = dict(mean=0.101, se=0.002, dof=3.0, pred=0.1, se_from="the spread of 4 training seeds")
+    m_noc = dict(mean=no_cot.no_cot_floor(d, n) + 0.01, se=0.01, dof=math.inf, pred=no_cot.no_cot_floor(d, n))
+    return dict(n=n, eta=0.3, m_cot=m_cot, m_noc=m_noc, unstable=unstable, prev=gd.MCEstimate(0.2, 0.001, 0.15, 5000),
+                floor_mp=no_cot.no_cot_floor_mp(d, n))
+
+
+def test_cot_claim_is_set_aside_where_divergent_prompts_are_expected_and_falsified_by_one_step_fewer():
+    runs = [_row(9, unstable=0.0), _row(12, unstable=1e-3)]  # 1e-3 x 2000 prompts: two divergent prompts expected
+    v = Verdict("cot/experiments", manifest=experiments.manifest([9, 12]), parameters={})
+    cot = experiments.record_pairs(v, runs, replicates=4, eval_batch=2000, d=3)
+    assert [r.claim for r in cot] == ["cotexp_cot_n9", "cotexp_cot_n12"]
+    assert cot[0].status != "not_applicable" and cot[1].status == "not_applicable"
+    assert (cot[0].predicted, cot[0].measured, cot[0].falsifier_value) == (0.1, 0.101, 0.2)
+    by_id = {r.claim: r for r in v.records}
+    for n in (9, 12):
+        noc = by_id[f"cotexp_no_cot_n{n}"]
+        assert noc.predicted == no_cot.no_cot_floor(3, n) and noc.falsifier_value == no_cot.no_cot_floor_mp(3, n)
+    assert set(by_id) == set(experiments.manifest([9, 12]))

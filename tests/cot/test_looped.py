@@ -1,0 +1,141 @@
+"""The looped transformer (companion.cot.theory.loops, companion.cot.results.looped): the optimal loop step c_k
+(exactly at k = 2, on plain and importance-weighted samples), the optimum (c, b) with a trained W13 scale, the best
+residual polynomial, and the sparse-block looped transformers trained through their own gradient.
+
+Each test is meant to fail on a plausible bug: a quartic with a wrong moment, a weighted optimum that ignores its
+weights, (1 - c lambda)^2k for the ^k of the two-parameter model, a best polynomial of the wrong degree, a trained
+entry outside the two blocks, a masked gradient that is not the sparse recursion's, replicates that share a seed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from companion.cot.data import make_generator, sample_prompts
+from companion.cot.grads import outcome_loss_grads
+from companion.cot.model import sparse_parameters
+from companion.cot.results import looped
+from companion.cot.theory import loops, no_cot, wishart
+from companion.params import TrainingDiverged
+from companion.seeds import replicate_seed
+
+
+# ----------------------------------------------------------------------------- part (a): W13 = I
+def test_looped_optimum_exact_k2_matches_sample_and_k1_is_eta_star():
+    c2, l2 = loops.looped_optimum_exact_k2(10, 20)
+    assert c2 == pytest.approx(0.628, abs=2e-3) and l2 == pytest.approx(2.11, abs=0.01)
+    eigs = wishart.sample_S_eigs(10, 20, 20_000, np.random.default_rng(5))
+    c1, _ = loops.looped_optimum(1, eigs)
+    assert c1 == pytest.approx(no_cot.eta_star(10, 20), abs=0.01)
+
+
+def test_heavy_tail_aware_optimum_matches_the_exact_quartic():
+    rng = np.random.default_rng(9)
+    e, w = wishart.wishart_is_sample(6, 12, 30_000, rng)
+    c, c_se, L, L_se = loops.looped_is_optimum(2, e, w)
+    c2, L2 = loops.looped_optimum_exact_k2(6, 12)
+    assert abs(c - c2) <= 4 * c_se and c_se < 0.01
+    assert abs(L - L2) <= 4 * L_se + 1e-3 * L2
+
+
+def test_weighted_optimum_takes_its_standard_error_from_the_weighted_derivatives():
+    e, w = wishart.wishart_is_sample(4, 10, 4000, np.random.default_rng(13))
+    c, c_se, _, _ = loops.looped_is_optimum(3, e, w)
+    base = 1 - c * e  # F(c) = E w tr(I - cS)^6: F' and F'' per sample, weighted
+    first = w * np.sum(-6 * e * base**5, axis=1)
+    second = w * np.sum(30 * e**2 * base**4, axis=1)
+    assert c_se == pytest.approx(first.std(ddof=1) / np.sqrt(len(e)) / second.mean(), rel=1e-10)
+    assert c_se != pytest.approx(loops.looped_optimum_se(c, 3, e), rel=1e-2)  # the weights matter
+
+
+def test_unit_weights_give_the_plain_optimum_and_its_standard_error():
+    eigs = wishart.sample_S_eigs(4, 10, 5000, np.random.default_rng(11))
+    ones = np.ones(len(eigs))
+    c, c_se, L, _ = loops.looped_is_optimum(3, eigs, ones)
+    assert (c, L) == pytest.approx(loops.looped_optimum(3, eigs), rel=1e-12)
+    assert c_se == pytest.approx(loops.looped_optimum_se(c, 3, eigs), rel=1e-12)
+
+
+# ----------------------------------------------------------------------------- part (b): a trained W13 scale
+def test_two_param_optimum_gives_the_one_step_floor_at_k_1_and_beats_w13_fixed_beyond():
+    d, n = 6, 12
+    eigs = wishart.sample_S_eigs(d, n, 40_000, np.random.default_rng(7))
+    # k = 1 gives back the one-step floor, and k >= 2 improves on W13 = I
+    assert loops.looped_two_param_optimum(1, eigs)[2] == pytest.approx(loops.looped_optimum(1, eigs)[1], rel=1e-8)
+    c, b, L = loops.looped_two_param_optimum(3, eigs)
+    assert L < loops.looped_optimum(3, eigs)[1] and b > 1
+
+
+def test_two_param_errors_average_to_the_loss_at_the_best_scale():
+    # E sum_j (1 - b h_j)^2 = d - 2 b m1 + b^2 m2, which at b* = m1 / m2 is the loss d - m1^2 / m2
+    eigs = wishart.sample_S_eigs(5, 11, 2000, np.random.default_rng(12))
+    for k, c in ((2, 0.5), (4, 0.3)):
+        loss, b = loops.looped_two_param_loss(c, k, eigs)
+        assert np.mean(loops.looped_two_param_errors(c, b, k, eigs)) == pytest.approx(loss, rel=1e-12)
+
+
+# ----------------------------------------------------------------------------- the best residual polynomial
+def test_best_polynomial_degree_one_is_the_floor_and_degree_two_beats_two_loops():
+    for d, n in [(10, 20), (3, 8), (5, 5)]:
+        assert looped.best_polynomial_loss(1, d, n) == pytest.approx(no_cot.no_cot_floor(d, n), rel=1e-12)
+        # (1 - c lambda)^2 is one degree-2 residual polynomial: the minimum over all of them is lower
+        assert looped.best_polynomial_loss(2, d, n) < loops.looped_optimum_exact_k2(d, n)[1]
+        assert looped.best_polynomial_loss(3, d, n) < looped.best_polynomial_loss(2, d, n)
+
+
+def test_best_polynomial_against_monte_carlo_least_squares():
+    # min_q E sum_j q(lambda_j)^2 over q(0) = 1, deg q <= 3, on an independent spectrum sample (4 SE)
+    d, n, k = 4, 10, 3
+    eigs = wishart.sample_S_eigs(d, n, 200_000, np.random.default_rng(5))
+    P = np.stack([eigs**i for i in range(1, k + 1)], axis=-1)  # (num, d, k)
+    M = np.einsum("bji,bjl->il", P, P) / len(eigs)
+    v = P.sum(axis=1).mean(axis=0)
+    c = np.linalg.solve(M, -v)
+    per = np.sum((1 + P @ c) ** 2, axis=1)
+    assert abs(per.mean() - looped.best_polynomial_loss(k, d, n)) <= 4 * per.std(ddof=1) / np.sqrt(len(per))
+
+
+# ----------------------------------------------------------------------------- sparse-block looped transformers
+KW = dict(steps=20, lr=0.01, lr_final=0.5, batch=8)
+
+
+def test_only_the_sparse_blocks_train():
+    d = 3
+    W_KQ, W_PV = looped.train_looped_sparse(d, 7, 2, replicates=2, seed=5, **KW)
+    mask_KQ, mask_PV = sparse_parameters(np.ones((d, d)), np.ones((d, d)), 0.0)
+    for r in range(2):
+        assert torch.all(W_KQ[r][mask_KQ == 0] == sparse_parameters(np.zeros((d, d)), np.zeros((d, d)))[0][mask_KQ == 0])
+        assert torch.all(W_PV[r][mask_PV == 0] == 0)
+        assert W_KQ[r, d, 2 * d + 1] == -1.0  # W24 fixed
+    assert not torch.allclose(W_KQ[0], W_KQ[1])
+
+
+def test_masked_gradient_is_the_sparse_recursion_gradient():
+    d, n, k = 3, 6, 3
+    g = torch.Generator().manual_seed(1)
+    V = (0.3 * torch.randn(d, d, generator=g, dtype=torch.float64)).requires_grad_()
+    W = (torch.eye(d, dtype=torch.float64) + 0.2 * torch.randn(d, d, generator=g, dtype=torch.float64)).requires_grad_()
+    pr = sample_prompts(5, d, n, make_generator(2))
+    S = pr.X @ pr.X.transpose(1, 2) / n
+    w_hat = torch.zeros_like(pr.w_star)
+    for _ in range(k):  # w <- w + V S (W w - w*): the data columns are fixed points on the sparse blocks
+        w_hat = w_hat + ((W @ w_hat[..., None] - pr.w_star[..., None]).transpose(1, 2) @ S.transpose(1, 2) @ V.T)[:, 0]
+    (0.5 * ((w_hat - pr.w_star) ** 2).sum(-1).mean()).backward()
+    W_KQ, W_PV = sparse_parameters(V.detach().numpy(), W.detach().numpy())
+    _, g_KQ, g_PV = outcome_loss_grads(pr, W_KQ, W_PV, k, "looped")
+    assert torch.allclose(g_KQ[:d, d + 1 : 2 * d + 1], W.grad, rtol=1e-9, atol=1e-12)
+    assert torch.allclose(g_PV[d + 1 : 2 * d + 1, :d], V.grad, rtol=1e-9, atol=1e-12)
+
+
+def test_sparse_replicates_are_independent_runs():
+    W_KQ, W_PV = looped.train_looped_sparse(2, 5, 2, replicates=2, seed=4, **KW)
+    for r in range(2):
+        one_KQ, one_PV = looped.train_looped_sparse(2, 5, 2, replicates=1, seed=replicate_seed(4, r), **KW)
+        assert torch.allclose(W_KQ[r], one_KQ[0], rtol=1e-9, atol=1e-12)
+        assert torch.allclose(W_PV[r], one_PV[0], rtol=1e-9, atol=1e-12)
+
+
+def test_sparse_training_that_diverges_raises():
+    with np.errstate(all="ignore"), pytest.raises(TrainingDiverged, match="sparse looped models diverged"):
+        looped.train_looped_sparse(3, 6, 20, replicates=1, seed=0, steps=50, lr=1e6, lr_final=1.0, batch=8)
