@@ -8,13 +8,13 @@
    * a straightforward prefix loop vectorised over sequences (like the reference code's forward_train:
      loop over t, E_t E_t^H batched over sequences, autograd), timed on a subset and scaled linearly.
    Both references are compared with the fast implementation on the same sequences (complex128).
-2. With --paper: the wall time of every paper-scale run of the mesa notebooks (companion.mesa.paper),
+2. With --paper: the wall time of every paper-scale run of the mesa notebooks (companion.mesa.results.plan),
    computed from scratch (run cache disabled), and with --notebooks also the wall time of executing the
    seven mesa notebooks at their default (paper) parameters with an empty run cache (after compiling the
    fused kernels, as `companion book` does, timed separately); ``--jobs 2`` executes them as ``companion book``
    does on 2 cores (the shared runs first, then two notebooks at a time).
 
-Timings are noisy on the shared 2-core machine (three engineers); medians of a few repeats are printed.
+Timings are noisy on a shared 2-core machine; medians of a few repeats are printed.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def timed(f, repeats):
 
 
 def epoch_benchmark(m: int, T: int, d: int, n_naive: int, n_loop: int, repeats: int) -> None:
-    from companion.mesa import kernels
+    from companion.mesa.lanes import host as kernels
 
     threads = int(os.environ.get("COMPANION_THREADS", "1"))
     torch.set_num_threads(threads)
@@ -116,7 +116,7 @@ def epoch_benchmark(m: int, T: int, d: int, n_naive: int, n_loop: int, repeats: 
 
 def paper_benchmark() -> None:
     os.environ["COMPANION_CACHE_DIR"] = "off"
-    from companion.mesa.paper import paper_runs
+    from companion.mesa.results.plan import paper_runs
     from companion.mesa.train import run
 
     t0 = time.perf_counter()
@@ -140,7 +140,7 @@ def _size(kw: dict) -> float:
 def notebooks_benchmark(keep: str = "") -> None:
     names = ["setup", "thm4_1_emergence", "thm4_2_capability", "prop4_1_gaussian", "prop4_2_beyond", "thm4_3_masking",
              "appendix_experiments"]
-    from companion.mesa.kernels import warm_up
+    from companion.mesa.lanes.host import warm_up
 
     # as in `companion book`: the kernels are compiled (or loaded from numba's disk cache) before the notebooks
     print(f"{warm_up():7.1f} s  compiling / loading the fused mesa kernels (d = 5, both dtypes)", flush=True)
@@ -161,23 +161,22 @@ def notebooks_benchmark(keep: str = "") -> None:
                   f"paper-run equivalents), {len(runs) - len(new)} from the cache", flush=True)
         print(f"all mesa notebooks at paper settings, empty run cache at start: {time.perf_counter() - total:.0f} s "
               f"(load average 1/5/15 min at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}; shared machine)")
-        _check_paper_runs(Path(out), names)
 
 
 def notebooks_parallel(jobs: int) -> None:
     """The seven mesa notebooks as ``companion book`` executes them on a 2-core machine, from an empty run cache:
-    every shared run of :func:`companion.mesa.paper.warm_run_cache` first (``jobs`` processes, one kernel thread
+    every shared run of :func:`companion.mesa.results.plan.warm_run_cache` first (``jobs`` processes, one kernel thread
     each), then the notebooks ``jobs`` at a time (``COMPANION_THREADS=1``). Prints both stages and the total."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from companion.mesa.kernels import warm_up
+    from companion.mesa.lanes.host import warm_up
 
     names = ["thm4_2_capability", "thm4_1_emergence", "thm4_3_masking", "appendix_experiments", "prop4_1_gaussian",
              "setup", "prop4_2_beyond"]
     print(f"{warm_up():7.1f} s  compiling / loading the fused mesa kernels (d = 5, both dtypes)", flush=True)
     with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as out:
         os.environ["COMPANION_CACHE_DIR"] = cache
-        from companion.mesa.paper import paper_runs, warm_run_cache
+        from companion.mesa.results.plan import paper_runs, warm_run_cache
 
         t0 = time.perf_counter()
         sec = warm_run_cache(jobs, log=None)
@@ -197,30 +196,6 @@ def notebooks_parallel(jobs: int) -> None:
         print(f"{time.perf_counter() - t1:7.1f} s  the 7 notebooks, {jobs} at a time")
         print(f"all mesa notebooks at paper settings, empty run cache at start, {jobs} at a time: "
               f"{time.perf_counter() - t0:.0f} s (load {os.getloadavg()[0]:.1f})")
-
-
-def _check_paper_runs(out: Path, names) -> None:
-    """Every run the notebooks did at their defaults is in companion.mesa.paper.paper_runs() (which warms the
-    cache), and every listed run was used; a difference is printed and makes the benchmark fail."""
-    from dataclasses import asdict
-
-    from companion.mesa.paper import paper_runs
-    from companion.mesa.train import RunConfig
-
-    def key(kw):
-        return tuple(sorted(asdict(RunConfig(**kw)).items()))
-
-    done = {key(json.loads(line)["kwargs"]) for n in names if (out / f"{n}.runs.jsonl").exists()
-            for line in (out / f"{n}.runs.jsonl").read_text().splitlines()}
-    listed = {key(kw) for kw in paper_runs()}
-    for k in done - listed:
-        print("run by a notebook but missing from paper_runs():", dict(k))
-    for k in listed - done:
-        print("listed in paper_runs() but not run by any notebook:", dict(k))
-    print(f"paper_runs(): {len(listed)} runs; the notebooks ran {len(done)} distinct runs; "
-          f"{len(done ^ listed)} differences")
-    if done ^ listed:
-        raise SystemExit(1)
 
 
 if __name__ == "__main__":

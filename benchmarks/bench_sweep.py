@@ -74,11 +74,11 @@ def main() -> int:
                          "(companion.mesa.torch_epoch)")
     args = ap.parse_args()
 
-    from companion.mesa import kernels
+    from companion.mesa.lanes import host
     from companion.run.store import read_results
     from companion.run.sweep import run_sweep
 
-    print(f"mesa kernels ready in {kernels.warm_up():.1f} s (compiled once, cached on disk)", flush=True)
+    print(f"mesa kernels ready in {host.warm_up():.1f} s (compiled once, cached on disk)", flush=True)
     # step sizes as in Table 1 of the reference code, scaled with the Gaussian curvature alpha ~ scale^6
     # (1e-4 at scale 1): a fixed lr crossed with the scales diverges at the large ones
     base_lrs = [1e-4, 5e-5, 2e-5, 1e-5]

@@ -46,8 +46,8 @@ def paper(mod: str) -> str | None:
 
 def imports(mod: str, path: Path | None = None):
     """(target, line, inside_function) for every import of ``mod`` (read by :func:`companion.cache.module_imports`,
-    the reader the run cache keys on); package targets resolved to the module (``from companion.mesa import
-    kernels`` -> ``companion.mesa.kernels``), other targets to the top package."""
+    the reader the run cache keys on); package targets resolved to the module (``from companion.mesa.lanes import
+    host`` -> ``companion.mesa.lanes.host``), other targets to the top package."""
     for base, names, line, inside in module_imports(path or MODULES[mod], mod):
         if not names:  # import a.b
             yield (base if base in MODULES else base.split(".")[0]), line, inside

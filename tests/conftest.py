@@ -74,7 +74,7 @@ class NotebookRuns:
         import sys
 
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-c", f"from companion.mesa import kernels; kernels.warm_up({tuple(dims)!r})"],
+        subprocess.run([sys.executable, "-c", f"from companion.mesa.lanes import host; host.warm_up({tuple(dims)!r})"],
                        check=False, capture_output=True, timeout=900)
         self.seconds[f"mesa kernels d={','.join(map(str, dims))}"] = time.perf_counter() - t0
 

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import torch
 
-from companion.mesa import kernels
 from companion.mesa.data import ARData
+from companion.mesa.lanes import host
 from companion.mesa.lanes import reference as ref
 from companion.mesa.model import loss_grad_fast, predict_fast
 
@@ -51,18 +51,18 @@ def _interpreted(d: int, which: str):
 
 
 def _compiled(d: int, which: str, mode: int):
-    """kernels.sweep on the float64 tables: (per-sequence loss, dL/dW_KQ, dL/dW_PV, predictions)."""
+    """host.sweep on the float64 tables: (per-sequence loss, dL/dW_KQ, dL/dW_PV, predictions)."""
     theta, x1, W_KQ, W_PV, wn = _problem(d)
     pos = POSITIONS[which]
     lam = np.exp(1j * theta)
     K = np.stack([ref.cauchy(row) for row in lam])
-    TB, SQ = kernels.tables(theta, x1, lam, K, pos, np.float64)
+    TB, SQ = host.tables(theta, x1, lam, K, pos, np.float64)
     m, nb, N = len(x1), TB.shape[0], len(pos)
     loss = np.empty(m)
     gA = np.zeros((nb, 2 * d, 2 * d), complex)
     gP = np.zeros((nb, d, 2 * d), complex)
     pred = np.full((2, m, d, N), np.nan)  # modes 0 and 1 write no predictions: NaN, not uninitialised memory
-    kernels.sweep(TB, SQ, pos, 1.0 / (pos - 1), W_KQ, W_PV, wn, mode, loss, gA, gP, pred)
+    host.sweep(TB, SQ, pos, 1.0 / (pos - 1), W_KQ, W_PV, wn, mode, loss, gA, gP, pred)
     return loss, gA.sum(0), gP.sum(0), (pred[0] + 1j * pred[1]).transpose(0, 2, 1)
 
 

@@ -65,29 +65,48 @@ def test_replicate_and_sweep_settings():
 
 
 def test_paper_runs_are_distinct_and_include_the_replicates():
-    """paper_runs() warms the cache for everything the notebooks train at their defaults: each run once,
-    the replicate training sets included (keys as the notebooks build them)."""
+    """paper_runs() warms the cache for everything the notebooks train at their defaults: each run once (238), the
+    replicate training sets included, with the seeds written out here (replicates 1.. at m, 17.. at m/4)."""
     from dataclasses import asdict
 
-    from companion.mesa import evidence as E
-    from companion.mesa import stability as St
+    from companion import replicate_seed
+    from companion.mesa import stability
+    from companion.mesa.results.plan import paper_runs
     from companion.mesa.train import RunConfig
 
-    keys = [tuple(sorted(asdict(RunConfig(**kw)).items())) for kw in paper.paper_runs()]
-    assert len(keys) == len(set(keys))
-    c = paper.COMMON
-    lr = dict(paper.TABLE1["gaussian"])[1.0]
-    want = E.replicate_kwargs("gaussian", 1.0, c["d"], c["T"], 0.5, 1.5, lr, c["epochs"], 2500, 16, c["seed"])
-    r = paper.REPLICATES
+    keys = [tuple(sorted(asdict(RunConfig(**kw)).items())) for kw in paper_runs()]
+    assert len(keys) == len(set(keys)) == 238
+
+    def reps(law, T, lr, m, n, **kw):
+        base = dict(law=law, scale=1.0, d=c["d"], T=T, m_test=10, a0=0.5, b0=1.5, lr=lr, epochs=c["epochs"], **kw)
+        return ([dict(base, m=m, seed=replicate_seed(c["seed"], 1 + k)) for k in range(n)]
+                + [dict(base, m=m // 4, seed=replicate_seed(c["seed"], 17 + k)) for k in range(n)])
+
+    c, r = paper.COMMON, paper.REPLICATES
+    want = reps("gaussian", c["T"], dict(paper.TABLE1["gaussian"])[1.0], 2500, 16)
     for mask in (True, False):  # thm4_3 and prop4_2: the same masked and unmasked training sets
-        want += E.replicate_kwargs("full_one", 1.0, c["d"], c["T"], 0.5, 1.5, 5e-4, c["epochs"], r["m_rep_mask"],
-                                   r["n_rep_mask"], c["seed"], mask=mask)
-    want += E.replicate_kwargs("gaussian", 1.0, c["d"], 10, 0.5, 1.5, St.stable_lr("gaussian", 1.0, c["d"], 10, [(0.5, 1.5)],
-                               0.25, c["seed"], sets=E.replicate_sets(10_000, 10, c["seed"])), c["epochs"], 10_000, 10,
-                               c["seed"])
-    want.append(E.first_step_kwargs("full_one", c["d"], c["T"], c["m"], 2.0, 2.0, 5e-4, c["seed"]))
+        want += reps("full_one", c["T"], 5e-4, r["m_rep_mask"], r["n_rep_mask"], mask=mask)
+    sets = [(m, replicate_seed(c["seed"], k)) for m, k in [(10_000, k) for k in range(1, 11)] + [(2500, k) for k in range(17, 27)]]
+    want += reps("gaussian", 10, stability.stable_lr("gaussian", 1.0, c["d"], 10, [(0.5, 1.5)], 0.25, c["seed"], sets=sets),
+                 10_000, 10)
+    want.append(dict(law="full_one", scale=1.0, d=c["d"], T=c["T"], m=c["m"], m_test=10, a0=2.0, b0=2.0, lr=5e-4,
+                     epochs=1, seed=c["seed"]))  # Prop 4.2's first step
     for kw in want:
         assert tuple(sorted(asdict(RunConfig(**kw)).items())) in set(keys), kw
+
+
+def test_no_mesa_page_trains_a_run_outside_its_result_design():
+    """A page trains through its result module, whose design lists every run it trains (and the paper plan reads
+    the same design): no page calls the training or the replicate extrapolation itself."""
+    from pathlib import Path
+
+    import jupytext
+
+    root = Path(__file__).resolve().parents[2]
+    for path in sorted((root / "notebooks" / "mesa").glob("*.md")):
+        code = "\n".join(c.source for c in jupytext.reads(path.read_text(), fmt="md:myst").cells if c.cell_type == "code")
+        for name in ("companion.mesa.train import", "run(", "extrapolated_ab(", "Replicates("):
+            assert name not in code, f"{path.name}: {name}"
 
 
 @pytest.mark.slow
@@ -95,16 +114,17 @@ def test_warm_run_cache_computes_each_run_once_into_the_cache_the_notebooks_read
     """The runs are trained in worker processes (one thread each) into the run cache; the same call in this
     process is then a cache hit: the identical result, and no new cache entry."""
     from companion.mesa import train
+    from companion.mesa.results import plan
 
     monkeypatch.setenv("COMPANION_CACHE_DIR", str(tmp_path / "cache"))
     small = [dict(law="gaussian", scale=1.0, d=5, T=6, m=30 + k, m_test=10, a0=0.5, b0=1.5, lr=1e-5, epochs=3, seed=1)
              for k in range(3)]
-    monkeypatch.setattr(paper, "paper_runs", lambda: small)
+    monkeypatch.setattr(plan, "paper_runs", lambda: small)
 
     def entries():
         return sorted(p.name for p in (tmp_path / "cache").rglob("*") if p.name == "output.pkl")
 
-    paper.warm_run_cache(jobs=2, log=None)
+    plan.warm_run_cache(jobs=2, log=None)
     assert len(entries()) == 3
     before = entries()
     for kw in small:

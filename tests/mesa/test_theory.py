@@ -15,7 +15,7 @@ import torch
 
 from companion.mesa import theory as th
 from companion.mesa.empirical import diagonal_gd, diagonal_stats, exact_population
-from companion.mesa.model import loss_and_grad, loss_grad_fast
+from companion.mesa.model import loss_and_grad, loss_grad_fast, per_sequence_loss
 from companion.mesa.train import init_diagonal
 from companion.params import ParameterError
 
@@ -156,3 +156,21 @@ def test_gradient_blocks_at_a_diagonal_point_match_the_prop_4_2_formula():
     f_pv, f_kq = th.offdiag_gradient("full_one", 1.0, 2, 6, 0.7, 0.9)
     assert np.allclose(g["pv_off"].real, f_pv, rtol=1e-10) and np.allclose(g["kq_off"].real, f_kq, rtol=1e-10)
     assert np.abs(g["other"]).max() < 1e-12 * np.abs(g["kq_diag"]).max()  # the block structure is kept
+
+
+@pytest.mark.parametrize("law", ["gaussian", "sparse", "full_one"])
+def test_position_loss_is_exact_at_every_position(law):
+    """l_t(c) against the exact phase-grid expectation at each position: a t <-> t-1 shift is 1/(t-1)-1/t of
+    the cross term, i.e. 1/6 of it at t = 3 (caught at 1e-10)."""
+    d, T, c = 2, 6, 0.7
+    data, w = exact_population(law, d, T, gh_nodes=7)
+    W = init_diagonal(d, 1.0, c, torch.complex128)
+    for t in range(2, T):
+        exact = float((w * torch.from_numpy(per_sequence_loss(data, *W, positions=[t], backend="torch"))).sum() / w.sum())
+        assert abs(exact - float(th.position_loss(law, 1.0, d, t, c))) <= 1e-10 * max(1.0, abs(exact)), t
+
+
+def test_population_loss_is_the_sum_of_position_losses():
+    d, T, c = 3, 9, 0.4
+    total = sum(float(th.position_loss("gaussian", 1.0, d, t, c)) for t in range(2, T))
+    assert total == pytest.approx(float(th.population_loss("gaussian", 1.0, d, T, c)), rel=1e-13)

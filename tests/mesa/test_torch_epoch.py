@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 import torch
 
-from companion import params as P
 from companion.mesa import torch_epoch
 from companion.mesa.data import ARData, generate
 from companion.mesa.lanes.reference import definition
 from companion.mesa.model import loss_grad_fast
 from companion.mesa.train import init_gaussian
+from companion.params import ParameterError
 
 
 def _rel(a, b) -> float:
@@ -84,15 +84,15 @@ def test_refusals_name_the_parameter(monkeypatch):
     data = generate("gaussian", 4, 2, 6, 1.0, rng=0)
     A, Pm = _weights(2, 0)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    with pytest.raises(P.ParameterError, match="parameter 'device'.*is_available"):
+    with pytest.raises(ParameterError, match="parameter 'device'.*is_available"):
         torch_epoch.loss_grad(data, A, Pm, device="cuda")
-    with pytest.raises(P.ParameterError, match="parameter 'device'"):
+    with pytest.raises(ParameterError, match="parameter 'device'"):
         torch_epoch.check_device("gpu")
-    with pytest.raises(P.ParameterError, match="parameter 'positions'"):
+    with pytest.raises(ParameterError, match="parameter 'positions'"):
         torch_epoch.loss_grad(data, A, Pm, positions=[6])
-    with pytest.raises(P.ParameterError, match="parameter 'weights'"):
+    with pytest.raises(ParameterError, match="parameter 'weights'"):
         torch_epoch.loss_grad(data, A, Pm, weights=[1.0, -1.0, 1.0, 1.0])
-    with pytest.raises(P.ParameterError, match="parameter 'W_PV'"):
+    with pytest.raises(ParameterError, match="parameter 'W_PV'"):
         torch_epoch.loss_grad(data, A, Pm[:, :2])
 
 
@@ -118,5 +118,5 @@ def test_a_cuda_run_without_cuda_is_refused_naming_device(monkeypatch):
     from companion.mesa.train import RunConfig
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    with pytest.raises(P.ParameterError, match="device"):
+    with pytest.raises(ParameterError, match="device"):
         RunConfig(device="cuda").validated()

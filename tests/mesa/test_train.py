@@ -9,7 +9,7 @@ import torch
 from companion.mesa import theory as th
 from companion.mesa.data import generate
 from companion.mesa.empirical import diagonal_gd, diagonal_stats
-from companion.mesa.model import loss_and_grad
+from companion.mesa.model import loss_and_grad, per_sequence_loss
 from companion.mesa.train import RunConfig, TrainingDiverged, init_diagonal, offdiag_mask, run, train
 from companion.params import ParameterError
 
@@ -99,3 +99,57 @@ def test_gaussian_init_has_its_own_seed_stream():
         W_KQ, W_PV = init_gaussian(d, sw, np.random.default_rng([s, stream]), torch.complex128)
         match = np.allclose(r.W_KQ0, W_KQ.numpy()) and np.allclose(r.W_PV0, W_PV.numpy())
         assert match == same, f"stream [{s}, {stream}]"
+
+
+def test_test_set_is_not_the_training_set():
+    """The logged test loss is on the test stream [seed, 1], not on the training set [seed, 0]."""
+    from companion.mesa.analysis import test_data, train_data, weights
+
+    r = run(law="gaussian", scale=1.0, d=3, T=8, m=60, m_test=50, a0=0.5, b0=1.5, lr=1e-3, epochs=3, seed=4)
+    te, tr = test_data(r), train_data(r)
+    L_te = float(per_sequence_loss(te, *weights(r)).mean())
+    L_tr = float(per_sequence_loss(tr.subset(slice(0, 50)), *weights(r)).mean())
+    assert r.test_loss[-1] == pytest.approx(L_te, rel=1e-5)
+    assert abs(L_te - L_tr) > 1e-3 * L_te
+    assert not torch.allclose(te.x1, tr.x1[:50])
+
+
+@pytest.mark.parametrize("d", [1, 2, 5, 8])
+def test_the_records_reduced_in_stacks_of_epochs_equal_those_of_one_epoch_at_a_time(d):
+    """The trainer reduces its per-epoch records (diagonals, largest off-diagonal, other and imaginary entries) in
+    stacks of epochs (``train._red_other_stacked``): bit for bit what the per-epoch reduction gives."""
+    import numpy as np
+    import torch
+
+    from companion.mesa import train as tr
+
+    g = torch.Generator().manual_seed(d)
+    for dt in (torch.complex64, torch.complex128):
+        KQ = torch.randn(7, 2 * d, 2 * d, dtype=dt, generator=g)
+        PV = torch.randn(7, d, 2 * d, dtype=dt, generator=g)
+        a, b, okq, opv, oth, im = tr._red_other_stacked(KQ, PV, d)
+        for i in range(7):
+            a1, b1, okq1, opv1, oth1, im1 = tr._red_other(KQ[i], PV[i], d)
+            assert torch.equal(a[i], a1) and torch.equal(b[i], b1)
+            assert float(a[i].double().mean()) == float(a.double().mean(1)[i])
+            assert (okq[i], opv[i], oth[i], im[i]) == (okq1, opv1, oth1, im1)
+            assert np.array_equal((a[i] * b[i]).double().numpy(), (a * b).double().numpy()[i])
+
+
+def test_a_runs_records_have_one_entry_per_epoch_from_the_init_to_the_last_weights():
+    # 300 epochs: the records are reduced in stacks of 256 epochs and a last stack of 45
+    import numpy as np
+
+    from companion.mesa.train import RunConfig, train
+
+    d, E = 3, 300
+    r = train(RunConfig(law="gaussian", scale=1.0, d=d, T=12, m=160, m_test=20, a0=0.5, b0=1.5, lr=1e-3, epochs=E, seed=4))
+    for name in ("ab", "a_mean", "b_mean", "offdiag_kq", "offdiag_pv", "other_max", "imag_max", "train_loss"):
+        assert len(getattr(r, name)) == E + 1, name
+    assert r.ab_diag.shape == (E + 1, d)
+    assert (r.a_mean[0], r.b_mean[0]) == (0.5, 1.5) and r.ab[0] == np.float32(0.5) * np.float32(1.5)
+    a, b = np.diag(r.W_KQ[d:, :d]).real, np.diag(r.W_PV[:, :d]).real
+    assert r.a_mean[-1] == pytest.approx(a.astype(float).mean(), rel=1e-15)
+    assert r.b_mean[-1] == pytest.approx(b.astype(float).mean(), rel=1e-15)
+    assert np.array_equal(r.ab_diag[-1], (a * b).astype(float))
+    assert r.other_max[-1] == np.abs(np.concatenate([r.W_KQ[:d].ravel(), r.W_KQ[d:, d:].ravel(), r.W_PV[:, d:].ravel()])).max()

@@ -35,8 +35,8 @@ def radial_losses(data: ARData, W_KQ, W_PV, scale: float, positions=None, dof: i
     :math:`L(r) = r^2A + r^4B + r^6C` with A, B, C the coefficients of its unit-radius sequence (read off the losses
     at :math:`r^2 = 1, 2, 3`). For :math:`x_1\sim N(0,\sigma^2I)` the radius is independent of the direction u and
     of the phases, so :math:`v = E[r^2]A + E[r^4]B + E[r^6]C` (:func:`radial_moments`) has the mean of L, while L
-    itself is of degree six in :math:`x_1` and its test-set mean has an SE that under-covers (its z had s.d. 1.25
-    at 1000 sequences; held-out seeds failed at about 4 SE). ``data``: the test set, drawn at scale ``scale``;
+    itself is of degree six in :math:`x_1` and its test-set mean has an SE that under-covers (its z has s.d. 1.25
+    at d = 4, T = 30 and 1000 sequences). ``data``: the test set, drawn at scale ``scale``;
     ``dof``: the chi-square degrees of freedom of the radius (:func:`radial_moments`; default ``data.d``, the
     Gaussian law)."""
     return radial_terms(data, lambda unit: per_sequence_loss(unit, W_KQ, W_PV, positions=positions), dof, scale)

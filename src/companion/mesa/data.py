@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from companion import params as P
+from companion import params
 
 __all__ = ["LAWS", "register_law", "law_names", "sample_x1", "ARData", "generate", "embed", "check_law"]
 
@@ -71,8 +71,8 @@ LAWS: dict[str, Sampler] = {
 def register_law(name: str, sampler: Sampler) -> None:
     """Add a law of x_1: ``sampler(rng, m, d)`` returns an (m, d) real array at scale 1."""
     if not callable(sampler):
-        raise P.ParameterError("sampler", f"must be callable; got {sampler!r}")
-    LAWS[P.text("name", name)] = sampler
+        raise params.ParameterError("sampler", f"must be callable; got {sampler!r}")
+    LAWS[params.text("name", name)] = sampler
 
 
 def law_names() -> list[str]:
@@ -83,19 +83,19 @@ def check_law(law) -> str | Sampler:
     """Validate ``law`` (a registered name, with did-you-mean, or a sampler callable)."""
     if callable(law):
         return law
-    return P.choice("law", law, law_names())
+    return params.choice("law", law, law_names())
 
 
 def sample_x1(law, m: int, d: int, scale: float, rng: np.random.Generator) -> np.ndarray:
     """Draw m initial tokens x_1 (real, shape (m, d)); the draw at scale s is s times the draw at scale 1."""
     law = check_law(law)
-    m = P.integer("m", m, min=1)
-    d = P.integer("d", d, min=1)
-    scale = P.real("scale", scale, min=0, min_open=True)
+    m = params.integer("m", m, min=1)
+    d = params.integer("d", d, min=1)
+    scale = params.real("scale", scale, min=0, min_open=True)
     sampler = law if callable(law) else LAWS[law]
     x = np.asarray(sampler(rng, m, d), dtype=float)
     if x.shape != (m, d) or not np.all(np.isfinite(x)):
-        raise P.ParameterError("law", f"the sampler must return a finite ({m}, {d}) array; got shape {x.shape}")
+        raise params.ParameterError("law", f"the sampler must return a finite ({m}, {d}) array; got shape {x.shape}")
     return scale * x
 
 
@@ -111,9 +111,9 @@ class ARData:
 
     def __getstate__(self) -> dict:
         """Pickled without the cached tables (rebuilt on demand, and never worth sending). Sending a data set
-        through a multiprocessing pipe moves its tensors to shared memory; the caches then held numpy views of
-        the freed storage, and both ends computed garbage (NaN in a spawned child, 1e11 in the parent). The
-        fused path now caches copies (:func:`companion.mesa.model._sweep_fused`)."""
+        through a multiprocessing pipe moves its tensors to shared memory; cached numpy views of them would then
+        point into freed storage, and both ends would compute garbage (NaN in a spawned child, 1e11 in the
+        parent). The fused path caches copies (:func:`companion.mesa.model._sweep_fused`)."""
         return {**self.__dict__, "_tables": {}}
 
     @property
@@ -169,13 +169,13 @@ def generate(
     dtype: torch.dtype = torch.complex128,
 ) -> ARData:
     """Seeded data set of m sequences (phases drawn first, then x_1 at scale 1, then rescaled)."""
-    T = P.integer("T", T, min=3)
-    m = P.integer("m", m, min=1)
-    d = P.integer("d", d, min=1)
+    T = params.integer("T", T, min=3)
+    m = params.integer("m", m, min=1)
+    d = params.integer("d", d, min=1)
     if dtype not in (torch.complex64, torch.complex128):
-        raise P.ParameterError("dtype", f"must be torch.complex64 or torch.complex128; got {dtype}")
+        raise params.ParameterError("dtype", f"must be torch.complex64 or torch.complex128; got {dtype}")
     if not isinstance(rng, np.random.Generator):
-        rng = np.random.default_rng(P.integer("seed", rng, min=0))
+        rng = np.random.default_rng(params.integer("seed", rng, min=0))
     theta = rng.uniform(0.0, 2 * np.pi, size=(m, d))
     x1 = sample_x1(law, m, d, scale, rng)
     return ARData(

@@ -21,8 +21,7 @@ import itertools
 import numpy as np
 import torch
 
-from companion import params as P_
-from companion import stats as S
+from companion import params, stats
 from companion.mesa.data import ARData
 
 __all__ = ["diagonal_stats", "diagonal_gd", "sampling_spread", "jackknife_ab", "exact_population"]
@@ -39,7 +38,7 @@ def _F(data: ARData) -> tuple[torch.Tensor, torch.Tensor]:
 
 def diagonal_stats(data: ARData, n_batches: int = 1, chunk: int = 500):
     """(Q, P) summed per batch: arrays (n_batches, d, d, d) and (n_batches, d, d) of batch means."""
-    n_batches = P_.integer("n_batches", n_batches, min=1, max=data.m)
+    n_batches = params.integer("n_batches", n_batches, min=1, max=data.m)
     d = data.d
     bounds = np.linspace(0, data.m, n_batches + 1).astype(int)
     Q = np.zeros((n_batches, d, d, d))
@@ -84,18 +83,19 @@ def diagonal_gd(a0, b0, lr: float, epochs: int, Q: np.ndarray, P: np.ndarray, re
 
 
 def sampling_spread(data: ARData, a0: float, b0: float, lr: float, epochs: int, scale: float = 1.0,
-                    n_batches: int = 20, stats=None):
+                    n_batches: int = 20, batch_stats=None):
     """Finite-sample restricted GD on the whole set and its sampling standard error at every epoch.
 
     The standard error is the delete-one-batch jackknife: the restricted GD is rerun on the statistics of the
     training set without batch g (g = 1..G), and se^2 = (G-1)/G sum_g (ab_(-g) - mean)^2. Each jackknife
     replicate uses (G-1)/G of the data, so the nonlinearity of ab in the heavy-tailed empirical moments does
     not inflate the estimate (as it would with the spread of single small batches).
-    ``data`` may be the scale-1 draw and ``scale`` the factor (Q ~ scale^6, P ~ scale^4).
+    ``data`` may be the scale-1 draw and ``scale`` the factor (Q ~ scale^6, P ~ scale^4); ``batch_stats``: the
+    batch statistics of :func:`diagonal_stats` (else computed from ``data``).
     Returns (ab_full (epochs+1,), se (epochs+1,))."""
-    if stats is None:
-        stats = diagonal_stats(data, n_batches)
-    Qb, Pb = stats
+    if batch_stats is None:
+        batch_stats = diagonal_stats(data, n_batches)
+    Qb, Pb = batch_stats
     Qb = Qb * scale**6
     Pb = Pb * scale**4
     G = len(Qb)
@@ -103,15 +103,15 @@ def sampling_spread(data: ARData, a0: float, b0: float, lr: float, epochs: int, 
     Q_loo = (Qb.sum(0)[None] - Qb) / (G - 1)
     P_loo = (Pb.sum(0)[None] - Pb) / (G - 1)
     per = diagonal_gd(a0, b0, lr, epochs, Q_loo, P_loo)
-    _, se = S.jackknife_se(full, per, axis=0)
+    _, se = stats.jackknife_se(full, per, axis=0)
     return full, np.asarray(se)
 
 
-def jackknife_ab(a0, b0, lr: float, epochs: int, stats, scale: float = 1.0):
+def jackknife_ab(a0, b0, lr: float, epochs: int, batch_stats, scale: float = 1.0):
     """Delete-one-batch jackknife of the final per-coordinate (a, b) and a*b of the restricted GD.
     Returns dict with the full-data values and their standard errors (arrays over coordinates), and ``dof``,
     the G - 1 degrees of freedom of the jackknife."""
-    Qb, Pb = stats
+    Qb, Pb = batch_stats
     Qb = Qb * scale**6
     Pb = Pb * scale**4
     G = len(Qb)
@@ -119,7 +119,7 @@ def jackknife_ab(a0, b0, lr: float, epochs: int, stats, scale: float = 1.0):
     _, a_l, b_l = diagonal_gd(a0, b0, lr, epochs, (Qb.sum(0)[None] - Qb) / (G - 1), (Pb.sum(0)[None] - Pb) / (G - 1),
                               return_ab=True)
     def jk(v):
-        return np.asarray(S.jackknife_se(v.mean(0), v, axis=0)[1])
+        return np.asarray(stats.jackknife_se(v.mean(0), v, axis=0)[1])
 
     return dict(a=a_f, b=b_f, ab=a_f * b_f, se_a=jk(a_l), se_b=jk(b_l), se_ab=jk(a_l * b_l),
                 se_a_mean=jk(a_l.mean(1)), se_b_mean=jk(b_l.mean(1)), dof=G - 1)
@@ -135,8 +135,8 @@ def exact_population(law: str, d: int, T: int, scale: float = 1.0, gh_nodes: int
     the degree-12 squared gradients, 4 nodes the degree-6 losses and gradients).
     Returns (ARData in complex128, weights). Size G^d x atoms: keep d and T small."""
 
-    d = P_.integer("d", d, min=1, max=4)
-    T = P_.integer("T", T, min=3, max=12)
+    d = params.integer("d", d, min=1, max=4)
+    T = params.integer("T", T, min=3, max=12)
     G = 6 * (T - 2) + 1
     grid = 2 * np.pi * np.arange(G) / G
     thetas = np.array(list(itertools.product(grid, repeat=d)))
@@ -148,11 +148,11 @@ def exact_population(law: str, d: int, T: int, scale: float = 1.0, gh_nodes: int
         atoms = np.array(list(itertools.product([-1.0, 1.0], repeat=d)))
         w = np.ones(len(atoms))
     elif law == "gaussian":
-        nodes, wts = np.polynomial.hermite_e.hermegauss(P_.integer("gh_nodes", gh_nodes, min=1, max=12))
+        nodes, wts = np.polynomial.hermite_e.hermegauss(params.integer("gh_nodes", gh_nodes, min=1, max=12))
         atoms = np.array(list(itertools.product(nodes, repeat=d)))
         w = np.prod(np.array(list(itertools.product(wts, repeat=d))), axis=1)
     else:
-        raise P_.ParameterError("law", f"exact population needs one of gaussian, sparse, full_one, rademacher; got {law!r}")
+        raise params.ParameterError("law", f"exact population needs one of gaussian, sparse, full_one, rademacher; got {law!r}")
     atoms = scale * atoms
     th_all = np.repeat(thetas, len(atoms), axis=0)
     x1 = np.tile(atoms, (len(thetas), 1))

@@ -1,9 +1,11 @@
 r"""The evidence several mesa results share: replicate designs, trained-versus-population comparisons and
 their standard errors.
 
-The science layer under :mod:`companion.mesa.results` (it imports no result, and the paper's run plan
-:mod:`companion.mesa.paper` reads its run designs). Each function returns the numbers a verdict needs
-(measured value, independent prediction, standard error from the data, falsifier); the results decide.
+The science layer under :mod:`companion.mesa.results` (it imports no result). The replicate design
+(:class:`Replicates`, :func:`replicate_sets`: which training sets, with which seeds) and the runs the two full-one
+pages share (:func:`masking_runs`) are written here once; each result's ``design`` builds its runs from them. Each
+evidence function returns the numbers a verdict needs as a typed record (measured value, independent prediction,
+standard error from the data, falsifier); the results decide.
 
 Noise models (stated on the pages that use them):
 
@@ -34,13 +36,12 @@ m2 m4) when m24 = 0 (the sparse law), the answer of a reader who forgets that x_
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 
-from companion import params as P
-from companion import replicate_seed
-from companion import stats as S
+from companion import params, replicate_seed, stats
 from companion.cache import cached
 from companion.mesa import theory as th
 from companion.mesa import train
@@ -52,14 +53,24 @@ from companion.seeds import MESA_EQUIVARIANT_MC, MESA_LOSS_EVAL, MESA_ONE_STEP_E
 
 __all__ = [
     "ROUNDOFF32",
+    "Extrapolation",
+    "OffManifold",
+    "ExtrapolatedLoss",
+    "OneStepScaling",
+    "ExtrapolatedAb",
+    "AbEvidence",
+    "LossEvidence",
     "falsifier_alpha",
     "population_ab",
     "training_stats",
     "ab_evidence",
     "loss_evidence",
-    "replicate_kwargs",
-    "sweep_replicates",
-    "first_step_kwargs",
+    "loss_words",
+    "MAX_REPLICATES",
+    "replicate_sets",
+    "Replicates",
+    "MaskingRuns",
+    "masking_runs",
     "extrapolated_ab",
     "restricted_ab",
     "offmanifold_residual",
@@ -68,12 +79,136 @@ __all__ = [
     "richardson_paired",
     "paired_shift",
     "equivariant_moments",
+    "EquivariantAb",
     "equivariant_ab",
+    "OneStepDeviation",
     "one_step_deviation",
 ]
 
 #: relative round-off of a complex64 training run (the stated floor of trained-model claims)
 ROUNDOFF32 = 1e-5
+
+
+@dataclass(frozen=True)
+class Extrapolation:
+    r"""An estimate extrapolated to :math:`m\to\infty` from replicates at m and m/4
+    (:func:`companion.stats.richardson`): ``measured`` :math:`=\tfrac13(4\bar x(m)-\bar x(m/4))`, its standard error
+    ``se`` and Welch degrees of freedom ``dof``, and the two means ``mean_big`` (at m) and ``mean_small`` (at m/4)."""
+
+    measured: float
+    se: float
+    dof: float
+    mean_big: float
+    mean_small: float
+
+    @classmethod
+    def of(cls, rich: dict) -> Extrapolation:
+        """From the dict of :func:`companion.stats.richardson`."""
+        return cls(rich["measured"], rich["se"], rich["dof"], rich["mean_big"], rich["mean_small"])
+
+
+@dataclass(frozen=True)
+class OffManifold(Extrapolation):
+    r"""What the extrapolation in m leaves of the off-manifold feedback (:func:`offmanifold_residual`): the
+    :class:`Extrapolation` of the per-replicate differences :math:`o = ab - ab^{\rm diag}` and their decay ratio
+    ``ratio`` :math:`=\bar o(m/4)/\bar o(m)` (4 for a 1/m law)."""
+
+    ratio: float
+
+
+@dataclass(frozen=True)
+class ExtrapolatedLoss(Extrapolation):
+    """A test loss of replicates on one common test set, extrapolated in m (:func:`richardson_paired`): the
+    :class:`Extrapolation` with the test-set standard error ``se_test`` included in ``se``; for the replicates' own
+    losses also the zero predictor's loss and the per-sequence losses ``big``, ``small`` (replicates by sequences)."""
+
+    se_test: float
+    zero_loss: float = math.nan
+    big: np.ndarray | None = None
+    small: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class OneStepScaling:
+    r"""The replicates' mean deviation from one-step GD at m (``big``) and m/4 (``small``), the log2 of their ratio
+    (``log2``), its standard error (propagated to first order) and Welch degrees of freedom."""
+
+    big: float
+    small: float
+    log2: float
+    se: float
+    dof: float
+
+
+@dataclass(frozen=True)
+class ExtrapolatedAb(Extrapolation):
+    """The trained ab extrapolated in m (:func:`extrapolated_ab`): the :class:`Extrapolation`, the replicates' final
+    ab (``big``, ``small``) and curves (``curves_big``, ``curves_small``), the population GD per epoch (``pop``) and
+    at the last epoch (``predicted``), the falsifier in words and its value, the round-off ``floor``, ``cstar``,
+    the sizes ``m`` and ``m_small`` and ``n_rep`` per size; where asked for, the one-step-GD deviation
+    (``one_step``), the extrapolated test loss (``loss``), the off-manifold residual (``off``) and the mean
+    off-diagonal red entries (``offdiag_kq``, ``offdiag_pv``)."""
+
+    big: np.ndarray
+    small: np.ndarray
+    curves_big: np.ndarray
+    curves_small: np.ndarray
+    pop: np.ndarray
+    predicted: float
+    falsifier: str
+    falsifier_value: float
+    floor: float
+    cstar: float
+    m: int
+    m_small: int
+    n_rep: int
+    one_step: OneStepScaling | None = None
+    loss: ExtrapolatedLoss | None = None
+    off: OffManifold | None = None
+    offdiag_kq: Extrapolation | None = None
+    offdiag_pv: Extrapolation | None = None
+
+
+@dataclass(frozen=True)
+class AbEvidence:
+    """One trained run's ab against the population GD (:func:`ab_evidence`): ``measured``, ``predicted``, the
+    jackknife ``se`` and ``dof`` of the restricted GD, the run's off-manifold feedback ``off``, the falsifier in
+    words and its value, the round-off ``floor``, the population and falsifier GD per epoch (``pop``, ``fal``) and
+    ``cstar``."""
+
+    measured: float
+    predicted: float
+    se: float
+    dof: int
+    off: float
+    falsifier: str
+    falsifier_value: float
+    floor: float
+    pop: np.ndarray
+    fal: np.ndarray
+    cstar: float
+
+
+@dataclass(frozen=True)
+class LossEvidence:
+    r"""A trained model's test loss against the population loss (:func:`loss_evidence`): ``measured``,
+    ``predicted``, ``se`` and ``dof`` (test set and the ab spread, Welch), the test set's ``se_test``, the slope
+    :math:`L'` and curvature :math:`L''` in ab, the systematic parts ``ab_floor`` and ``remnant`` (mean, se) and their
+    sum ``floor``, the ``estimator`` in words, the per-sequence ``losses`` and the zero predictor's ``zero_loss``."""
+
+    measured: float
+    predicted: float
+    se: float
+    dof: float
+    se_test: float
+    slope: float
+    curvature: float
+    ab_floor: float
+    remnant: tuple[float, float]
+    floor: float
+    estimator: str
+    losses: np.ndarray
+    zero_loss: float
 
 
 def falsifier_alpha(law, scale: float, d: int, T: int) -> tuple[str, float]:
@@ -109,7 +244,7 @@ def training_stats(law, m: int, d: int, T: int, seed: int, n_batches: int):
     r"""Batch statistics (Q, P) of the diagonal-restricted loss of the training set of seed ``seed`` at scale 1
     (exactly the training set of :func:`companion.mesa.train.run`; other scales are exact rescalings). Cached on
     disk like the runs (:func:`companion.cache.cached`): thm4_2 and the appendix use the same Gaussian set."""
-    P.memory("m", 16.0 * m * (T - 2) * d * d * 2 / max(1, n_batches) + 16.0 * min(m, 500) * T * d * d * 4,
+    params.memory("m", 16.0 * m * (T - 2) * d * d * 2 / max(1, n_batches) + 16.0 * min(m, 500) * T * d * d * 4,
              "the batch statistics of the diagonal-restricted loss")
     return _training_stats(law, int(m), int(d), int(T), int(seed), int(n_batches))
 
@@ -119,7 +254,7 @@ def _training_stats(law: str, m: int, d: int, T: int, seed: int, n_batches: int)
     return diagonal_stats(generate(law, m, d, T, 1.0, MESA_TRAIN_DATA.rng(seed), torch.complex128), n_batches)
 
 
-def ab_evidence(result, stats) -> dict:
+def ab_evidence(result, batch_stats) -> AbEvidence:
     r"""The trained ab at the last epoch against population GD (same step and epochs), with the jackknife
     standard error of the diagonal-restricted GD on the same data and the falsifier's population GD; ``off``: the
     trained ab minus that restricted GD's (the off-manifold feedback of this run, :func:`offmanifold_residual`).
@@ -131,15 +266,15 @@ def ab_evidence(result, stats) -> dict:
     b0 = result.W_PV0[:, :d].real.diagonal().copy()
     pop = population_ab(law, s, d, T, a0, b0, lr, E)
     fal = population_ab(law, s, d, T, a0, b0, lr, E, falsifier=True)
-    restricted, se = sampling_spread(None, a0, b0, lr, E, scale=s, stats=stats)
-    return dict(measured=float(result.ab[-1]), predicted=float(pop[-1]), se=float(se[-1]), dof=len(stats[0]) - 1,
-                off=float(result.ab[-1] - restricted[-1]),
-                falsifier=falsifier_alpha(law, s, d, T)[0], falsifier_value=float(fal[-1]),
-                floor=ROUNDOFF32 * abs(float(pop[-1])), pop=pop, fal=fal, cstar=th.c_star(law, s, d, T))
+    restricted, se = sampling_spread(None, a0, b0, lr, E, scale=s, batch_stats=batch_stats)
+    return AbEvidence(measured=float(result.ab[-1]), predicted=float(pop[-1]), se=float(se[-1]), dof=len(batch_stats[0]) - 1,
+                      off=float(result.ab[-1] - restricted[-1]),
+                      falsifier=falsifier_alpha(law, s, d, T)[0], falsifier_value=float(fal[-1]),
+                      floor=ROUNDOFF32 * abs(float(pop[-1])), pop=pop, fal=fal, cstar=th.c_star(law, s, d, T))
 
 
 def loss_evidence(result, c_pop: float, se_ab: float, positions=None, m_test: int | None = None,
-                  dof_ab: float = math.inf, off: float = 0.0, z: float = 4.0) -> dict:
+                  dof_ab: float = math.inf, off: float = 0.0, z: float = 4.0) -> LossEvidence:
     r"""Test loss of the full trained model (whole sequence, or ``positions``) against the population loss at
     the population-GD ab ``c_pop`` (never at the learned parameters).
 
@@ -157,8 +292,8 @@ def loss_evidence(result, c_pop: float, se_ab: float, positions=None, m_test: in
       :math:`L(c)=L(c_{\rm pop})+L'\Delta+\tfrac12L''\Delta^2`, and near its minimum :math:`L'` vanishes: with the
       run's off-manifold shift ``off`` of ab (:func:`ab_evidence`) and the ab band at the level ``z``
       (:math:`t = ` :func:`companion.stats.critical`), ``ab_floor`` :math:`=|L'|\,|o|+\tfrac12L''(|o|+t\,\mathrm{se}_{ab})^2`.
-      (Held out at seed 84 of the smoke point of ``mesa/thm4_2_capability``, m = 400: an off-manifold shift of
-      +0.057 in ab cost 2.6 in the loss, against 0.37 by the slope.)
+      (At d = 5, T = 12, m = 400, seed 84, an off-manifold shift of +0.057 in ab costs 2.6 in the loss, against 0.37
+      by the slope.)
     * ``remnant``: the cost of the trained model's off-manifold entries, the paired test-set mean of
       :math:`L(W)-L(W_{\rm manifold})` (:func:`companion.mesa.analysis.manifold_part`), with its SE: the population
       prediction describes a model on the diagonal manifold, and a finite training set leaves entries off it.
@@ -176,8 +311,8 @@ def loss_evidence(result, c_pop: float, se_ab: float, positions=None, m_test: in
         return radial_losses(td, K, Pv, s, positions=positions) if gauss else per_sequence_loss(td, K, Pv, positions=positions)
 
     losses = per_seq(*W)
-    mu, se_test = S.mean_se(losses)
-    remnant = S.mean_se(losses - per_seq(*manifold_part(*W)))
+    mu, se_test = stats.mean_se(losses)
+    remnant = stats.mean_se(losses - per_seq(*manifold_part(*W)))
     mo = th.moments(law, s, d)
     if positions is None:
         al, be = th.alpha_beta(law, s, d, T)
@@ -188,72 +323,119 @@ def loss_evidence(result, c_pop: float, se_ab: float, positions=None, m_test: in
         pred = float(np.sum(th.position_loss(law, s, d, t, c_pop)))
         slope = float(np.sum(d * (c_pop * (mo.m6 + (d - 1) * mo.m24 / (t - 1)) - mo.m4)))
         curv = float(np.sum(d * (mo.m6 + (d - 1) * mo.m24 / (t - 1))))
-    se, dof = S.welch((se_test, len(losses) - 1), (abs(slope) * se_ab, dof_ab))
-    ab_floor = abs(slope) * abs(off) + 0.5 * curv * (abs(off) + S.critical(z, dof_ab) * se_ab) ** 2
-    return dict(measured=mu, predicted=pred, se=se, dof=dof, se_test=se_test, slope=slope, curvature=curv,
-                ab_floor=ab_floor, remnant=remnant, floor=ab_floor + abs(remnant[0]),
-                estimator="the radius of $x_1$ integrated exactly" if gauss else "the plain mean over sequences",
-                losses=losses, zero_loss=d / 2 * (T - 2 if positions is None else len(np.atleast_1d(positions))) * mo.m2)
+    se, dof = stats.welch((se_test, len(losses) - 1), (abs(slope) * se_ab, dof_ab))
+    ab_floor = abs(slope) * abs(off) + 0.5 * curv * (abs(off) + stats.critical(z, dof_ab) * se_ab) ** 2
+    return LossEvidence(measured=mu, predicted=pred, se=se, dof=dof, se_test=se_test, slope=slope, curvature=curv,
+                        ab_floor=ab_floor, remnant=remnant, floor=ab_floor + abs(remnant[0]),
+                        estimator="the radius of $x_1$ integrated exactly" if gauss else "the plain mean over sequences",
+                        losses=losses,
+                        zero_loss=d / 2 * (T - 2 if positions is None else len(np.atleast_1d(positions))) * mo.m2)
 
 
-def loss_words(ev: dict) -> str:
+def loss_words(ev: LossEvidence) -> str:
     """The band of a :func:`loss_evidence` claim in words (for a record's ``detail``): the estimator and the two
     measured systematic parts."""
-    r, rse = ev["remnant"]
-    return (f"test-set mean ({ev['estimator']}) and the jackknife SE of $ab$ through the loss (Welch degrees of "
+    r, rse = ev.remnant
+    return (f"test-set mean ({ev.estimator}) and the jackknife SE of $ab$ through the loss (Welch degrees of "
             f"freedom) + the off-manifold shift of $ab$ and the $ab$ band's curvature through the loss "
-            f"({ev['ab_floor']:.3g}) + the measured cost of the trained entries off the diagonal manifold "
+            f"({ev.ab_floor:.3g}) + the measured cost of the trained entries off the diagonal manifold "
             f"(${r:+.3g} \\pm {rse:.2g}$)")
 
 
-def replicate_kwargs(law, scale: float, d: int, T: int, a0: float, b0: float, lr: float, epochs: int, m: int,
-                     n_rep: int, seed: int, mask: bool = False) -> list[dict]:
-    r"""The replicate runs of :func:`extrapolated_ab` as keyword arguments of :func:`companion.mesa.train.run`:
-    ``n_rep`` training sets at m with seeds ``replicate_seed(seed, 1 + k)``, then ``n_rep`` at m/4 with seeds
-    ``replicate_seed(seed, 17 + k)`` (k < n_rep <= 16; :func:`companion.seeds.replicate_seed`: far apart, so the
-    replicates of nearby seeds are independent too). The masked and unmasked sets share their seeds (paired)."""
-    if not 1 <= n_rep <= 16:
-        raise P.ParameterError("n_rep", f"must be an integer in [1, 16]; got {n_rep!r}")
-    kw = dict(law=law, scale=scale, d=d, T=T, m_test=10, a0=a0, b0=b0, lr=lr, epochs=epochs, mask=mask)
-    return ([dict(kw, m=m, seed=replicate_seed(seed, 1 + k)) for k in range(n_rep)]
-            + [dict(kw, m=max(1, m // 4), seed=replicate_seed(seed, 17 + k)) for k in range(n_rep)])
+#: the most replicate training sets of one size a replicate design draws (:func:`replicate_sets`)
+MAX_REPLICATES = 16
 
 
-def run_sets(runs) -> list[tuple[int, tuple[int, int]]]:
-    """The training sets of runs given as ``(m, seed)`` pairs (the arguments of :func:`companion.mesa.train.run`), as
-    ``(m, data seed)`` pairs, the seed the entropy the run draws its set from (for the ``sets`` of
-    :func:`companion.mesa.stability.stable_lr`)."""
-    return [(int(m), MESA_TRAIN_DATA.entropy(seed)) for m, seed in runs]
+def replicate_sets(m: int, n_rep: int, seed: int) -> list[tuple[int, int]]:
+    r"""The training sets of a replicate design, as ``(m, seed)`` of :func:`companion.mesa.train.run`: ``n_rep`` at
+    m with the seeds of replicates :math:`1,\dots,n_{\rm rep}` of ``seed``, then ``n_rep`` at m/4 with those of
+    replicates :math:`17,\dots,16+n_{\rm rep}` (:func:`companion.seeds.replicate_seed`: far apart, so the
+    replicates of nearby seeds are independent too; replicate 0 is the page's own run). Each run draws its set
+    from its seed through :data:`~companion.seeds.MESA_TRAIN_DATA`. At most :data:`MAX_REPLICATES` per size."""
+    if not 1 <= n_rep <= MAX_REPLICATES:
+        raise params.ParameterError("n_rep", f"must be an integer in [1, {MAX_REPLICATES}]; got {n_rep!r}")
+    return ([(m, replicate_seed(seed, 1 + k)) for k in range(n_rep)]
+            + [(max(1, m // 4), replicate_seed(seed, 1 + MAX_REPLICATES + k)) for k in range(n_rep)])
 
 
-def replicate_sets(m: int, n_rep: int, seed: int) -> list[tuple[int, tuple[int, int]]]:
-    """The training sets of :func:`replicate_kwargs` (:func:`run_sets`)."""
-    return run_sets((kw["m"], kw["seed"]) for kw in replicate_kwargs("gaussian", 1.0, 1, 3, 1.0, 1.0, 0.0, 1, m, n_rep, seed))
+@dataclass(frozen=True)
+class Replicates:
+    """A replicate design: ``n_rep`` training sets at ``m`` and ``n_rep`` at ``m/4`` (:func:`replicate_sets`), each
+    trained from (a0 I, b0 I) with step ``lr`` for ``epochs`` epochs, masked or not (:func:`extrapolated_ab`
+    extrapolates them in m). A masked and an unmasked design of the same seed train on the same sets (paired)."""
+
+    law: str
+    scale: float
+    d: int
+    T: int
+    a0: float
+    b0: float
+    lr: float
+    epochs: int
+    m: int
+    n_rep: int
+    seed: int
+    mask: bool = False
+
+    @property
+    def m_small(self) -> int:
+        """The smaller size, m/4 (at least 1)."""
+        return max(1, self.m // 4)
+
+    @property
+    def sets(self) -> list[tuple[int, int]]:
+        """``(m, seed)`` of every training set, the n_rep at m first (:func:`replicate_sets`)."""
+        return replicate_sets(self.m, self.n_rep, self.seed)
+
+    def runs(self) -> list[dict]:
+        """Every run, as keyword arguments of :func:`companion.mesa.train.run`, in the order of ``sets``."""
+        kw = dict(law=self.law, scale=self.scale, d=self.d, T=self.T, m_test=10, a0=self.a0, b0=self.b0, lr=self.lr,
+                  epochs=self.epochs, mask=self.mask)
+        return [dict(kw, m=m, seed=s) for m, s in self.sets]
+
+    @property
+    def big(self) -> list[dict]:
+        """The runs at m."""
+        return self.runs()[: self.n_rep]
+
+    @property
+    def small(self) -> list[dict]:
+        """The runs at m/4."""
+        return self.runs()[self.n_rep:]
 
 
-def sweep_replicates(n_rep: int, Ts) -> dict:
-    r"""Replicate training sets per context length of a trained T sweep: ``n_rep`` at the shortest T and
-    :math:`n(T)=\max\big(3,\ \mathrm{round}(n_{\rm rep}\sqrt{T_{\min}/T})\big)` at longer ones.
+@dataclass(frozen=True)
+class MaskingRuns:
+    """The runs of the two pages on the full-one law with and without the mask (Proposition 4.2, Theorem 4.3;
+    :func:`masking_runs`): from every init, trained unmasked and masked at m (``unmasked[a0, b0]``,
+    ``masked[a0, b0]``, keyword arguments of :func:`companion.mesa.train.run`), and from the middle init the paired
+    replicate designs ``replicates_unmasked`` and ``replicates_masked`` (the same training sets)."""
 
-    Why: the gap between :math:`c^*(T)\sigma^2` and the falsifier 1/5 falls like 1/T, a run costs ~T, and the
-    standard error of R replicates falls like :math:`1/\sqrt R`, so the power at long T is out of reach at any
-    affordable R (the page records ``not_resolvable`` there); the square-root rule spends the replicates where
-    the gap is resolvable and keeps three (the fewest with a usable spread) where it is not."""
-    Ts = list(Ts)
-    t0 = min(Ts)
-    return {T: max(3, min(16, round(n_rep * math.sqrt(t0 / T)))) for T in Ts}
+    unmasked: dict
+    masked: dict
+    replicates_unmasked: Replicates
+    replicates_masked: Replicates
+
+    def runs(self) -> list[dict]:
+        """Every run, as keyword arguments of :func:`companion.mesa.train.run`."""
+        return (list(self.unmasked.values()) + list(self.masked.values()) + self.replicates_unmasked.runs()
+                + self.replicates_masked.runs())
 
 
-def first_step_kwargs(law, d: int, T: int, m: int, a0: float, b0: float, lr: float, seed: int) -> dict:
-    """The run of :func:`companion.mesa.results.prop4_2.first_step` (Prop 4.2), here for the run plan: one GD
-    epoch from (a0 I, b0 I) at scale 1 (keyword arguments of :func:`companion.mesa.train.run`)."""
-    return dict(law=law, scale=1.0, d=d, T=T, m=m, m_test=10, a0=a0, b0=b0, lr=lr, epochs=1, seed=seed)
+def masking_runs(inits, lr: float, d: int, T: int, m: int, m_test: int, epochs: int, seed: int, m_rep: int,
+                 n_rep: int) -> MaskingRuns:
+    """The runs of the full-one pages (:class:`MaskingRuns`): scale 1, step ``lr``, every init of ``inits``; the
+    replicates (``n_rep`` at ``m_rep`` and ``m_rep/4``) from the middle init."""
+    common = dict(law="full_one", scale=1.0, d=d, T=T, m=m, m_test=m_test, epochs=epochs, seed=seed, lr=lr)
+    a0, b0 = inits[len(inits) // 2]
+    return MaskingRuns(
+        {(x, y): dict(common, a0=x, b0=y, mask=False) for x, y in inits},
+        {(x, y): dict(common, a0=x, b0=y, mask=True) for x, y in inits},
+        *(Replicates("full_one", 1.0, d, T, a0, b0, lr, epochs, m_rep, n_rep, seed, mask=mask) for mask in (False, True)))
 
 
-def extrapolated_ab(law, scale: float, d: int, T: int, a0: float, b0: float, lr: float, epochs: int, m: int,
-                    n_rep: int, seed: int, m_eval: int = 0, mask: bool = False, m_loss: int = 0,
-                    offmanifold: bool = False) -> dict:
-    r"""Trained ab extrapolated to m -> infinity from replicate training sets at m and m/4.
+def extrapolated_ab(rep: Replicates, m_eval: int = 0, m_loss: int = 0, offmanifold: bool = False) -> ExtrapolatedAb:
+    r"""Trained ab extrapolated to m -> infinity from the replicate training sets ``rep`` at m and m/4.
 
     .. math:: \widehat{ab}_\infty = \tfrac13\big(4\,\overline{ab}(m) - \overline{ab}(m/4)\big)
 
@@ -261,44 +443,43 @@ def extrapolated_ab(law, scale: float, d: int, T: int, a0: float, b0: float, lr:
     moments and the off-manifold feedback is of second order in the O(m^-1/2) fluctuations, so both give a 1/m
     bias (its ratio at m/4 over m, 4 for a 1/m law and 2 for an m^-1/2 one, is measured on the page
     ``mesa/thm4_1_emergence`` from the replicates of this function).
-    Seeds: :func:`replicate_kwargs`, all independent training sets. With ``m_eval > 0`` also the one-step-GD
-    deviation of every replicate (:func:`one_step_deviation`); with ``m_loss > 0`` also their whole-sequence test
-    loss extrapolated in m (``_extrapolated_loss``); with ``offmanifold`` (masked or not) the measured
-    residual of the extrapolation under ``off`` (:func:`offmanifold_residual`). Returns the estimate, its standard
-    error and its Welch degrees of freedom (``dof``), the replicates and the population/falsifier GD at the last
-    epoch.
+    The runs: :class:`Replicates`, all independent training sets. With ``m_eval > 0`` also the one-step-GD
+    deviation of every replicate (:func:`one_step_deviation`, ``one_step``); with ``m_loss > 0`` also their
+    whole-sequence test loss extrapolated in m (``_extrapolated_loss``, ``loss``); with ``offmanifold`` (masked or
+    not) the measured residual of the extrapolation (:func:`offmanifold_residual`, ``off``). Returns the
+    :class:`ExtrapolatedAb`.
     """
-    m4 = max(1, m // 4)
-    kws = replicate_kwargs(law, scale, d, T, a0, b0, lr, epochs, m, n_rep, seed, mask)
-    runs_big = [train.run(**kw) for kw in kws[:n_rep]]
-    runs_small = [train.run(**kw) for kw in kws[n_rep:]]
+    law, scale, d, T, a0, b0, lr, epochs = rep.law, rep.scale, rep.d, rep.T, rep.a0, rep.b0, rep.lr, rep.epochs
+    runs_big = [train.run(**kw) for kw in rep.big]
+    runs_small = [train.run(**kw) for kw in rep.small]
     big = np.array([r.ab[-1] for r in runs_big])
     small = np.array([r.ab[-1] for r in runs_small])
-    nu = n_rep - 1  # degrees of freedom of each replicate spread
-    rich = S.richardson(big, small)
+    nu = rep.n_rep - 1  # degrees of freedom of each replicate spread
+    rich = stats.richardson(big, small)
     pop = population_ab(law, scale, d, T, a0, b0, lr, epochs)
     fal = population_ab(law, scale, d, T, a0, b0, lr, epochs, falsifier=True)
-    out = dict(rich, big=big, small=small,
-               predicted=float(pop[-1]), falsifier=falsifier_alpha(law, scale, d, T)[0], falsifier_value=float(fal[-1]),
-               floor=ROUNDOFF32 * abs(float(pop[-1])), cstar=th.c_star(law, scale, d, T), m_small=m4, pop=pop,
-               curves_big=np.array([r.ab for r in runs_big]), curves_small=np.array([r.ab for r in runs_small]))
+    out = dict(big=big, small=small, curves_big=np.array([r.ab for r in runs_big]),
+               curves_small=np.array([r.ab for r in runs_small]), pop=pop, predicted=float(pop[-1]),
+               falsifier=falsifier_alpha(law, scale, d, T)[0], falsifier_value=float(fal[-1]),
+               floor=ROUNDOFF32 * abs(float(pop[-1])), cstar=th.c_star(law, scale, d, T), m=rep.m, m_small=rep.m_small,
+               n_rep=rep.n_rep)
     if m_eval:
-        db = np.array([one_step_deviation(r, m_eval)["dev"] for r in runs_big])
-        ds = np.array([one_step_deviation(r, m_eval)["dev"] for r in runs_small])
-        mdb, sdb = S.replicate_se(db)
-        mds, sds = S.replicate_se(ds)
-        dse, ddof = S.welch((sdb / mdb / math.log(2), nu), (sds / mds / math.log(2), nu))
-        out.update(dev_big=mdb, dev_small=mds, dev_log2=math.log2(mds / mdb), dev_se=dse, dev_dof=ddof)
+        db = np.array([one_step_deviation(r, m_eval).dev for r in runs_big])
+        ds = np.array([one_step_deviation(r, m_eval).dev for r in runs_small])
+        mdb, sdb = stats.replicate_se(db)
+        mds, sds = stats.replicate_se(ds)
+        dse, ddof = stats.welch((sdb / mdb / math.log(2), nu), (sds / mds / math.log(2), nu))
+        out["one_step"] = OneStepScaling(big=mdb, small=mds, log2=math.log2(mds / mdb), se=dse, dof=ddof)
     if m_loss:
-        out["loss"] = _extrapolated_loss(runs_big, runs_small, m_loss, seed)
+        out["loss"] = _extrapolated_loss(runs_big, runs_small, m_loss, rep.seed)
     if offmanifold:
         out["off"] = offmanifold_residual(runs_big, runs_small, big, small)
     off = ~np.eye(d, dtype=bool)
     for key, blk in (("offdiag_kq", lambda r: r.W_KQ[d:, :d]), ("offdiag_pv", lambda r: r.W_PV[:, :d])):
         if d > 1:  # mean off-diagonal red entry, extrapolated like ab (a 1/m bias)
-            out[key] = S.richardson([float(blk(r).real[off].mean()) for r in runs_big],
-                                    [float(blk(r).real[off].mean()) for r in runs_small])
-    return out
+            out[key] = Extrapolation.of(stats.richardson([float(blk(r).real[off].mean()) for r in runs_big],
+                                                     [float(blk(r).real[off].mean()) for r in runs_small]))
+    return ExtrapolatedAb(**Extrapolation.of(rich).__dict__, **out)
 
 
 def restricted_ab(result) -> float:
@@ -337,7 +518,7 @@ def restricted_ab(result) -> float:
     return float(diagonal_gd(c["a0"], c["b0"], c["lr"], c["epochs"], Q[0] * s**6, Pm[0] * s**4)[-1])
 
 
-def offmanifold_residual(runs_big, runs_small, big=None, small=None) -> dict:
+def offmanifold_residual(runs_big, runs_small, big=None, small=None) -> OffManifold:
     r"""What the 1/m extrapolation of :func:`extrapolated_ab` leaves of the **off-manifold feedback**, measured.
 
     Split each trained ab into the GD restricted to the diagonal manifold on the *same* training set
@@ -354,20 +535,20 @@ def offmanifold_residual(runs_big, runs_small, big=None, small=None) -> dict:
     the book's sizes is ``ratio`` below, measured and quoted on the page ``mesa/thm4_1_emergence``, *What the
     extrapolation leaves*). The diagonal part is a smooth function of the sample moments, with the classical
     1/m bias. The differences are paired (same training set), so their spread is small and r is precise.
-    Returns ``dict(measured=r, se, dof, mean_big, mean_small, ratio)`` (:func:`companion.stats.richardson` of the
-    differences; ``ratio`` = :math:`\bar o(m/4)/\bar o(m)`, 4 for a 1/m law)."""
+    Returns the :class:`OffManifold`: ``measured`` = r (:func:`companion.stats.richardson` of the differences) and
+    ``ratio`` = :math:`\bar o(m/4)/\bar o(m)`, 4 for a 1/m law."""
     big = np.array([r.ab[-1] for r in runs_big]) if big is None else np.asarray(big)
     small = np.array([r.ab[-1] for r in runs_small]) if small is None else np.asarray(small)
     ob = big - np.array([restricted_ab(r) for r in runs_big])
     os_ = small - np.array([restricted_ab(r) for r in runs_small])
-    rich = S.richardson(ob, os_)
+    rich = stats.richardson(ob, os_)
     ratio = rich["mean_small"] / rich["mean_big"] if rich["mean_big"] != 0 else math.inf
-    return dict(rich, ratio=float(ratio))
+    return OffManifold(**vars(Extrapolation.of(rich)), ratio=float(ratio))
 
 
 def _offmanifold_value(off) -> float:
-    """The measured off-manifold term of ``off``: r of a :func:`offmanifold_residual` dict, else one run's o."""
-    return off["measured"] if isinstance(off, dict) else off
+    """The measured off-manifold term of ``off``: r of an :class:`OffManifold`, else one run's o."""
+    return off.measured if isinstance(off, OffManifold) else off
 
 
 def offmanifold_floor(base_floor: float, off) -> float:
@@ -376,7 +557,7 @@ def offmanifold_floor(base_floor: float, off) -> float:
     .. math:: f = f_0 + |r| ,
 
     where :math:`f_0` is ``base_floor`` (the complex64 round-off, :data:`ROUNDOFF32` times the prediction) and r
-    is, for ``off`` a dict of :func:`offmanifold_residual` (an extrapolated claim, :func:`extrapolated_ab` with
+    is, for ``off`` an :class:`OffManifold` (:func:`offmanifold_residual`; an extrapolated claim, :func:`extrapolated_ab` with
     ``offmanifold=True``), its ``measured``: what the Richardson combination leaves of the feedback; for ``off`` a
     number (one run, ``off`` of :func:`ab_evidence`), the run's own difference :math:`o = ab - ab^{\rm diag}` from
     the GD restricted to the diagonal manifold on the same training set. Either is a systematic error of the
@@ -388,16 +569,16 @@ def offmanifold_floor(base_floor: float, off) -> float:
 def offmanifold_words(off, *, se: float | None = None, predicted: float | None = None, see: str = "") -> str:
     r"""The reason's fragment for the term :func:`offmanifold_floor` adds to the band, naming its measured value.
 
-    For ``off`` a dict of :func:`offmanifold_residual`: r, r in standard errors ``se`` of the extrapolated ab and
+    For ``off`` an :class:`OffManifold` (:func:`offmanifold_residual`): r, r in standard errors ``se`` of the extrapolated ab and
     the decay ratio :math:`\bar o(m/4)/\bar o(m)` of the feedback (4 for a 1/m law); for ``off`` a number (one
     run's :math:`o = ab - ab^{\rm diag}`): o and :math:`100\,o/\hat y` in %, :math:`\hat y` = ``predicted``. ``see``: a page that measures
     the feedback, named at the end. Returns the fragment without its leading "+ "."""
-    if isinstance(off, dict):
+    if isinstance(off, OffManifold):
         if se is None:
             raise ValueError("offmanifold_words: the extrapolated residual needs the claim's standard error se")
-        r = off["measured"]
+        r = off.measured
         words = (f"what the extrapolation leaves of the off-manifold feedback, measured ({r:+.3g}, {r / se:+.2f} SE; "
-                 f"its decay ratio from $m/4$ to $m$ is {off['ratio']:.2f}, 4 for a $1/m$ law")
+                 f"its decay ratio from $m/4$ to $m$ is {off.ratio:.2f}, 4 for a $1/m$ law")
     else:
         if predicted is None:
             raise ValueError("offmanifold_words: one run's difference needs the claim's prediction")
@@ -406,7 +587,7 @@ def offmanifold_words(off, *, se: float | None = None, predicted: float | None =
     return words + (f"; see {see}" if see else "") + ")"
 
 
-def _extrapolated_loss(runs_big, runs_small, m_loss: int, seed: int) -> dict:
+def _extrapolated_loss(runs_big, runs_small, m_loss: int, seed: int) -> ExtrapolatedLoss:
     r"""Whole-sequence test loss of the replicates at m and m/4 on one common test set (``m_loss`` sequences,
     seed stream :data:`~companion.seeds.MESA_LOSS_EVAL`, ``[seed, 8]``, independent of every training set), extrapolated to m -> infinity.
 
@@ -426,21 +607,21 @@ def _extrapolated_loss(runs_big, runs_small, m_loss: int, seed: int) -> dict:
     big = np.array([per_sequence_loss(td, *weights(r)) for r in runs_big])
     small = np.array([per_sequence_loss(td, *weights(r)) for r in runs_small])
     mo = th.moments(c["law"], c["scale"], c["d"])
-    return dict(richardson_paired(big, small), zero_loss=c["d"] / 2 * (c["T"] - 2) * mo.m2, big=big, small=small)
+    return replace(richardson_paired(big, small), zero_loss=c["d"] / 2 * (c["T"] - 2) * mo.m2, big=big, small=small)
 
 
-def richardson_paired(big: np.ndarray, small: np.ndarray) -> dict:
+def richardson_paired(big: np.ndarray, small: np.ndarray) -> ExtrapolatedLoss:
     """:func:`companion.stats.richardson` of the replicates' mean test losses (rows: replicates, columns: the
     common test sequences), with the test-set standard error of the same combination added (Welch)."""
-    rich = S.richardson(big.mean(1), small.mean(1))
-    _, se_test = S.mean_se((4 * big.mean(0) - small.mean(0)) / 3)
-    se, dof = S.welch((rich["se"], rich["dof"]), (se_test, math.inf))
-    return dict(rich, se=se, dof=dof, se_test=se_test)
+    rich = stats.richardson(big.mean(1), small.mean(1))
+    _, se_test = stats.mean_se((4 * big.mean(0) - small.mean(0)) / 3)
+    se, dof = stats.welch((rich["se"], rich["dof"]), (se_test, math.inf))
+    return ExtrapolatedLoss(rich["measured"], se, dof, rich["mean_big"], rich["mean_small"], se_test=se_test)
 
 
-def paired_shift(rep_u: dict, rep_m: dict) -> dict:
+def paired_shift(rep_u: ExtrapolatedAb, rep_m: ExtrapolatedAb) -> Extrapolation:
     r"""The trained ab of one set of replicates minus that of another trained on the **same** training sets (e.g.
-    unmasked minus masked: :func:`replicate_kwargs` gives both the same seeds), per replicate, extrapolated in m
+    unmasked minus masked: a masked and an unmasked :class:`Replicates` of one seed share their sets), per replicate, extrapolated in m
     like ab (:func:`companion.stats.richardson`):
 
     .. math:: \hat\Delta_\infty=\tfrac13\big(4\,\overline{\Delta}(m)-\overline{\Delta}(m/4)\big),\qquad
@@ -448,12 +629,12 @@ def paired_shift(rep_u: dict, rep_m: dict) -> dict:
 
     Common random numbers: the training-set noise that moves both ab alike cancels in each difference (for the
     full-one masked and unmasked runs the two are strongly correlated), so the standard error is the replicate
-    spread of the differences, with its Welch degrees of freedom. Returns the dict of :func:`companion.stats.richardson`."""
+    spread of the differences, with its Welch degrees of freedom (:class:`Extrapolation`)."""
     for key in ("big", "small"):
-        if len(rep_u[key]) != len(rep_m[key]):
-            raise ValueError(f"paired_shift needs the same replicates on both sides; got {len(rep_u[key])} and "
-                             f"{len(rep_m[key])} at {key} m")
-    return S.richardson(np.asarray(rep_u["big"]) - rep_m["big"], np.asarray(rep_u["small"]) - rep_m["small"])
+        if len(getattr(rep_u, key)) != len(getattr(rep_m, key)):
+            raise ValueError(f"paired_shift needs the same replicates on both sides; got {len(getattr(rep_u, key))} "
+                             f"and {len(getattr(rep_m, key))} at {key} m")
+    return Extrapolation.of(stats.richardson(np.asarray(rep_u.big) - rep_m.big, np.asarray(rep_u.small) - rep_m.small))
 
 
 def equivariant_moments(law: str, d: int, T: int, m: int, seed: int, chunk: int = 1000) -> dict:
@@ -463,7 +644,7 @@ def equivariant_moments(law: str, d: int, T: int, m: int, seed: int, chunk: int 
     ``[seed, 9]``, independent of every training and test set; complex128), so that the loss of sequence n at c is
     exactly :math:`\ell_n(c)=\frac12(c^\top G_nc-2h_n^\top c+y_n)`. Cached on disk (:func:`companion.cache.cached`):
     the pages of Prop 4.2 and Thm 4.3 use the same moments. Returns G, h, y (per sequence)."""
-    P.memory("m_mc", 16.0 * min(m, chunk) * (T - 2) * d * 5, "the equivariant moments")
+    params.memory("m_mc", 16.0 * min(m, chunk) * (T - 2) * d * 5, "the equivariant moments")
     return _equivariant_moments(str(law), int(d), int(T), int(m), int(seed), int(chunk))
 
 
@@ -490,27 +671,49 @@ def _equivariant_moments(law: str, d: int, T: int, m: int, seed: int, chunk: int
     return dict(G=G, h=h, y=y)
 
 
+@dataclass(frozen=True)
+class EquivariantAb:
+    """The unmasked population GD on the equivariant red blocks (:func:`equivariant_ab`): its ``path`` (a, a', b, b')
+    per epoch, the diagonal product ``ab`` at the last epoch, the Monte-Carlo standard errors ``se_ab`` and
+    ``se_end`` (of the last (a, a', b, b')) and their degrees of freedom ``dof``."""
+
+    path: np.ndarray
+    ab: float
+    se_ab: float
+    se_end: np.ndarray
+    dof: int
+
+
 def equivariant_ab(d: int, T: int, a0: float, b0: float, lr: float, epochs: int, moments: dict,
-                   n_groups: int = 20) -> dict:
+                   n_groups: int = 20) -> EquivariantAb:
     r"""The unmasked population GD from (a0 I, b0 I) beyond Assumption 4.1 (:func:`companion.mesa.theory.equivariant_gd`
     on the Monte-Carlo moments of :func:`equivariant_moments`, independent sequences): its path (a, a', b, b') per
     epoch, the diagonal product :math:`ab` at the last epoch (what a trained model's mean :math:`a_jb_j` is compared
     with), and their Monte-Carlo standard errors by the delete-a-group jackknife of the moments (``n_groups``
     groups, ``n_groups - 1`` degrees of freedom; :func:`companion.stats.jackknife_se`).
 
-    Returns path, ab, se_ab, se_end (of (a, a', b, b')), dof."""
+    Returns the :class:`EquivariantAb`."""
     G, h = moments["G"], moments["h"]
     path = th.equivariant_gd(a0, b0, lr, epochs, G.mean(0), h.mean(0), d)
     groups = np.array_split(np.arange(len(G)), min(n_groups, len(G)))
     loo = np.array([th.equivariant_gd(a0, b0, lr, epochs, np.delete(G, ix, 0).mean(0), np.delete(h, ix, 0).mean(0), d)[-1]
                     for ix in groups])
-    _, se_end = S.jackknife_se(path[-1], loo)
-    _, se_ab = S.jackknife_se(path[-1, 0] * path[-1, 2], loo[:, 0] * loo[:, 2])
-    return dict(path=path, ab=float(path[-1, 0] * path[-1, 2]), se_ab=float(se_ab), se_end=np.asarray(se_end),
-                dof=len(groups) - 1)
+    _, se_end = stats.jackknife_se(path[-1], loo)
+    _, se_ab = stats.jackknife_se(path[-1, 0] * path[-1, 2], loo[:, 0] * loo[:, 2])
+    return EquivariantAb(path=path, ab=float(path[-1, 0] * path[-1, 2]), se_ab=float(se_ab),
+                         se_end=np.asarray(se_end), dof=len(groups) - 1)
 
 
-def one_step_deviation(result, m_eval: int = 300) -> dict:
+@dataclass(frozen=True)
+class OneStepDeviation:
+    """A trained model against one-step GD (:func:`one_step_deviation`): the relative deviation of its predictions
+    (``dev``) and the relative mass of its off-manifold weights (``mass``)."""
+
+    dev: float
+    mass: float
+
+
+def one_step_deviation(result, m_eval: int = 300) -> OneStepDeviation:
     r"""Relative deviation of the trained model's predictions from the explicit one-step-GD formula with its
     learned diagonals, on ``m_eval`` fresh sequences (seed stream :data:`~companion.seeds.MESA_ONE_STEP_EVAL`, ``[seed, 3]``, independent of training and
     test sets); and the relative off-manifold weight mass."""
@@ -528,4 +731,4 @@ def one_step_deviation(result, m_eval: int = 300) -> dict:
     Wp[:, :d] = np.diag(b)
     mass = math.sqrt((np.linalg.norm(result.W_KQ - Wk) ** 2 + np.linalg.norm(result.W_PV - Wp) ** 2)
                      / (np.linalg.norm(a) ** 2 + np.linalg.norm(b) ** 2))
-    return dict(dev=dev, mass=mass)
+    return OneStepDeviation(dev=dev, mass=mass)

@@ -33,9 +33,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from companion import params as P
-from companion.mesa import kernels
+from companion import params
 from companion.mesa.data import ARData, embed
+from companion.mesa.lanes import host
 
 __all__ = ["predict", "predict_direct", "loss", "loss_and_grad", "loss_grad_fast", "loss_fast", "predict_fast",
            "per_sequence_loss", "ratio_entries", "red_blocks", "check_weights"]
@@ -43,9 +43,9 @@ __all__ = ["predict", "predict_direct", "loss", "loss_and_grad", "loss_grad_fast
 
 def check_weights(W_KQ: torch.Tensor, W_PV: torch.Tensor, d: int) -> None:
     if tuple(W_KQ.shape) != (2 * d, 2 * d):
-        raise P.ParameterError("W_KQ", f"must have shape ({2 * d}, {2 * d}); got {tuple(W_KQ.shape)}")
+        raise params.ParameterError("W_KQ", f"must have shape ({2 * d}, {2 * d}); got {tuple(W_KQ.shape)}")
     if tuple(W_PV.shape) != (d, 2 * d):
-        raise P.ParameterError("W_PV", f"must have shape ({d}, {2 * d}); got {tuple(W_PV.shape)}")
+        raise params.ParameterError("W_PV", f"must have shape ({d}, {2 * d}); got {tuple(W_PV.shape)}")
 
 
 def _positions(T: int, positions) -> np.ndarray:
@@ -53,7 +53,7 @@ def _positions(T: int, positions) -> np.ndarray:
         return np.arange(2, T)
     pos = np.atleast_1d(np.asarray(positions, dtype=int))
     if pos.size == 0 or pos.min() < 2 or pos.max() > T - 1:
-        raise P.ParameterError("positions", f"prediction positions must lie in [2, {T - 1}]; got {pos.tolist()}")
+        raise params.ParameterError("positions", f"prediction positions must lie in [2, {T - 1}]; got {pos.tolist()}")
     return pos
 
 
@@ -211,14 +211,14 @@ def _sweep_torch(data: ARData, pos, K, Dg, C, Rv, wn, backward: bool):
 
 
 def _use_fused(data: ARData, backend: str) -> bool:
-    backend = P.choice("backend", backend, ["auto", "fused", "torch"])
+    backend = params.choice("backend", backend, ["auto", "fused", "torch"])
     if backend == "torch":
         return False
     return _cauchy(data)[1] is None  # coinciding phases (grid data) take the torch path
 
 
 def _sweep_fused(data: ARData, W_KQ, W_PV, pos, wn, mode: int):
-    """The sweep with the fused kernel (:mod:`companion.mesa.kernels`): per-sequence maps, positions and the
+    """The sweep with the fused kernel (:mod:`companion.mesa.lanes.host`): per-sequence maps, positions and the
     lift back to the weights in one pass. Returns (per-sequence loss, grad W_KQ, grad W_PV, yhat)."""
 
     rdt = np.float32 if data.dtype == torch.complex64 else np.float64
@@ -226,7 +226,7 @@ def _sweep_fused(data: ARData, W_KQ, W_PV, pos, wn, mode: int):
     if key not in data._tables:
         # copies, not views: torch may move a tensor's storage (share_memory_ when the data set is sent to
         # another process), which would leave a cached view pointing at freed memory
-        data._tables[key] = kernels.tables(data.theta, np.array(data.x1.numpy()), np.array(data.lam.numpy()),
+        data._tables[key] = host.tables(data.theta, np.array(data.x1.numpy()), np.array(data.lam.numpy()),
                                            np.array(_cauchy(data)[0].numpy()), pos, rdt)
     TB, SQ = data._tables[key]
     m, d, N = data.m, data.d, len(pos)
@@ -235,7 +235,7 @@ def _sweep_fused(data: ARData, W_KQ, W_PV, pos, wn, mode: int):
     gA = np.zeros((nb, 2 * d, 2 * d) if mode == 1 else (nb, 1, 1), np.complex128)
     gP = np.zeros((nb, d, 2 * d) if mode == 1 else (nb, 1, 1), np.complex128)
     pred = np.empty((2, m, d, N) if mode == 2 else (1, 1, 1, 1), rdt)
-    kernels.sweep(TB, SQ, pos, 1.0 / (pos - 1), W_KQ.resolve_conj().numpy(), W_PV.resolve_conj().numpy(),
+    host.sweep(TB, SQ, pos, 1.0 / (pos - 1), W_KQ.resolve_conj().numpy(), W_PV.resolve_conj().numpy(),
                   wn.numpy(), mode, per_seq, gA, gP, pred)
     yhat = None
     if mode == 2:
@@ -252,11 +252,11 @@ def _weights_normalised(data: ARData, weights) -> torch.Tensor:
     try:
         w = torch.as_tensor(np.asarray(weights, dtype=float), dtype=torch.float64)
     except (TypeError, ValueError):
-        raise P.ParameterError("weights", f"must be {data.m} real numbers; got {type(weights).__name__}") from None
+        raise params.ParameterError("weights", f"must be {data.m} real numbers; got {type(weights).__name__}") from None
     if tuple(w.shape) != (data.m,):
-        raise P.ParameterError("weights", f"must have shape ({data.m},), one per sequence; got {tuple(w.shape)}")
+        raise params.ParameterError("weights", f"must have shape ({data.m},), one per sequence; got {tuple(w.shape)}")
     if not bool(torch.isfinite(w).all()) or bool((w < 0).any()) or not float(w.sum()) > 0:
-        raise P.ParameterError("weights", "must be finite and >= 0 with a positive sum")
+        raise params.ParameterError("weights", "must be finite and >= 0 with a positive sum")
     return w / w.sum()
 
 
@@ -313,7 +313,7 @@ def loss_grad_fast(data: ARData, W_KQ, W_PV, weights=None, positions=None, backe
     ``yhat rho = [w | s'] [R'^T; v^T]`` with ``w = t a + lam^t K(conj(lam)^t a) - K a - s``,
     ``R' = R diag(z)``, ``v = W_PV1 z``. The backward pass applies the adjoints of the same maps
     (K is Hermitian). ``backend="auto"`` runs the sweep over positions in the fused kernel
-    (:mod:`companion.mesa.kernels`), ``"torch"`` with batched torch products (same formulas); data with
+    (:mod:`companion.mesa.lanes.host`), ``"torch"`` with batched torch products (same formulas); data with
     coinciding phases always take the torch path. Returns (loss, grad W_KQ, grad W_PV); the tests compare
     both backends with autograd and with a naive per-prefix implementation.
     """

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from companion import params as P
+from companion import params
 from companion.mesa.data import check_law, sample_x1
 
 __all__ = [
@@ -52,7 +52,7 @@ EXACT_LAWS = ("gaussian", "sparse", "full_one", "rademacher", "sparse_gaussian")
 
 def harmonic(n: int, order: int = 1) -> float:
     """H^{(order)}_n = sum_{s=1}^n s^-order (0 for n = 0)."""
-    n = P.integer("n", n, min=0)
+    n = params.integer("n", n, min=0)
     return float(math.fsum(1.0 / s**order for s in range(1, n + 1)))
 
 
@@ -79,9 +79,9 @@ def moments(law: str, scale: float = 1.0, d: int = 5) -> Moments:
     Returns:
         :class:`Moments` with m2, m4, m6, m24 and the odd cross moments of :prf:ref:`mesa-prop-4-2`.
     """
-    law = P.choice("law", law, list(EXACT_LAWS))
-    s = P.real("scale", scale, min=0, min_open=True)
-    d = P.integer("d", d, min=1)
+    law = params.choice("law", law, list(EXACT_LAWS))
+    s = params.real("scale", scale, min=0, min_open=True)
+    d = params.integer("d", d, min=1)
     if law == "gaussian":
         return Moments(s**2, 3 * s**4, 15 * s**6, 3 * s**6)
     if law == "sparse":
@@ -132,8 +132,8 @@ def alpha_beta(law, scale: float, d: int, T: int) -> tuple[float, float]:
     Returns:
         ``(alpha, beta)``.
     """
-    d = P.integer("d", d, min=1)
-    T = P.integer("T", T, min=3)
+    d = params.integer("d", d, min=1)
+    T = params.integer("T", T, min=3)
     mo = _mom(law, scale, d)
     N = T - 2
     return N * mo.m6 + (d - 1) * harmonic(N) * mo.m24, N * mo.m4
@@ -153,8 +153,8 @@ def masked_full_one_c_star(d: int, T: int) -> float:
 
     .. math:: c^* = \frac{T-2}{(T-2) + (d-1) H_{T-2}} .
     """
-    N = P.integer("T", T, min=3) - 2
-    return N / (N + (P.integer("d", d, min=1) - 1) * harmonic(N))
+    N = params.integer("T", T, min=3) - 2
+    return N / (N + (params.integer("d", d, min=1) - 1) * harmonic(N))
 
 
 def limits(a0: float, b0: float, c: float) -> tuple[float, float]:
@@ -163,12 +163,12 @@ def limits(a0: float, b0: float, c: float) -> tuple[float, float]:
     The factor of larger modulus never crosses zero, so it keeps its sign; the other one ends with
     the same sign (c > 0). Excluded: a0^2 = b0^2 with a0 b0 <= 0 (the flow stays on a^2 = b^2, ab <= 0).
     """
-    a0 = P.real("a0", a0)
-    b0 = P.real("b0", b0)
-    c = P.real("c", c, min=0, min_open=True)
+    a0 = params.real("a0", a0)
+    b0 = params.real("b0", b0)
+    c = params.real("c", c, min=0, min_open=True)
     delta = a0**2 - b0**2
     if delta == 0 and a0 * b0 <= 0:
-        raise P.ParameterError("a0", f"a0^2 = b0^2 with a0*b0 <= 0 never reaches ab = c*; got a0={a0}, b0={b0}")
+        raise params.ParameterError("a0", f"a0^2 = b0^2 with a0*b0 <= 0 never reaches ab = c*; got a0={a0}, b0={b0}")
     root = math.sqrt(delta**2 + 4 * c**2)
     a_abs = math.sqrt((root + delta) / 2)
     b_abs = math.sqrt((root - delta) / 2)
@@ -178,8 +178,8 @@ def limits(a0: float, b0: float, c: float) -> tuple[float, float]:
 
 def reduced_gd(a0: float, b0: float, lr: float, epochs: int, alpha: float, beta: float):
     """Forward Euler on the reduced system = population GD with the same lr: arrays a, b, ab (epochs+1)."""
-    lr = P.real("lr", lr, min=0, min_open=True)
-    epochs = P.integer("epochs", epochs, min=0)
+    lr = params.real("lr", lr, min=0, min_open=True)
+    epochs = params.integer("epochs", epochs, min=0)
     a = np.empty(epochs + 1)
     b = np.empty(epochs + 1)
     a[0], b[0] = a0, b0
@@ -255,7 +255,7 @@ def check_stability(lr: float, alpha: float, beta: float, a0: float, b0: float) 
         s = stability_number(lr, alpha, a, b)
         if not s < 2:
             bound = 2 / (alpha * (a**2 + b**2))
-            raise P.ParameterError(
+            raise params.ParameterError(
                 "lr",
                 f"lr = {lr:g} violates the stability bound lr*alpha*(a^2+b^2) < 2 at (a, b) = ({a:.4g}, {b:.4g}) "
                 f"(alpha = {alpha:.6g}); GD would diverge. Use lr < {bound:.3g}.",
@@ -274,9 +274,9 @@ def offdiag_gradient(law, scale: float, d: int, T: int, a: float, b: float) -> t
     Returns:
         ``(dL/dW_PV[j, k], dL/dW_KQ[d+j, k])``.
     """
-    d = P.integer("d", d, min=2)
+    d = params.integer("d", d, min=2)
     mo = _mom(law, scale, d)
-    N = P.integer("T", T, min=3) - 2
+    N = params.integer("T", T, min=3) - 2
     H, H2 = harmonic(N), harmonic(N, 2)
     g_pv = a**2 * b * H * mo.c33
     g_kq = a * b**2 * (H * (mo.c33 + mo.c15) + H2 * (d - 2) * mo.c132) - b * H * mo.c13
@@ -338,9 +338,9 @@ def equivariant_gd(a0: float, b0: float, lr: float, epochs: int, G, h, d: int, m
     ``masked=True`` keeps a' = b' = 0 (the clip option); with :math:`G_{11}=d\alpha`, :math:`h_1=d\beta` this is
     :func:`reduced_gd`. Args: G (4, 4) and h (4,) the real moments of the loss. Returns (epochs+1, 4) rows
     (a, a', b, b')."""
-    lr = P.real("lr", lr, min=0, min_open=True)
-    epochs = P.integer("epochs", epochs, min=0)
-    d = P.integer("d", d, min=2)
+    lr = params.real("lr", lr, min=0, min_open=True)
+    epochs = params.integer("epochs", epochs, min=0)
+    d = params.integer("d", d, min=2)
     G, h = np.asarray(G, float), np.asarray(h, float)
     x = np.empty((epochs + 1, 4))
     x[0] = a0, 0.0, b0, 0.0

@@ -1,7 +1,7 @@
 r"""The mesa training epoch (AR loss and its gradients) in torch without autograd, on any device.
 
 The same computation as the fused CPU kernel (:func:`companion.mesa.model.loss_grad_fast`,
-:mod:`companion.mesa.kernels`), written as batched torch products over sequences and positions, so that it
+:mod:`companion.mesa.lanes.host`), written as batched torch products over sequences and positions, so that it
 runs on a GPU (``device="cuda"``) as well as on the CPU. The mathematics is that of
 :mod:`companion.mesa.lanes` (notation there): the prefix sum :math:`S_t = \sum_{i \le t} e_i e_i^H` of the
 embedded tokens is geometric in t and drops out in closed form, so no position loop and no cumulative sum
@@ -72,7 +72,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from companion import params as P
+from companion import params
 from companion.devices import check_device
 
 __all__ = ["DEFAULT_CHUNK", "check_device", "Epoch", "loss_grad"]
@@ -90,9 +90,9 @@ def _normalised(weights, m: int) -> np.ndarray:
     try:
         w = np.asarray(weights, dtype=float)
     except (TypeError, ValueError):
-        raise P.ParameterError("weights", f"must be {m} real numbers; got {type(weights).__name__}") from None
-    P.require(w.shape == (m,), "weights", f"must have shape ({m},), one per sequence; got {w.shape}")
-    P.require(bool(np.isfinite(w).all() and (w >= 0).all() and w.sum() > 0), "weights",
+        raise params.ParameterError("weights", f"must be {m} real numbers; got {type(weights).__name__}") from None
+    params.require(w.shape == (m,), "weights", f"must have shape ({m},), one per sequence; got {w.shape}")
+    params.require(bool(np.isfinite(w).all() and (w >= 0).all() and w.sum() > 0), "weights",
               "must be finite and >= 0 with a positive sum")
     return w / w.sum()
 
@@ -137,16 +137,16 @@ class Epoch:
     def __init__(self, theta, x1, positions, dtype: torch.dtype = torch.complex128, device="cpu",
                  chunk: int = DEFAULT_CHUNK):
         if dtype not in (torch.complex64, torch.complex128):
-            raise P.ParameterError("dtype", f"must be torch.complex64 or torch.complex128; got {dtype}")
+            raise params.ParameterError("dtype", f"must be torch.complex64 or torch.complex128; got {dtype}")
         self.device = check_device(device)
         self.dtype = dtype
-        chunk = P.integer("chunk", chunk, min=1)
+        chunk = params.integer("chunk", chunk, min=1)
         theta = np.asarray(theta, dtype=float)
         x1 = np.asarray(x1.numpy() if isinstance(x1, torch.Tensor) else x1, dtype=complex)
-        P.require(theta.ndim == 2 and x1.shape == theta.shape, "x1",
+        params.require(theta.ndim == 2 and x1.shape == theta.shape, "x1",
                   f"must have the shape of theta {theta.shape}; got {x1.shape}")
         pos = np.atleast_1d(np.asarray(positions, dtype=np.int64))
-        P.require(pos.ndim == 1 and pos.size > 0 and int(pos.min()) >= 2, "positions",
+        params.require(pos.ndim == 1 and pos.size > 0 and int(pos.min()) >= 2, "positions",
                   f"must be prediction positions t >= 2; got {pos.tolist()}")
         self.m, self.d = theta.shape
         self.positions = pos
@@ -183,9 +183,9 @@ class Epoch:
         W_KQ = torch.as_tensor(W_KQ).to(device=dev, dtype=cdt)
         W_PV = torch.as_tensor(W_PV).to(device=dev, dtype=cdt)
         if tuple(W_KQ.shape) != (2 * d, 2 * d):
-            raise P.ParameterError("W_KQ", f"must have shape ({2 * d}, {2 * d}); got {tuple(W_KQ.shape)}")
+            raise params.ParameterError("W_KQ", f"must have shape ({2 * d}, {2 * d}); got {tuple(W_KQ.shape)}")
         if tuple(W_PV.shape) != (d, 2 * d):
-            raise P.ParameterError("W_PV", f"must have shape ({d}, {2 * d}); got {tuple(W_PV.shape)}")
+            raise params.ParameterError("W_PV", f"must have shape ({d}, {2 * d}); got {tuple(W_PV.shape)}")
         wn = torch.as_tensor(_normalised(weights, self.m), device=dev)
         per_seq = torch.empty(self.m, dtype=torch.float64, device=dev)
         gA = torch.zeros(2 * d, 2 * d, dtype=torch.complex128, device=dev)
@@ -276,7 +276,7 @@ def loss_grad(data, W_KQ, W_PV, weights=None, positions=None, device="cpu", chun
     T = data.T
     pos = np.arange(2, T) if positions is None else np.atleast_1d(np.asarray(positions, dtype=np.int64))
     if pos.size == 0 or int(pos.min()) < 2 or int(pos.max()) > T - 1:
-        raise P.ParameterError("positions", f"prediction positions must lie in [2, {T - 1}]; got {pos.tolist()}")
+        raise params.ParameterError("positions", f"prediction positions must lie in [2, {T - 1}]; got {pos.tolist()}")
     key = ("torch_epoch", str(dev), tuple(int(t) for t in pos), int(chunk))
     ep = data._tables.get(key)
     if ep is None:

@@ -20,11 +20,12 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import torch
 
-from companion import params as P
+from companion import params
 from companion.cache import cache_dir as _cache_dir
 from companion.cache import import_closure as _import_closure
-from companion.mesa import kernels, theory, torch_epoch
+from companion.mesa import theory, torch_epoch
 from companion.mesa.data import ARData, check_law, generate
+from companion.mesa.lanes import host
 from companion.mesa.model import loss_fast, loss_grad_fast, ratio_entries
 from companion.params import TrainingDiverged  # re-exported: companion.mesa.train.TrainingDiverged
 from companion.seeds import MESA_INIT, MESA_TEST_DATA, MESA_TRAIN_DATA
@@ -70,24 +71,24 @@ class RunConfig:
     def validated(self) -> RunConfig:
         law = check_law(self.law)
         if callable(law):
-            raise P.ParameterError("law", "run() needs a registered law name (register_law) for caching")
-        P.integer("d", self.d, min=1)
-        P.integer("T", self.T, min=3)
-        P.integer("m", self.m, min=1)
-        P.real("scale", self.scale, min=0, min_open=True)
-        P.real("a0", self.a0)
-        P.real("b0", self.b0)
-        P.real("lr", self.lr, min=0, min_open=True)
-        P.integer("epochs", self.epochs, min=0)
-        P.integer("seed", self.seed, min=0)
-        P.boolean("mask", self.mask)
-        P.choice("init", self.init, ["diagonal", "gaussian"])
-        P.real("sigma_w", self.sigma_w, min=0, min_open=True)
-        P.integer("m_test", self.m_test, min=1)
-        P.integer("test_every", self.test_every, min=1)
-        P.choice("dtype", self.dtype, ["complex64", "complex128"])
-        P.integer("chunk", self.chunk, min=1)
-        P.boolean("check_lr", self.check_lr)
+            raise params.ParameterError("law", "run() needs a registered law name (register_law) for caching")
+        params.integer("d", self.d, min=1)
+        params.integer("T", self.T, min=3)
+        params.integer("m", self.m, min=1)
+        params.real("scale", self.scale, min=0, min_open=True)
+        params.real("a0", self.a0)
+        params.real("b0", self.b0)
+        params.real("lr", self.lr, min=0, min_open=True)
+        params.integer("epochs", self.epochs, min=0)
+        params.integer("seed", self.seed, min=0)
+        params.boolean("mask", self.mask)
+        params.choice("init", self.init, ["diagonal", "gaussian"])
+        params.real("sigma_w", self.sigma_w, min=0, min_open=True)
+        params.integer("m_test", self.m_test, min=1)
+        params.integer("test_every", self.test_every, min=1)
+        params.choice("dtype", self.dtype, ["complex64", "complex128"])
+        params.integer("chunk", self.chunk, min=1)
+        params.boolean("check_lr", self.check_lr)
         torch_epoch.check_device(self.device)
         return self
 
@@ -117,18 +118,18 @@ class TrainResult:
 
 def init_diagonal(d: int, a0: float, b0: float, dtype=torch.complex64):
     """Assumption 3.1: W_KQ = [[0, 0], [a0 I, 0]], W_PV = [b0 I, 0]."""
-    d = P.integer("d", d, min=1)
+    d = params.integer("d", d, min=1)
     W_KQ = torch.zeros(2 * d, 2 * d, dtype=dtype)
     W_PV = torch.zeros(d, 2 * d, dtype=dtype)
-    W_KQ[d:, :d] = P.real("a0", a0) * torch.eye(d, dtype=dtype)
-    W_PV[:, :d] = P.real("b0", b0) * torch.eye(d, dtype=dtype)
+    W_KQ[d:, :d] = params.real("a0", a0) * torch.eye(d, dtype=dtype)
+    W_PV[:, :d] = params.real("b0", b0) * torch.eye(d, dtype=dtype)
     return W_KQ, W_PV
 
 
 def init_gaussian(d: int, sigma_w: float, rng: np.random.Generator, dtype=torch.complex64):
     """Standard Gaussian init: every entry real N(0, sigma_w^2) (zero imaginary part)."""
-    d = P.integer("d", d, min=1)
-    s = P.real("sigma_w", sigma_w, min=0, min_open=True)
+    d = params.integer("d", d, min=1)
+    s = params.real("sigma_w", sigma_w, min=0, min_open=True)
     W_KQ = torch.from_numpy(s * rng.standard_normal((2 * d, 2 * d))).to(dtype)
     W_PV = torch.from_numpy(s * rng.standard_normal((d, 2 * d))).to(dtype)
     return W_KQ, W_PV
@@ -224,12 +225,12 @@ def train(cfg: RunConfig) -> TrainResult:
     old = torch.get_num_threads()
     n = kernel_threads()  # torch and the fused kernel
     torch.set_num_threads(n)
-    old_k = kernels.set_threads(n)
+    old_k = host.set_threads(n)
     try:
         return _train(cfg)
     finally:
         torch.set_num_threads(old)
-        kernels.set_threads(old_k)
+        host.set_threads(old_k)
 
 
 def _train(cfg: RunConfig) -> TrainResult:
@@ -365,7 +366,7 @@ def run(**kwargs) -> TrainResult:
         name = sorted(bad)[0]
 
         close = difflib.get_close_matches(name, list(RunConfig.__dataclass_fields__), n=1)
-        raise P.ParameterError(name, "unknown run option" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        raise params.ParameterError(name, "unknown run option" + (f" (did you mean {close[0]!r}?)" if close else ""))
     cfg = RunConfig(**kwargs).validated()
     t0 = time.perf_counter()
     loc = cache_dir()

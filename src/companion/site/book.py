@@ -47,11 +47,11 @@ from pathlib import Path
 import nbformat
 import yaml
 
-from companion.mesa import kernels
+from companion.mesa.lanes import host
 
 from .. import cache as run_cache
 from .. import notebooks as nbs
-from ..mesa.paper import paper_runs, warm_run_cache
+from ..mesa.results.plan import paper_runs, warm_run_cache
 from ..paths import repo_root
 from ..registry import all_results
 from ..report import RESULTS_URL, counts, dashboard_markdown, glance_markdown
@@ -186,7 +186,7 @@ def pre_execute(root: Path, jobs: int = 2, warm_mesa: bool = True) -> dict[str, 
     ``jobs`` at a time (slowest first), into the cache. Returns page -> seconds of the pages executed.
 
     With ``warm_mesa``, when a mesa notebook is to run, every paper-scale training run of the mesa
-    notebooks (:func:`companion.mesa.paper.paper_runs`) is computed into the run cache first, ``jobs`` at a
+    notebooks (:func:`companion.mesa.results.plan.paper_runs`) is computed into the run cache first, ``jobs`` at a
     time: the notebooks share runs, and two of them side by side would train a shared run twice.
 
     Only in ``execute_notebooks: cache`` mode (``_config.yml``), whose per-cell ``timeout`` it uses."""
@@ -612,7 +612,7 @@ def _execute_pages(root: Path, force: bool) -> None:
         forget_read_pages(root)
         print("companion book: a notebook swept by the Sweeps page changed; re-executing that page")
     # compile the fused mesa kernels once, before the notebooks (cached on disk; a no-op after)
-    print(f"companion book: mesa kernels ready in {kernels.warm_up():.1f} s", flush=True)
+    print(f"companion book: mesa kernels ready in {host.warm_up():.1f} s", flush=True)
     t0 = time.perf_counter()
     executed = pre_execute(root, jobs=min(2, available_cores()))
     if executed:

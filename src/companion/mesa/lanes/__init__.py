@@ -9,10 +9,12 @@ The package, read top down:
 * :mod:`~companion.mesa.lanes.dsl`: the translator of those statements into LLVM IR;
 * :mod:`~companion.mesa.lanes.driver`: the exported loops over blocks and positions, and the whole module;
 * :mod:`~companion.mesa.lanes.jit`: compilation for the host CPU and the on-disk cache of the object code;
+* :mod:`~companion.mesa.lanes.host`: the host side: the position tables, the threads, and the sweep over the
+  blocks of sequences that calls the compiled code (what :mod:`companion.mesa.model` calls);
 * :mod:`~companion.mesa.lanes.reference`: a plain NumPy interpreter of the same equations (float64, one
   sequence and one position at a time), against which the tests check the compiled kernel.
 
-:func:`companion.mesa.kernels.sweep` spreads the blocks of 16 sequences over threads and calls the
+:func:`companion.mesa.lanes.host.sweep` spreads the blocks of 16 sequences over threads and calls the
 compiled function on each thread's range.
 
 **The mathematics.**
@@ -118,19 +120,19 @@ float64 (one slot per block, summed by the caller, so the result does not depend
 
 **Why lanes.**
 
-The numba kernel this package replaced vectorised along the positions t of one sequence: about 120
+A kernel vectorised along the positions t of one sequence (a numba kernel, measured) runs about 120
 short vector loops per sequence (N = 98 positions at T = 100), each paying a set-up, a horizontal sum and a
-remainder. At N = 2 a paper-size epoch still took 13 of 47 ms there. Here the vector runs across 16 sequences
+remainder; at N = 2 a paper-size epoch still takes 13 of 47 ms there. Here the vector runs across 16 sequences
 instead: every per-position quantity above is one ``<16 x float>`` value, the loops over coordinates are
 unrolled when the code is generated (one kernel per d), and nothing is left for an auto-vectoriser to guess.
 numba could not be made to vectorise that body (written as a loop over the lanes, LLVM gave up on the
 run-time alias checks, even with numba's ``noalias`` flag), so this package writes the LLVM IR itself and
 compiles it with llvmlite (numba's own LLVM) for the host CPU: about a second per d and dtype, against 8 s
-for the numba kernel it replaced.
+for the numba kernel.
 
-What the generated code does to keep its values in registers (measured on this machine's AVX-512 core, 32
-vector registers: a paper-size loss-and-gradient sweep 41 ms in the numba kernel, 31 ms in the first version
-of this one, 24 ms now; the loss alone 26, 18 and 13 ms):
+What the generated code does to keep its values in registers (measured on an AVX-512 core, 32 vector
+registers: a paper-size loss-and-gradient sweep 41 ms in the numba kernel, 31 ms in this one without the three
+measures below, 24 ms with them; the loss alone 26, 18 and 13 ms):
 
 * every function is ``noinline`` (one call per position costs nothing; inlined, LLVM hoisted the sequence's
   rows out of the position loop and spilled them);

@@ -2,7 +2,7 @@
 positions, calling the generated bodies, and :func:`module_ir`, the whole LLVM module for one d and dtype.
 
 ``lanes_sweep(b0, b1, N, mode, TB, SQ, tpos, irho, W, WL, LS, GO, PR, ACC)`` runs blocks ``b0 .. b1-1``
-(:func:`companion.mesa.kernels.sweep` gives each thread its own contiguous range and its own scratch
+(:func:`companion.mesa.lanes.host.sweep` gives each thread its own contiguous range and its own scratch
 ``ACC``). Per block:
 
 1. ``maps``: the per-sequence maps C and R_v into ACC; the lanes' loss set to 0 (and, in mode 1, the

@@ -171,7 +171,7 @@ def sweep(theta, x1, positions, W_KQ, W_PV, wn) -> tuple[np.ndarray, np.ndarray,
         The weights.
     wn : (m,) array
         The sequences' weights in the loss (normalised by the caller, as for
-        :func:`companion.mesa.kernels.sweep`).
+        :func:`companion.mesa.lanes.host.sweep`).
 
     Returns
     -------

@@ -1,10 +1,13 @@
 """The numbered results of the mesa paper, one module each: where each result is checked.
 
-Each module ``companion.mesa.results.<name>`` holds what the notebook of its result computes and checks (its
-evidence functions, its figure functions, the bookkeeping of its replicates and tables), its ``CLAIMS``
-manifest (:class:`companion.claims.ClaimSpec`) and its ``RESULT`` (:class:`companion.claims.ResultSpec`).
-Evidence several results share lives one layer down, in :mod:`companion.mesa.evidence` and
-:mod:`companion.mesa.stability`; a result may import those and :mod:`companion.mesa.paper`, never another result.
+Each module ``companion.mesa.results.<name>`` holds what the notebook of its result computes and checks: the
+design of its runs (``design``: every run the page trains, with its sizes, seeds, step sizes and replicate sets,
+written once; ``paper_runs`` is that design at the paper's settings), its evidence functions (typed records), its
+figure functions, its ``CLAIMS`` manifest (:class:`companion.claims.ClaimSpec`) and its ``RESULT``
+(:class:`companion.claims.ResultSpec`). Evidence several results share lives one layer down, in
+:mod:`companion.mesa.evidence` and :mod:`companion.mesa.stability`; a result may import those and
+:mod:`companion.mesa.paper` (the paper's settings), never another result. :mod:`companion.mesa.results.plan`, which
+is no result, collects every result's ``paper_runs`` into the plan of the paper-scale runs.
 
 :data:`MODULES` lists them in book order; :func:`results` imports them lazily (importing one result does not
 import the others).

@@ -4,6 +4,8 @@ the reduced system, :prf:ref:`mesa-prop-stability`).
 
 What the page checks, and where:
 
+* the runs of the page: Fig. 5, the diagonal inits, the contraction-rate replicates and the divergence
+  demonstration (:func:`design`);
 * from a standard Gaussian init, the trained mean :math:`a_jb_j` against the per-coordinate population GD and
   the paired test loss against a diagonal init (:func:`fig5_evidence`), and what the initial off-manifold
   entries keep and cost, family by family (:func:`fig5_offmanifold`, a measurement);
@@ -11,36 +13,39 @@ What the page checks, and where:
   (:func:`init_evidence`);
 * the Table-1 step sizes against the stability bound of the reduced system (:func:`table1_stability`), the
   divergence beyond it (:func:`divergence_check`) and, below it, the forward-Euler contraction multiplier of the
-  trained transformer against the gradient flow's (:func:`euler_rate`, the page's headline);
+  trained transformer against the gradient flow's (:func:`euler_rate`, the page's headline; the experiment:
+  :func:`euler_rate_design`);
 * Fig. 5 (:func:`fig5_heatmaps`), the (a, b) paths (:func:`init_paths`) and the step sizes (:func:`table1_steps`).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from companion import stats as S
+from companion import params, stats
 from companion.claims import ClaimSpec, ResultSpec
 from companion.mesa import paper
 from companion.mesa import theory as th
 from companion.mesa.analysis import manifold_part, radial_losses, test_data, weights
 from companion.mesa.empirical import jackknife_ab
-from companion.mesa.evidence import ROUNDOFF32, ab_evidence, offmanifold_floor, offmanifold_words, replicate_kwargs
+from companion.mesa.evidence import ROUNDOFF32, AbEvidence, Replicates, ab_evidence, offmanifold_floor, offmanifold_words
 from companion.mesa.figures import init_label, plain_log_ticks
 from companion.mesa.results import number_tag
-from companion.mesa.stability import euler_rate_design, reduced_stability
+from companion.mesa.stability import ReducedBound, reduced_stability
 from companion.mesa.train import TrainingDiverged, run
 from companion.plotting import COLORS, legend_outside, new_figure
 
 from ...text import tex_number
 
-__all__ = ["CLAIMS", "RESULT", "tag", "manifest", "fig5_evidence", "OFF_FAMILIES", "fig5_offmanifold",
-           "family_words", "init_evidence",
-           "table1_stability", "euler_rate", "divergence_check", "record_fig5", "record_inits", "record_stability",
-           "record_euler_rate", "record_divergence", "fig5_heatmaps", "init_paths", "table1_steps"]
+__all__ = ["CLAIMS", "RESULT", "tag", "manifest", "RATE_WINDOW", "RateDesign", "euler_rate_design", "Design", "design",
+           "paper_design", "paper_runs", "FamilyCost", "Fig5Row", "fig5_evidence", "OFF_FAMILIES", "fig5_offmanifold",
+           "family_words", "InitRow", "init_evidence", "Table1Row", "table1_stability", "EulerRate", "euler_rate",
+           "Divergence", "divergence_check", "record_fig5", "record_inits", "record_stability", "record_euler_rate",
+           "record_divergence", "fig5_heatmaps", "init_paths", "table1_steps"]
 
 _EQUAL_FACTORS = r"no conserved $a^2 - b^2$ (equal factors $a = b = \sqrt{ab}$)"
 _FLOW = r"gradient flow for the same time: multiplier $e^{-\eta\alpha(a^2 + b^2)}$"
@@ -51,7 +56,8 @@ CLAIMS = (
     ClaimSpec("fig5_ab_{sw}", "statistical", "trained", prediction="companion.mesa.evidence.population_ab",
               falsifier=r"the $T\to\infty$ constant $m_4/m_6$ ($m_{24} > 0$) or independent coordinates "
                         r"($m_{24} = m_2 m_4$)"),
-    ClaimSpec("fig5_same_loss_{sw}", "statistical", "trained",  # predicted 0: the same loss as the diagonal init
+    # predicted 0: the same limit, so the same population loss as the diagonal init
+    ClaimSpec("fig5_same_loss_{sw}", "statistical", "trained", prediction="companion.mesa.theory.population_loss",
               falsifier=_NO_MESA),
     ClaimSpec("init_a_{a0}_{b0}", "statistical", "trained", prediction="companion.mesa.theory.reduced_gd",
               falsifier=_EQUAL_FACTORS),
@@ -60,7 +66,7 @@ CLAIMS = (
     ClaimSpec("table1_stable", "bound", "closed_form", prediction="companion.mesa.results.appendix.table1_stability"),
     ClaimSpec("lr_stable", "bound", "closed_form", prediction="companion.mesa.stability.reduced_stability"),
     ClaimSpec("euler_rate", "statistical", "trained", headline=True,
-              prediction="companion.mesa.stability.euler_rate_design",
+              prediction="companion.mesa.results.appendix.euler_rate_design",
               falsifier=_FLOW),
     ClaimSpec("unstable_diverges", "qualitative", "trained", prediction="companion.mesa.stability.reduced_stability",
               falsifier=_NOT_SHARP),
@@ -81,29 +87,183 @@ def manifest(fig5: dict, init_rows: dict) -> list[str]:
     return ids + ["table1_stable", "lr_stable", "euler_rate", "unstable_diverges"]
 
 
-def fig5_evidence(sigma_ws, epochs_fig5: int, stats, **common) -> tuple[dict, dict]:
-    """Fig. 5: runs from a standard Gaussian init per ``sigma_w``, against a diagonal-init reference (0.5, 1.5) on
-    the same data. Per sigma_w: the run ``r``, the evidence on mean a_j b_j
+#: the contraction-rate experiment (:func:`euler_rate_design`): the window of deviations from c* in which the
+#: multiplier is read, relative to c* (below the upper end the linear regime holds to about 1 %; above the lower
+#: end the deviation is 1e3 times the complex64 round-off of ab)
+RATE_WINDOW = (1e-4, 1e-2)
+
+
+def _window(dev, lo: float, hi: float) -> tuple[int, int]:
+    """The first epoch with ``dev <= hi`` and the last epoch before ``dev < lo`` (``(k1, k2)``; ``k2 <= k1`` when
+    the window holds fewer than two epochs)."""
+    inside, below = dev <= hi, dev < lo
+    if not inside.any() or not below.any():
+        return 0, -1
+    return int(inside.argmax()), int(below.argmax()) - 1
+
+
+@dataclass(frozen=True)
+class RateDesign:
+    r"""The contraction-rate experiment (:func:`euler_rate_design`): the step ``lr``, :math:`x=\eta\alpha(a_\infty^2+
+    b_\infty^2)` (``x``), ``cstar``, the init ``a0``, the epochs of the population GD's window (``k1``, ``k2``) and
+    the flow's (``f1``, ``f2``), the ``epochs`` to train, the population-GD multiplier ``predicted`` and the flow's
+    ``falsifier_value`` (NaN where a window holds fewer than two epochs), and their linear values ``euler`` =
+    1 - x and ``flow`` = exp(-x)."""
+
+    lr: float
+    x: float
+    cstar: float
+    a0: float
+    k1: int
+    k2: int
+    f1: int
+    f2: int
+    epochs: int
+    predicted: float
+    falsifier_value: float
+    euler: float
+    flow: float
+
+
+def euler_rate_design(law, scale: float, d: int, T: int, kappa: float, a0: float = 1.2,
+                      window: tuple[float, float] = RATE_WINDOW) -> RateDesign:
+    r"""The contraction-rate experiment of the stability proposition (:prf:ref:`mesa-prop-stability`): GD from the
+    diagonal init :math:`(a_0 I, a_0 I)` at the step :math:`\eta=\kappa\,\eta_{\max}` (``kappa`` times the largest
+    stable step of the reduced system, :func:`reduced_stability`), near the limit :math:`(a_\infty, b_\infty)`.
+
+    Linearised at the limit, the deviation :math:`e_k=a_kb_k-c^*` of forward Euler contracts by
+    :math:`\lambda=1-x` per epoch, :math:`x=\eta\,\alpha\,(a_\infty^2+b_\infty^2)`; gradient flow run for the same time
+    contracts by :math:`e^{-x}`. The multiplier is read as :math:`|e_{k_2}/e_{k_1}|^{1/(k_2-k_1)}` over the epochs
+    whose population deviation lies in ``window`` (relative to :math:`c^*`, :data:`RATE_WINDOW`), on the population GD
+    (``predicted``, nonlinear terms included) and on the gradient flow sampled at :math:`\tau=\eta k` over its own
+    window (``falsifier_value``). ``epochs`` = :math:`2k_2+2`, so a run ends with its deviation squared below
+    the window (its own limit). Returns the :class:`RateDesign`."""
+    al, be = th.alpha_beta(law, scale, d, T)
+    cst = be / al
+    lr = params.real("kappa", kappa, min=0, max=1, min_open=True, max_open=True) * reduced_stability(
+        law, scale, d, T, 1.0, [(a0, a0)]).lr_max
+    a_inf, b_inf = th.limits(a0, a0, cst)
+    x = lr * al * (a_inf**2 + b_inf**2)
+    lo, hi = window
+    K = int(min(10**5, 10 + 3 * math.log(lo * cst / max(abs(a0 * a0 - cst), 1e-300)) / math.log(max(abs(1 - x), math.exp(-x)))))
+    _, _, pc = th.reduced_gd(a0, a0, lr, max(K, 10), al, be)
+    k1, k2 = _window(abs(pc - cst) / cst, lo, hi)
+    tau = lr * np.arange(max(K, 10) + 1)
+    _, _, fc = th.gradient_flow(a0, a0, tau, al, be)
+    f1, f2 = _window(abs(fc - cst) / cst, lo, hi)
+    dev, fdev = abs(pc - cst), abs(fc - cst)
+    pred = float((dev[k2] / dev[k1]) ** (1 / (k2 - k1))) if k2 > k1 else math.nan
+    fal = float((fdev[f2] / fdev[f1]) ** (1 / (f2 - f1))) if f2 > f1 else math.nan
+    return RateDesign(lr=lr, x=x, cstar=cst, a0=a0, k1=k1, k2=k2, f1=f1, f2=f2, epochs=2 * max(k2, 1) + 2,
+                      predicted=pred, falsifier_value=fal, euler=1 - x, flow=math.exp(-x))
+
+
+@dataclass(frozen=True)
+class Design:
+    """Every training run of the page (:func:`design`), as keyword arguments of :func:`companion.mesa.train.run`: the
+    diagonal-init reference of Fig. 5 (``fig5_reference``) and the runs from a Gaussian init per sigma_w (``fig5``);
+    the runs from every diagonal init (``inits``); the contraction-rate experiment (``rate``,
+    :func:`euler_rate_design`) with its replicate training sets (``rate_replicates``, None when its window holds
+    fewer than two epochs); and the divergence demonstration (``divergence``, at ``factor`` times the largest stable
+    step ``lr_crit`` of the reduced system; None when not asked for), which is not among ``runs``: it diverges."""
+
+    fig5_reference: dict
+    fig5: dict
+    inits: dict
+    rate: RateDesign
+    rate_replicates: Replicates | None
+    divergence: dict | None
+    lr_crit: float
+
+    def runs(self) -> list[dict]:
+        """Every run of the page that trains to its last epoch."""
+        rate = self.rate_replicates.runs() if self.rate_replicates is not None else []
+        return [self.fig5_reference, *self.fig5.values(), *self.inits.values(), *rate]
+
+
+def design(sigma_ws, epochs_fig5: int, inits, lr: float, d: int, T: int, m: int, m_test: int, epochs: int, seed: int,
+           m_rate: int, n_rate: int, kappa: float, m_div: int | None = None, a0_rate: float = 1.2,
+           factor: float = 1.5, epochs_div: int = 60) -> Design:
+    """The runs of the page. Fig. 5: the Gaussian law at sigma = 1 with step ``lr`` for ``epochs_fig5`` epochs from a
+    standard Gaussian init of each ``sigma_ws`` and from the diagonal init (0.5, 1.5) (the reference on the same
+    data); every diagonal init of ``inits`` for ``epochs`` epochs; the contraction rate: the sparse law at c = 1 from
+    ``(a0_rate I, a0_rate I)`` at ``kappa`` times the reduced bound (:func:`euler_rate_design`), ``n_rate`` replicate
+    training sets at ``m_rate`` and ``m_rate/4``; with ``m_div``, the divergence demonstration: the same law and init
+    on ``m_div`` sequences at ``factor`` times the largest stable step of the reduced system, ``epochs_div`` epochs."""
+    common = dict(law="gaussian", scale=1.0, d=d, T=T, m=m, m_test=m_test, seed=seed, lr=lr)
+    rate = euler_rate_design("sparse", 1.0, d, T, kappa, a0=a0_rate)
+    reps = (Replicates("sparse", 1.0, d, T, rate.a0, rate.a0, rate.lr, rate.epochs, m_rate, n_rate, seed)
+            if rate.k2 > rate.k1 else None)
+    lr_crit = reduced_stability("sparse", 1.0, d, T, 1.0, [(a0_rate, a0_rate)]).lr_max
+    div = None if m_div is None else dict(law="sparse", scale=1.0, a0=a0_rate, b0=a0_rate, lr=factor * lr_crit,
+                                          epochs=epochs_div, d=d, T=T, m=m_div, m_test=10, seed=seed, check_lr=False)
+    return Design(fig5_reference=dict(a0=0.5, b0=1.5, epochs=epochs_fig5, **common),
+                  fig5={sw: dict(init="gaussian", sigma_w=sw, epochs=epochs_fig5, **common) for sw in sigma_ws},
+                  inits={(a0, b0): dict(a0=a0, b0=b0, epochs=epochs, **common) for a0, b0 in inits},
+                  rate=rate, rate_replicates=reps, divergence=div, lr_crit=lr_crit)
+
+
+def paper_design() -> Design:
+    """:func:`design` at the paper's settings (:mod:`companion.mesa.paper`, the page's defaults), without the
+    divergence demonstration (it diverges: there is nothing to compute in advance)."""
+    return design(paper.FIG5["sigma_ws"], paper.FIG5["epochs"], paper.INITS + paper.APPENDIX_INITS, paper.FIG5["lr"],
+                  **paper.COMMON, m_rate=paper.RATE["m_rate"], n_rate=paper.RATE["n_rate"], kappa=paper.KAPPA)
+
+
+def paper_runs() -> list[dict]:
+    """Every run of the page at the paper's settings (:func:`paper_design`)."""
+    return paper_design().runs()
+
+
+@dataclass(frozen=True)
+class FamilyCost:
+    """What a Fig. 5 run keeps of one family of its initial off-manifold entries (``kept``, NaN for a family that
+    was zero at the init) and what removing the family changes in its test loss (``cost`` with ``cost_se``)."""
+
+    kept: float
+    cost: float
+    cost_se: float
+
+
+@dataclass(frozen=True)
+class Fig5Row:
+    """The evidence of one Fig. 5 run (:func:`fig5_evidence`): the run ``r``, its mean :math:`a_jb_j` against the
+    per-coordinate population GD (``ab``), the paired test-loss differences to the diagonal-init reference, on the
+    manifold (``dL``) and in full (``dL_full``), each (mean, SE), the falsifier's difference ``dL_f`` and what the
+    run kept of each family of its initial off-manifold entries (``kept``, :func:`fig5_offmanifold`)."""
+
+    r: object
+    ab: AbEvidence
+    kept: dict
+    dL: tuple[float, float]
+    dL_full: tuple[float, float]
+    dL_f: float
+
+
+def fig5_evidence(design: Design, batch_stats) -> tuple[dict, float]:
+    """Fig. 5: the runs of the ``design`` from a standard Gaussian init per ``sigma_w``, against the diagonal-init
+    reference (0.5, 1.5) on the same data. Per sigma_w a :class:`Fig5Row`: the run ``r``, the evidence on mean a_j b_j
     (:func:`companion.mesa.evidence.ab_evidence`), the paired test-loss difference ``dL`` (mean, SE) of the two runs'
     parts on the diagonal manifold (:func:`companion.mesa.analysis.manifold_part`: the model the theory's limit
     describes), the same difference ``dL_full`` of the full models (what the entries off the manifold still cost
     after the run), the falsifier's difference ``dL_f`` (the zero predictor) and what the run kept of its initial
     off-manifold entries (:func:`fig5_offmanifold`). Test losses with the radius of x_1 integrated
-    (:func:`companion.mesa.analysis.radial_losses`). Returns ``(fig5, extra)`` with ``extra`` holding ``L_zero``,
-    the zero predictor's loss."""
-    d, T = common["d"], common["T"]
-    ref = run(a0=0.5, b0=1.5, epochs=epochs_fig5, **common)
+    (:func:`companion.mesa.analysis.radial_losses`). Returns ``(fig5, L_zero)``, ``L_zero`` the zero predictor's
+    loss."""
+    d, T = design.fig5_reference["d"], design.fig5_reference["T"]
+    ref = run(**design.fig5_reference)
     td, sc = test_data(ref), ref.config["scale"]  # the runs share their test set (same seed)
     L_ref = radial_losses(td, *weights(ref), sc)
     L_ref_m = radial_losses(td, *manifold_part(*weights(ref)), sc)
     L_zero = d / 2 * (T - 2) * th.moments("gaussian", 1.0, d).m2
     fig5 = {}
-    for sw in sigma_ws:
-        r = run(init="gaussian", sigma_w=sw, epochs=epochs_fig5, **common)
-        fig5[sw] = dict(r=r, ab=ab_evidence(r, stats), kept=fig5_offmanifold(r),
-                        dL=S.mean_se(radial_losses(td, *manifold_part(*weights(r)), sc) - L_ref_m),
-                        dL_full=S.mean_se(radial_losses(td, *weights(r), sc) - L_ref), dL_f=L_zero - float(L_ref_m.mean()))
-    return fig5, dict(L_zero=L_zero)
+    for sw, kw in design.fig5.items():
+        r = run(**kw)
+        fig5[sw] = Fig5Row(r=r, ab=ab_evidence(r, batch_stats), kept=fig5_offmanifold(r),
+                           dL=stats.mean_se(radial_losses(td, *manifold_part(*weights(r)), sc) - L_ref_m),
+                           dL_full=stats.mean_se(radial_losses(td, *weights(r), sc) - L_ref),
+                           dL_f=L_zero - float(L_ref_m.mean()))
+    return fig5, L_zero
 
 
 #: the off-manifold families of :func:`fig5_offmanifold`, with a few words each (maths between dollars)
@@ -178,8 +338,8 @@ def fig5_offmanifold(r) -> dict:
     for fam in OFF_FAMILIES:
         rms0 = float(np.sqrt(np.mean(np.abs(entries(K0, P0, fam)) ** 2)))
         rms = float(np.sqrt(np.mean(np.abs(entries(K, Pv, fam)) ** 2)))
-        cost = S.mean_se(L - radial_losses(data, *removed(fam), sc))
-        out[fam] = dict(kept=rms / rms0 if rms0 > 0 else math.nan, cost=float(cost[0]), cost_se=float(cost[1]))
+        cost = stats.mean_se(L - radial_losses(data, *removed(fam), sc))
+        out[fam] = FamilyCost(kept=rms / rms0 if rms0 > 0 else math.nan, cost=float(cost[0]), cost_se=float(cost[1]))
     return out
 
 
@@ -187,76 +347,134 @@ def family_words(kept: dict) -> str:
     """One clause per family of :func:`fig5_offmanifold`: what it keeps of its initial size (or that it was zero at
     the init) and what it costs."""
     return "; ".join(f"{OFF_FAMILIES[f]} "
-                     + (f"keep {q['kept']:.0%} of their initial size" if math.isfinite(q["kept"]) else "were zero at the init")
-                     + f" and cost ${q['cost']:+.3g} \\pm {q['cost_se']:.2g}$" for f, q in kept.items())
+                     + (f"keep {q.kept:.0%} of their initial size" if math.isfinite(q.kept) else "were zero at the init")
+                     + f" and cost ${q.cost:+.3g} \\pm {q.cost_se:.2g}$" for f, q in kept.items())
 
 
-def init_evidence(inits, epochs: int, stats, al: float, be: float, **common) -> dict:
-    """Several diagonal inits: per init the run ``r``, the final mean diagonal (a, b) each as (measured, population
-    GD, jackknife SE of the restricted GD), the equal-factor falsifier ``f`` = sqrt of the population-GD ab, the
-    limit from the conserved a^2 - b^2 ``lim``, the jackknife degrees of freedom ``dof`` and ``off``: the final (a, b)
-    minus those of the restricted GD on the same training set (the off-manifold feedback of the run, a measured
-    systematic error: :func:`companion.mesa.evidence.offmanifold_residual`)."""
-    lr = common["lr"]
+@dataclass(frozen=True)
+class InitRow:
+    """The evidence of one diagonal-init run (:func:`init_evidence`): the run ``r``, its final mean diagonal ``a`` and
+    ``b`` each as (measured, population GD, jackknife SE of the restricted GD), the equal-factor falsifier ``f``,
+    the limit ``lim`` from the conserved :math:`a^2-b^2`, the jackknife degrees of freedom ``dof`` and the run's
+    off-manifold feedback on a and b (``off_a``, ``off_b``)."""
+
+    r: object
+    a: tuple[float, float, float]
+    b: tuple[float, float, float]
+    f: float
+    lim: tuple[float, float]
+    dof: int
+    off_a: float
+    off_b: float
+
+
+def init_evidence(design: Design, batch_stats, al: float, be: float) -> dict:
+    """Several diagonal inits (the runs of the ``design`` from every diagonal init): per init an :class:`InitRow`, the
+    run ``r``, the final
+    mean diagonal (a, b) each as (measured, population GD, jackknife SE of the restricted GD), the equal-factor
+    falsifier ``f`` = sqrt of the population-GD ab, the limit from the conserved a^2 - b^2 ``lim``, the jackknife
+    degrees of freedom ``dof`` and ``off``: the final (a, b) minus those of the restricted GD on the same training
+    set (the off-manifold feedback of the run, a measured systematic error:
+    :func:`companion.mesa.evidence.offmanifold_residual`)."""
     rows = {}
-    for a0, b0 in inits:
-        r = run(a0=a0, b0=b0, epochs=epochs, **common)
+    for (a0, b0), kw in design.inits.items():
+        lr, epochs = kw["lr"], kw["epochs"]
+        r = run(**kw)
         ap, bp, cp = th.reduced_gd(a0, b0, lr, epochs, al, be)
-        jk = jackknife_ab(a0, b0, lr, epochs, stats)
-        rows[a0, b0] = dict(r=r, a=(r.a_mean[-1], ap[-1], jk["se_a_mean"]), b=(r.b_mean[-1], bp[-1], jk["se_b_mean"]),
-                            f=float(np.sqrt(cp[-1])), lim=th.limits(a0, b0, be / al), dof=jk["dof"],
-                            off={"a": float(r.a_mean[-1] - jk["a"].mean()), "b": float(r.b_mean[-1] - jk["b"].mean())})
+        jk = jackknife_ab(a0, b0, lr, epochs, batch_stats)
+        rows[a0, b0] = InitRow(r=r, a=(r.a_mean[-1], ap[-1], jk["se_a_mean"]), b=(r.b_mean[-1], bp[-1], jk["se_b_mean"]),
+                               f=float(np.sqrt(cp[-1])), lim=th.limits(a0, b0, be / al), dof=jk["dof"],
+                               off_a=float(r.a_mean[-1] - jk["a"].mean()), off_b=float(r.b_mean[-1] - jk["b"].mean()))
     return rows
 
 
-def table1_stability(d: int, T: int) -> list[dict]:
-    """:func:`companion.mesa.stability.reduced_stability` of every Table-1 step size (:data:`companion.mesa.paper.TABLE1`, the paper's
-    inits) at (d, T): rows with law, s, lr, number, lr_max."""
-    return [dict(law=law, s=s, lr=lr, **reduced_stability(law, s, d, T, lr, paper.INITS))
+@dataclass(frozen=True)
+class Table1Row:
+    """One Table-1 step size ``lr`` of a ``law`` at scale ``s``: its stability number and the largest stable step
+    (``stability``, :class:`companion.mesa.stability.ReducedBound`)."""
+
+    law: str
+    s: float
+    lr: float
+    stability: ReducedBound
+
+
+def table1_stability(d: int, T: int) -> list[Table1Row]:
+    """:func:`companion.mesa.stability.reduced_stability` of every Table-1 step size
+    (:data:`companion.mesa.paper.TABLE1`, the paper's inits) at (d, T)."""
+    return [Table1Row(law, s, lr, reduced_stability(law, s, d, T, lr, paper.INITS))
             for law, rows in paper.TABLE1.items() for s, lr in rows]
 
 
-def euler_rate(d: int, T: int, m_rate: int, n_rate: int, kappa: float, seed: int) -> dict:
+@dataclass(frozen=True)
+class EulerRate:
+    """The contraction multiplier of the trained transformer (:func:`euler_rate`): the experiment (``design``,
+    :class:`RateDesign`), the multiplier extrapolated in m (``measured``, ``se``, ``dof``; ``mean_big``,
+    ``mean_small`` at the two sizes; NaN where the window is too short), the per-replicate multipliers ``big`` and
+    ``small``, the round-off ``floor``, and the replicates ``m_rate`` and ``n_rate``."""
+
+    design: RateDesign
+    measured: float
+    se: float
+    dof: float
+    mean_big: float
+    mean_small: float
+    big: np.ndarray
+    small: np.ndarray
+    floor: float
+    m_rate: int
+    n_rate: int
+
+
+def euler_rate(design: Design) -> EulerRate:
     r"""The contraction multiplier of GD on the full transformer near its limit, against forward Euler on the reduced
-    system (:prf:ref:`mesa-prop-stability`): sparse law, c = 1, from :math:`(1.2 I, 1.2 I)` at ``kappa`` times the
-    largest stable step (:func:`companion.mesa.stability.euler_rate_design`: step, window, epochs, the population-GD
-    multiplier ``predicted`` and the gradient flow's ``falsifier_value``).
+    system (:prf:ref:`mesa-prop-stability`), on the runs of the ``design``: sparse law, c = 1, from
+    :math:`(1.2 I, 1.2 I)` at ``kappa`` times the largest stable step (:func:`euler_rate_design`: step, window,
+    epochs, the population-GD multiplier ``predicted`` and the gradient flow's ``falsifier_value``).
 
     Per trained run and coordinate j the multiplier :math:`|e_{j,k_2}/e_{j,k_1}|^{1/(k_2-k_1)}` of
     :math:`e_{j,k}=a_{j,k}b_{j,k}-a_{j,K}b_{j,K}` (its own limit at the last epoch K), averaged over the coordinates
-    (their empirical :math:`\alpha_j` average to the population :math:`\alpha` exactly for this law). Replicate
-    training sets at ``m_rate`` and ``m_rate/4`` (``n_rate`` each, :func:`companion.mesa.evidence.replicate_kwargs`)
-    are extrapolated to m -> infinity for a 1/m bias (:func:`companion.stats.richardson`: the off-manifold feedback is
-    of second order in the O(m^-1/2) fluctuations), the standard error from the replicate spreads (Welch degrees of
-    freedom). Returns the design, the estimate (``measured``, ``se``, ``dof``, ``mean_big``, ``mean_small``) and the
-    per-replicate multipliers ``big``, ``small``."""
-    des = euler_rate_design("sparse", 1.0, d, T, kappa)
-    out = dict(des, m_rate=m_rate, n_rate=n_rate)
-    k1, k2 = des["k1"], des["k2"]
-    if not k2 > k1:
-        return dict(out, measured=math.nan, se=math.nan, dof=math.nan, big=np.array([]), small=np.array([]))
-    kws = replicate_kwargs("sparse", 1.0, d, T, des["a0"], des["a0"], des["lr"], des["epochs"], m_rate, n_rate, seed)
+    (their empirical :math:`\alpha_j` average to the population :math:`\alpha` exactly for this law). The replicate
+    training sets at ``m_rate`` and ``m_rate/4`` (``n_rate`` each, ``design.rate_replicates``) are extrapolated
+    to m -> infinity for a 1/m bias (:func:`companion.stats.richardson`: the off-manifold feedback is of second order
+    in the O(m^-1/2) fluctuations), the standard error from the replicate spreads (Welch degrees of
+    freedom). Returns the :class:`EulerRate`."""
+    des, reps = design.rate, design.rate_replicates
+    k1, k2 = des.k1, des.k2
+    if reps is None:
+        nan = math.nan
+        return EulerRate(des, nan, nan, nan, nan, nan, np.array([]), np.array([]), nan, 0, 0)
 
     def rate(kw):
         ab = run(**kw).ab_diag
         e = np.abs(ab - ab[-1])
         return float(np.mean((e[k2] / e[k1]) ** (1.0 / (k2 - k1))))
 
-    big = np.array([rate(kw) for kw in kws[:n_rate]])
-    small = np.array([rate(kw) for kw in kws[n_rate:]])
-    return dict(out, **S.richardson(big, small), big=big, small=small, floor=ROUNDOFF32 * des["predicted"])
+    big = np.array([rate(kw) for kw in reps.big])
+    small = np.array([rate(kw) for kw in reps.small])
+    return EulerRate(des, **stats.richardson(big, small), big=big, small=small, floor=ROUNDOFF32 * des.predicted, m_rate=reps.m,
+                     n_rate=reps.n_rep)
 
 
-def divergence_check(d: int, T: int, m: int, seed: int, a0: float = 1.2, factor: float = 1.5, epochs: int = 60) -> dict:
-    """Full-parameter GD (sparse law, c = 1, from (a0 I, a0 I)) at ``factor`` x the largest stable step of the
-    reduced system: ``diverged`` (1.0 if training raised TrainingDiverged), ``lr_crit`` and the message."""
-    lr_crit = reduced_stability("sparse", 1.0, d, T, 1.0, [(a0, a0)])["lr_max"]
+@dataclass(frozen=True)
+class Divergence:
+    """The divergence demonstration (:func:`divergence_check`): ``diverged`` (1.0 if training diverged), the largest
+    stable step of the reduced system ``lr_crit`` and the training's message."""
+
+    diverged: float
+    lr_crit: float
+    message: str
+
+
+def divergence_check(design: Design) -> Divergence:
+    """Full-parameter GD of the divergence demonstration of the ``design`` (sparse law, c = 1, from (a0 I, a0 I), at
+    a factor times the largest stable step of the reduced system): ``diverged`` (1.0 if training raised
+    TrainingDiverged), ``lr_crit`` and the message."""
     try:
-        run(law="sparse", scale=1.0, a0=a0, b0=a0, lr=factor * lr_crit, epochs=epochs, d=d, T=T, m=m, m_test=10,
-            seed=seed, check_lr=False)
+        run(**design.divergence)
     except TrainingDiverged as err:
-        return dict(diverged=1.0, lr_crit=lr_crit, message=str(err))
-    return dict(diverged=0.0, lr_crit=lr_crit, message="training did not diverge")
+        return Divergence(diverged=1.0, lr_crit=design.lr_crit, message=str(err))
+    return Divergence(diverged=0.0, lr_crit=design.lr_crit, message="training did not diverge")
 
 
 # ---- the verdict
@@ -281,35 +499,35 @@ def record_fig5(v, fig5: dict, cst: float, epochs_fig5: int, n_batches: int, L_z
     (else not applicable). The full models' difference and the off-manifold families (:func:`family_words`) are
     reported beside it, in the method."""
     for sw, q in fig5.items():
-        e = q["ab"]
-        why, how = _jackknife_words(n_batches, e["off"], e["dof"], e["predicted"], "round-off")
+        e = q.ab
+        why, how = _jackknife_words(n_batches, e.off, e.dof, e.predicted, "round-off")
         v.statistical(
             f"fig5_ab_{tag(sw)}", quantity=rf"$\sigma_w = {sw:g}$: trained mean over $j$ of $a_j b_j$ vs per-coordinate "
                                            "population GD",
-            predicted=e["predicted"], measured=e["measured"], se=e["se"], dof=e["dof"], z=4,
-            floor=offmanifold_floor(e["floor"], e["off"]), falsifier=e["falsifier"],
-            falsifier_value=e["falsifier_value"],
+            predicted=e.predicted, measured=e.measured, se=e.se, dof=e.dof, z=4,
+            floor=offmanifold_floor(e.floor, e.off), falsifier=e.falsifier,
+            falsifier_value=e.falsifier_value,
             reason=why, detail=how)
         loss_q = rf"$\sigma_w = {sw:g}$: test loss of the part on the diagonal manifold minus the diagonal init's (paired)"
-        if not abs(e["pop"][-1] / cst - 1) <= 0.01:  # not converged
+        if not abs(e.pop[-1] / cst - 1) <= 0.01:  # not converged
             v.not_applicable(
                 f"fig5_same_loss_{tag(sw)}", kind="statistical", quantity=loss_q,
-                reason=f"the per-coordinate population GD is at $ab = {tex_number(e['pop'][-1], '.4g')}$ after {epochs_fig5} "
+                reason=f"the per-coordinate population GD is at $ab = {tex_number(e.pop[-1], '.4g')}$ after {epochs_fig5} "
                        f"epochs, more than 1 % from $c^* = {tex_number(cst, '.4g')}$: the caption's 'same test performance' "
                        "is about trained limits")
             continue
-        full, full_se = q["dL_full"]
+        full, full_se = q.dL_full
         v.statistical(
             f"fig5_same_loss_{tag(sw)}", quantity=loss_q,
-            predicted=0.0, measured=q["dL"][0], se=q["dL"][1], z=4, floor=1e-12 * L_zero,
-            falsifier=_NO_MESA, falsifier_value=q["dL_f"],
+            predicted=0.0, measured=q.dL[0], se=q.dL[1], z=4, floor=1e-12 * L_zero,
+            falsifier=_NO_MESA, falsifier_value=q.dL_f,
             reason=f"4 SE of the mean paired difference over i.i.d. test sequences (radius of $x_1$ integrated); "
                    rf"beside it, the full models differ by ${tex_number(full, '.3g')} \pm {tex_number(full_se, '.2g')}$",
             detail="4 SE (normal) of the mean paired difference over i.i.d. test sequences (the radius of $x_1$ "
                    "integrated) + round-off ($10^{-12}$ of the zero predictor's loss). Beside it, measured: the full "
                    rf"models differ by ${tex_number(full, '.4g')} \pm {tex_number(full_se, '.2g')}$, what the entries off the "
                    f"manifold still cost after {epochs_fig5} epochs, whose decay the theory does not give (the "
-                   f"{family_words(q['kept'])})")
+                   f"{family_words(q.kept)})")
 
 
 def record_inits(v, init_rows: dict, n_batches: int) -> None:
@@ -318,16 +536,15 @@ def record_inits(v, init_rows: dict, n_batches: int) -> None:
     run's measured off-manifold feedback and complex64 round-off; the falsifier is equal factors
     :math:`a=b=\sqrt{ab}`."""
     for (a0, b0), q in init_rows.items():
-        for k in ("a", "b"):
-            meas, pred, se = q[k]
-            why, how = _jackknife_words(n_batches, q["off"][k], q["dof"], pred,
+        for k, (meas, pred, se), off in (("a", q.a, q.off_a), ("b", q.b, q.off_b)):
+            why, how = _jackknife_words(n_batches, off, q.dof, pred,
                                         "complex64 round-off ($10^{-5}$ of the prediction)")
             v.statistical(
                 f"init_{k}_{tag(a0)}_{tag(b0)}", quantity=f"init $({a0:g}, {b0:g})$: final mean diagonal ${k}$ vs "
                                                           "population GD",
-                predicted=pred, measured=meas, se=se, dof=q["dof"], z=4,
-                floor=offmanifold_floor(1e-5 * abs(pred), q["off"][k]),
-                falsifier=_EQUAL_FACTORS, falsifier_value=q["f"],
+                predicted=pred, measured=meas, se=se, dof=q.dof, z=4,
+                floor=offmanifold_floor(1e-5 * abs(pred), off),
+                falsifier=_EQUAL_FACTORS, falsifier_value=q.f,
                 reason=why, detail=how)
 
 
@@ -349,12 +566,13 @@ def record_stability(v, max_number: float, lr_number: float, lr: float, d: int, 
             bound=2.0, measured=lr_number, comparison="upper", tolerance=0.0, reason=stable)
 
 
-def record_euler_rate(v, rate: dict, n_rate: int, m_rate: int, kappa: float) -> None:
+def record_euler_rate(v, rate: EulerRate, n_rate: int, m_rate: int, kappa: float) -> None:
     r"""Claim ``euler_rate`` (the page's headline): the contraction multiplier of the trained transformer
     (:func:`euler_rate`), extrapolated in m, against forward Euler on the reduced system, at 4 SE of the replicate
     spreads (Welch) plus complex64 round-off; the falsifier is the gradient flow's multiplier
     :math:`e^{-\eta\alpha(a^2+b^2)}`. Not applicable where the window of the reading is under two epochs."""
-    if not rate["k2"] > rate["k1"]:
+    des = rate.design
+    if not des.k2 > des.k1:
         v.not_applicable("euler_rate", kind="statistical", quantity="contraction multiplier of the trained transformer",
                          reason=rf"at $\kappa = {kappa:g}$ the population deviation crosses the window $10^{{-2}}$ to "
                                 "$10^{-4}$ of $c^*$ in fewer than two epochs (multiplier near $0$): no rate to read")
@@ -362,24 +580,24 @@ def record_euler_rate(v, rate: dict, n_rate: int, m_rate: int, kappa: float) -> 
     v.statistical(
         "euler_rate",
         quantity=rf"contraction multiplier of $a_j b_j - c^*$ per epoch of the trained transformer (sparse $c = 1$ "
-                 rf"from $({rate['a0']:g}, {rate['a0']:g})$, $\eta\alpha(a^2 + b^2) = {rate['x']:.3g}$, epochs "
-                 rf"{rate['k1']} to {rate['k2']}), extrapolated to $m\to\infty$, vs forward Euler on the reduced system",
-        headline=True, predicted=rate["predicted"], measured=rate["measured"], se=rate["se"], dof=rate["dof"], z=4,
-        floor=rate["floor"], falsifier=_FLOW, falsifier_value=rate["falsifier_value"],
+                 rf"from $({des.a0:g}, {des.a0:g})$, $\eta\alpha(a^2 + b^2) = {des.x:.3g}$, epochs "
+                 rf"{des.k1} to {des.k2}), extrapolated to $m\to\infty$, vs forward Euler on the reduced system",
+        headline=True, predicted=des.predicted, measured=rate.measured, se=rate.se, dof=rate.dof, z=4,
+        floor=rate.floor, falsifier=_FLOW, falsifier_value=des.falsifier_value,
         reason=f"4 SE of {n_rate} replicate training sets at each of two sizes, extrapolated in $m$, Student-t "
                "(Welch); plus complex64 round-off",
         detail=f"level of 4 SE: {n_rate} replicate training sets at $m = {m_rate}$ and {n_rate} at $m/4$, Richardson "
-               f"$(4x(m) - x(m/4))/3$, SE from the replicate spreads, {S.band_words(rate['dof'])} (Welch) + complex64 "
+               f"$(4x(m) - x(m/4))/3$, SE from the replicate spreads, {stats.band_words(rate.dof)} (Welch) + complex64 "
                "round-off")
 
 
-def record_divergence(v, div: dict) -> None:
+def record_divergence(v, div: Divergence) -> None:
     """Claim ``unstable_diverges``: full-parameter GD at 1.5 times the largest stable step of the reduced system
     (:func:`divergence_check`) diverges; the falsifier: the bound is not sharp."""
     v.qualitative("unstable_diverges",
                   quantity="GD at $1.5$ times the largest stable step (sparse $c = 1$, from $(1.2, 1.2)$) diverges "
                            "($1$ means yes)",
-                  predicted=1.0, measured=div["diverged"], comparison="abs", tolerance=0.0,
+                  predicted=1.0, measured=div.diverged, comparison="abs", tolerance=0.0,
                   falsifier=_NOT_SHARP, reason="observed divergence (exact)")
 
 
@@ -387,14 +605,14 @@ def record_divergence(v, div: dict) -> None:
 
 
 def fig5_heatmaps(fig5: dict, d: int):
-    """Fig. 5: the red blocks of the runs from a standard Gaussian init (``fig5[sigma_w]["r"]``), one colour
+    """Fig. 5: the red blocks of the runs from a standard Gaussian init (``fig5[sigma_w].r``), one colour
     scale per row."""
     fig, axes = new_figure(ncols=len(fig5), nrows=2, width=2.9, height=2.6, squeeze=False)
     for rr, (key, sl, name) in enumerate([("W_KQ", np.s_[d:, :d], r"$W^{KQ}_{21}$"), ("W_PV", np.s_[:, :d], r"$W^{PV}_{11}$")]):
-        vmax = max(np.abs(getattr(q["r"], key)[sl].real).max() for q in fig5.values())
+        vmax = max(np.abs(getattr(q.r, key)[sl].real).max() for q in fig5.values())
         for c, (sw, q) in enumerate(fig5.items()):
             ax = axes[rr][c]
-            im = ax.imshow(getattr(q["r"], key)[sl].real, cmap="RdBu_r", vmin=-vmax, vmax=vmax)
+            im = ax.imshow(getattr(q.r, key)[sl].real, cmap="RdBu_r", vmin=-vmax, vmax=vmax)
             ax.set_title(f"{name}, $\\sigma_w$ = {sw:g}", fontsize=9)
             ax.set_xticks([])
             ax.set_yticks([])
@@ -404,13 +622,13 @@ def fig5_heatmaps(fig5: dict, d: int):
 
 
 def init_paths(init_rows: dict, cst: float):
-    """The (a, b) paths of the diagonal-init runs (``init_rows[ini]["r"]``), their limits (stars, from the
+    """The (a, b) paths of the diagonal-init runs (``init_rows[ini].r``), their limits (stars, from the
     conserved a^2 - b^2) and the hyperbola ab = c*."""
     fig, ax = new_figure(width=4.2, height=3.4)
     hi = 1.1 * max(max(abs(a0), abs(b0)) for a0, b0 in init_rows)
     for i, (ini, q) in enumerate(init_rows.items()):
-        ax.plot(q["r"].a_mean, q["r"].b_mean, color=COLORS[i % len(COLORS)], lw=1.5, label=init_label(ini))
-        ax.plot(*q["lim"], "k*", ms=8)
+        ax.plot(q.r.a_mean, q.r.b_mean, color=COLORS[i % len(COLORS)], lw=1.5, label=init_label(ini))
+        ax.plot(*q.lim, "k*", ms=8)
     cc = np.linspace(0.02, hi, 200)
     ax.plot(cc, cst / cc, "k--", lw=0.8, label="$ab=c^*$")
     ax.set_xlim(0, hi)
@@ -422,17 +640,17 @@ def init_paths(init_rows: dict, cst: float):
 
 
 def table1_steps(stab: list, laws):
-    """Table-1 step sizes against the largest stable step per law and scale (``stab``: rows with law, s,
-    lr, lr_max)."""
+    """Table-1 step sizes against the largest stable step per law and scale (``stab``: the rows of
+    :func:`table1_stability`)."""
     fig, ax = new_figure(width=5.0, height=3.0)
     for i, law in enumerate(laws):
-        qs = [q for q in stab if q["law"] == law]
-        scales = sorted({q["s"] for q in qs})
-        ax.loglog(scales, [min(q["lr_max"] for q in qs if q["s"] == s) for s in scales], "-", marker="_", ms=14,
+        qs = [q for q in stab if q.law == law]
+        scales = sorted({q.s for q in qs})
+        ax.loglog(scales, [min(q.stability.lr_max for q in qs if q.s == s) for s in scales], "-", marker="_", ms=14,
                   color=COLORS[i], label=f"{law}: largest stable step")  # a dash where a law has one scale
-        ax.loglog(scales, [next(q["lr"] for q in qs if q["s"] == s) for s in scales], "o", color=COLORS[i],
+        ax.loglog(scales, [next(q.lr for q in qs if q.s == s) for s in scales], "o", color=COLORS[i],
                   label=f"{law}: Table 1")
-    plain_log_ticks(ax, sorted({q["s"] for q in stab}))
+    plain_log_ticks(ax, sorted({q.s for q in stab}))
     ax.set_xlabel(r"scale ($\sigma$ or $c$)")
     ax.set_ylabel("step size $\\eta$")
     legend_outside(ax, ncol=2, fontsize=7)

@@ -4,8 +4,8 @@ recover the sequence (notebook ``mesa/prop4_1_gaussian``).
 What the page checks, and where:
 
 * trained :math:`ab\,\sigma^2` at several context lengths, extrapolated in m, against the population GD and
-  away from the :math:`T\to\infty` value 1/5 (:func:`t_sweep`, with the replicate rule
-  :func:`companion.mesa.evidence.sweep_replicates` and the stable step :func:`companion.mesa.stability.stable_lr`);
+  away from the :math:`T\to\infty` value 1/5 (:func:`t_sweep`; the runs, with the replicate rule
+  :func:`sweep_replicates` and the stable step :func:`companion.mesa.stability.stable_lr`, are :func:`design`'s);
 * the trained model's last-position and whole-sequence test losses against the population losses at the
   population-GD ab (:func:`no_recovery`);
 * the limit model at long test contexts against :math:`\ell_t(c^*)` (:func:`limit_position_losses`);
@@ -14,16 +14,22 @@ What the page checks, and where:
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
-from companion import params as P
-from companion import stats as S
+from companion import params, stats
 from companion.claims import ClaimSpec, ResultSpec
+from companion.mesa import paper
 from companion.mesa import theory as th
 from companion.mesa.analysis import radial_losses
 from companion.mesa.data import generate
 from companion.mesa.evidence import (
+    MAX_REPLICATES,
+    LossEvidence,
+    Replicates,
     ab_evidence,
     extrapolated_ab,
     loss_evidence,
@@ -32,16 +38,16 @@ from companion.mesa.evidence import (
     offmanifold_words,
     population_ab,
     replicate_sets,
-    sweep_replicates,
     training_stats,
 )
 from companion.mesa.figures import POPULATION, TRAINED, init_label, plain_log_ticks
 from companion.mesa.stability import stable_lr
-from companion.mesa.train import init_diagonal
+from companion.mesa.train import init_diagonal, run
 from companion.plotting import COLORS, legend_outside, new_figure
 from companion.seeds import MESA_POSITION_EVAL
 
-__all__ = ["CLAIMS", "RESULT", "manifest", "t_sweep", "no_recovery", "limit_positions", "limit_position_losses",
+__all__ = ["CLAIMS", "RESULT", "manifest", "sweep_replicates", "Design", "design", "paper_design", "paper_runs",
+           "figure_runs", "t_sweep", "NoRecovery", "no_recovery", "limit_positions", "LimitLosses", "limit_position_losses",
            "record_ratio", "record_no_recovery", "record_limit", "ratio_curves", "T_sweep"]
 
 CLAIMS = (
@@ -72,21 +78,87 @@ def manifest(sweep: dict, t_lim) -> list[str]:
     return [f"ratio_T{TT}" for TT in sweep] + ["no_recovery_last", "no_recovery_whole"] + [f"limit_t{t}" for t in t_lim]
 
 
-def t_sweep(Ts, n_rep: int, d: int, a0: float, b0: float, epochs: int, m_sweep: int, kappa: float,
-            seed: int) -> tuple[dict, dict]:
-    """The trained T sweep (Gaussian, sigma = 1, init (a0, b0)): at each T the step size at ``kappa`` of the
-    full-parameter stability bound, and replicate training sets at ``m_sweep`` and ``m_sweep/4``
-    (:func:`companion.mesa.evidence.sweep_replicates`: ``n_rep`` at the shortest T, fewer, at least 3, where the gap
-    to 1/5 is unresolvable) extrapolated in m, with what the extrapolation leaves of the off-manifold feedback
-    (``off``: :func:`companion.mesa.evidence.offmanifold_residual`, a measured systematic error). Returns
-    ``(sweep, reps)``: the evidence per T and the replicates per T."""
-    reps = sweep_replicates(n_rep, Ts)
+def sweep_replicates(n_rep: int, Ts) -> dict:
+    r"""Replicate training sets per context length of the trained T sweep: ``n_rep`` at the shortest T and
+    :math:`n(T)=\max\big(3,\ \mathrm{round}(n_{\rm rep}\sqrt{T_{\min}/T})\big)` at longer ones.
+
+    Why: the gap between :math:`c^*(T)\sigma^2` and the falsifier 1/5 falls like 1/T, a run costs ~T, and the
+    standard error of R replicates falls like :math:`1/\sqrt R`, so the power at long T is out of reach at any
+    affordable R (the page records ``not_resolvable`` there); the square-root rule spends the replicates where
+    the gap is resolvable and keeps three (the fewest with a usable spread) where it is not."""
+    Ts = list(Ts)
+    t0 = min(Ts)
+    return {T: max(3, min(MAX_REPLICATES, round(n_rep * math.sqrt(t0 / T)))) for T in Ts}
+
+
+@dataclass(frozen=True)
+class Design:
+    """Every training run of the page (:func:`design`): the Fig. 1b runs ``figure[s, a0, b0]`` (keyword arguments of
+    :func:`companion.mesa.train.run`) and the replicate design of the trained T sweep at each T, ``sweep[T]``
+    (:class:`companion.mesa.evidence.Replicates`)."""
+
+    figure: dict
+    sweep: dict
+
+    def runs(self) -> list[dict]:
+        """Every run of the page, as keyword arguments of :func:`companion.mesa.train.run`."""
+        return list(self.figure.values()) + [kw for rep in self.sweep.values() for kw in rep.runs()]
+
+
+def design(sigmas, lrs_gauss, inits, d: int, T: int, m: int, m_test: int, epochs: int, seed: int, Ts, m_sweep: int,
+           n_rep: int, kappa: float) -> Design:
+    """The runs of the page: the Gaussian scales ``sigmas`` with their step sizes from every init at m (Fig. 1b),
+    and the trained T sweep (Gaussian, sigma = 1, the middle init): at each T of ``Ts`` the replicate training sets
+    of :func:`sweep_replicates` at ``m_sweep`` and ``m_sweep/4``, with the step size at ``kappa`` of the
+    full-parameter stability bound over those sets and 400 independent sequences
+    (:func:`companion.mesa.stability.stable_lr`)."""
+    common = dict(d=d, T=T, m=m, m_test=m_test, epochs=epochs, seed=seed)
+    figure = {(s, a0, b0): dict(law="gaussian", scale=s, a0=a0, b0=b0, lr=lr, **common)
+              for s, lr in zip(sigmas, lrs_gauss) for a0, b0 in inits}
+    a0, b0 = inits[len(inits) // 2]
     sweep = {}
-    for TT in Ts:
-        lrT = stable_lr("gaussian", 1.0, d, TT, [(a0, b0)], kappa, seed, sets=replicate_sets(m_sweep, reps[TT], seed))
-        sweep[TT] = extrapolated_ab("gaussian", 1.0, d, TT, a0, b0, lrT, epochs, m_sweep, reps[TT], seed,
-                                    offmanifold=True)
-    return sweep, reps
+    for TT, n in sweep_replicates(n_rep, Ts).items():
+        lrT = stable_lr("gaussian", 1.0, d, TT, [(a0, b0)], kappa, seed, sets=replicate_sets(m_sweep, n, seed))
+        sweep[TT] = Replicates("gaussian", 1.0, d, TT, a0, b0, lrT, epochs, m_sweep, n, seed)
+    return Design(figure, sweep)
+
+
+def paper_design() -> Design:
+    """:func:`design` at the paper's settings (:mod:`companion.mesa.paper`, the page's defaults)."""
+    g, sw = paper.TABLE1["gaussian"], paper.T_SWEEP
+    return design([s for s, _ in g], [lr for _, lr in g], paper.INITS, **paper.COMMON, Ts=sw["Ts"],
+                  m_sweep=sw["m_sweep"], n_rep=sw["n_rep"], kappa=sw["kappa"])
+
+
+def paper_runs() -> list[dict]:
+    """Every run of the page at the paper's settings (:func:`paper_design`)."""
+    return paper_design().runs()
+
+
+def figure_runs(design: Design) -> dict:
+    """The Fig. 1b runs of the ``design``, ``runs[s, a0, b0]`` (:func:`companion.mesa.train.run`, cached)."""
+    return {key: run(**kw) for key, kw in design.figure.items()}
+
+
+def t_sweep(design: Design) -> tuple[dict, dict]:
+    """The trained T sweep of the ``design``: at each T the replicates extrapolated in m
+    (:func:`companion.mesa.evidence.extrapolated_ab`), with what the extrapolation leaves of the off-manifold
+    feedback (``off``: :func:`companion.mesa.evidence.offmanifold_residual`, a measured systematic error). Returns
+    ``(sweep, reps)``: the evidence per T and the number of replicates per T."""
+    sweep = {TT: extrapolated_ab(rep, offmanifold=True) for TT, rep in design.sweep.items()}
+    return sweep, {TT: rep.n_rep for TT, rep in design.sweep.items()}
+
+
+@dataclass(frozen=True)
+class NoRecovery:
+    """The evidence of one ``no_recovery_*`` claim (:func:`no_recovery`): the trained model's test loss against the
+    population loss (``loss``, :class:`companion.mesa.evidence.LossEvidence`), the run's off-manifold feedback of ab
+    ``off``, the measured systematic part of the loss ``off_loss`` and the population-GD ab ``c_pop``."""
+
+    loss: LossEvidence
+    off: float
+    off_loss: float
+    c_pop: float
 
 
 def no_recovery(r_mid, a0: float, b0: float, epochs: int, n_batches: int = 20) -> dict:
@@ -104,29 +176,40 @@ def no_recovery(r_mid, a0: float, b0: float, epochs: int, n_batches: int = 20) -
       (the shift and the ab band through the exactly quadratic loss, and the measured cost of the entries off the
       manifold), added to the band.
 
-    (Until session 12 the ab spread came from the T sweep, and was left out where the sweep did not reach the run's
-    T: at the smoke point, T = 12, a held-out seed (83) then failed the whole-sequence claim at 4.2 SE; the spread
-    of ab over training sets of 400 sequences and the feedback explain the difference.)
+    Both are needed at short T: at T = 12, m = 400 (seed 83) a band without the spread of ab over the training sets
+    and the feedback failed the whole-sequence claim at 4.2 SE.
 
     Returns
     -------
     dict
-        ``{"last": ..., "whole": ...}``, each :func:`companion.mesa.evidence.loss_evidence` with ``off``,
-        ``off_loss`` and the population-GD ab ``c_pop``.
+        ``{"last": ..., "whole": ...}``, each a :class:`NoRecovery`.
     """
     c = r_mid.config
     T = c["T"]
     c_pop = population_ab("gaussian", c["scale"], c["d"], T, a0, b0, c["lr"], epochs)[-1]
     ab = ab_evidence(r_mid, training_stats("gaussian", c["m"], c["d"], T, c["seed"], n_batches))
-    off = ab["off"]
     out = {}
     for k, pos in (("last", [T - 1]), ("whole", None)):
-        ev = loss_evidence(r_mid, c_pop, ab["se"], positions=pos, dof_ab=ab["dof"], off=off)
-        out[k] = dict(ev, off=off, off_loss=ev["floor"], c_pop=float(c_pop))
+        ev = loss_evidence(r_mid, c_pop, ab.se, positions=pos, dof_ab=ab.dof, off=ab.off)
+        out[k] = NoRecovery(ev, off=ab.off, off_loss=ev.floor, c_pop=float(c_pop))
     return out
 
 
-def limit_position_losses(law, scale: float, d: int, T: int, positions, m_eval: int, seed: int) -> dict:
+@dataclass(frozen=True)
+class LimitLosses:
+    r"""The limit model's test loss per position (:func:`limit_position_losses`): the model's ab ``c`` (= c*), the
+    Monte-Carlo ``mean`` and ``se`` per position with ``dof``, the prediction :math:`\ell_t(c^*)` per position
+    (``pred``) and its limit :math:`\ell_\infty(c^*)` (``floor``)."""
+
+    c: float
+    mean: list
+    se: list
+    dof: int
+    pred: list
+    floor: float
+
+
+def limit_position_losses(law, scale: float, d: int, T: int, positions, m_eval: int, seed: int) -> LimitLosses:
     r"""Per-position test loss of the limit model (diagonal, ab = c*(T); not a learned model) at test
     positions ``positions`` (contexts longer than the training T allowed), by Monte Carlo on ``m_eval`` fresh
     sequences (seed stream :data:`~companion.seeds.MESA_POSITION_EVAL`, ``[seed, 4]``), against
@@ -144,18 +227,18 @@ def limit_position_losses(law, scale: float, d: int, T: int, positions, m_eval: 
     direction only for a rotation-invariant law).
     """
     if law != "gaussian":
-        raise P.ParameterError("law", f"the limit-model estimator needs the Gaussian law (a radius independent of "
+        raise params.ParameterError("law", f"the limit-model estimator needs the Gaussian law (a radius independent of "
                                       f"the direction); got {law!r}")
     pos = [int(t) for t in positions]
     cst = th.c_star(law, scale, d, T)
-    P.memory("m_test, T", 16.0 * m_eval * d * 12 * len(pos), "the limit-model evaluation")
+    params.memory("m_test, T", 16.0 * m_eval * d * 12 * len(pos), "the limit-model evaluation")
     data = generate(law, m_eval, d, max(pos) + 1, scale, MESA_POSITION_EVAL.rng(seed), torch.complex128)
     W = init_diagonal(d, 1.0, cst, torch.complex128)
     v = np.stack([radial_losses(data, *W, scale, positions=[t]) for t in pos], 1)     # (m, P)
-    out = [S.mean_se(v[:, k]) for k in range(len(pos))]
-    return dict(c=cst, mean=[o[0] for o in out], se=[o[1] for o in out], dof=m_eval - 1,
-                pred=[float(th.position_loss(law, scale, d, t, cst)) for t in pos],
-                floor=float(th.position_loss(law, scale, d, 1e300, cst)))
+    out = [stats.mean_se(v[:, k]) for k in range(len(pos))]
+    return LimitLosses(c=cst, mean=[o[0] for o in out], se=[o[1] for o in out], dof=m_eval - 1,
+                       pred=[float(th.position_loss(law, scale, d, t, cst)) for t in pos],
+                       floor=float(th.position_loss(law, scale, d, 1e300, cst)))
 
 
 # ---- the verdict
@@ -167,18 +250,18 @@ def record_ratio(v, sweep: dict, reps: dict, m_sweep: int) -> None:
     extrapolation leaves of the off-manifold feedback (:func:`companion.mesa.evidence.offmanifold_floor`) and the
     complex64 round-off; the falsifier is the :math:`T\to\infty` constant 1/5."""
     for TT, q in sweep.items():
-        r = q["off"]["measured"]
+        r = q.off.measured
         v.statistical(
             f"ratio_T{TT}", quantity=rf"$T = {TT}$: trained $ab\,\sigma^2$ (the mean ratio), extrapolated in $m$, "
                                      "vs population GD",
-            predicted=q["predicted"], measured=q["measured"], se=q["se"], dof=q["dof"], z=4,
-            floor=offmanifold_floor(q["floor"], q["off"]),
-            falsifier=r"$T\to\infty$ constant $1/5$", falsifier_value=q["falsifier_value"], headline=True,
+            predicted=q.predicted, measured=q.measured, se=q.se, dof=q.dof, z=4,
+            floor=offmanifold_floor(q.floor, q.off),
+            falsifier=r"$T\to\infty$ constant $1/5$", falsifier_value=q.falsifier_value, headline=True,
             reason=f"4 SE of {reps[TT]} replicate training sets per size, extrapolated in $m$, Student-t; plus the "
-                   f"measured off-manifold remnant (${r / q['se']:+.2f}$ SE) and round-off",
+                   f"measured off-manifold remnant (${r / q.se:+.2f}$ SE) and round-off",
             detail=f"level of 4 SE; the SE from {reps[TT]} replicate training sets at $m = {m_sweep}$ and "
-                   f"$m = {q['m_small']}$ (Richardson), Student-t on {q['dof']:.1f} Welch degrees of freedom; + "
-                   f"{offmanifold_words(q['off'], se=q['se'], see='mesa/thm4_1_emergence')} + complex64 round-off")
+                   f"$m = {q.m_small}$ (Richardson), Student-t on {q.dof:.1f} Welch degrees of freedom; + "
+                   f"{offmanifold_words(q.off, se=q.se, see='mesa/thm4_1_emergence')} + complex64 round-off")
 
 
 def record_no_recovery(v, cap: dict, sigma: float, a0: float, b0: float) -> None:
@@ -187,34 +270,35 @@ def record_no_recovery(v, cap: dict, sigma: float, a0: float, b0: float) -> None
     finite-m systematic terms and round-off; the falsifier is recovery (loss 0)."""
     for k, q in cap.items():
         what = "last-position" if k == "last" else "whole-sequence"
+        ev = q.loss
         v.statistical(
             f"no_recovery_{k}", quantity=rf"$\sigma = {sigma:g}$, init $({a0:g}, {b0:g})$: {what} test loss of the "
                                          "trained model vs population loss at the population-GD $ab$",
-            predicted=q["predicted"], measured=q["measured"], se=q["se"], dof=q["dof"], z=4,
-            floor=1e-12 * q["zero_loss"] + q["off_loss"],
+            predicted=ev.predicted, measured=ev.measured, se=ev.se, dof=ev.dof, z=4,
+            floor=1e-12 * ev.zero_loss + q.off_loss,
             falsifier="the model recovers the sequence (loss $0$)", falsifier_value=0.0, headline=k == "last",
             reason=f"4 SE of the test-set mean and of the jackknife spread of $ab$ through the loss; plus the "
-                   f"measured systematic terms ({q['off_loss']:.3g}: off-manifold shift, curvature, entries off the "
+                   f"measured systematic terms ({q.off_loss:.3g}: off-manifold shift, curvature, entries off the "
                    "manifold) and round-off",
-            detail=f"level of 4 SE, Student-t on {q['dof']:.1f} Welch degrees of freedom: {loss_words(q)}; "
-                   f"{offmanifold_words(q['off'], predicted=q['c_pop'])} + round-off")
+            detail=f"level of 4 SE, Student-t on {ev.dof:.1f} Welch degrees of freedom: {loss_words(ev)}; "
+                   f"{offmanifold_words(q.off, predicted=q.c_pop)} + round-off")
 
 
 def record_limit(v, lim: dict, t_lim, m_test: int) -> None:
     r"""Claims ``limit_t{t}``: the limit model's loss at test position t (:func:`limit_position_losses`) against
     :math:`\ell_t(c^*)` at 4 SE; the falsifier is, at the longest t (the headline), recovery (loss 0), and before
     it the floor :math:`\ell_\infty(c^*)` (no context-length term)."""
-    for t, mu, se, pr in zip(t_lim, lim["mean"], lim["se"], lim["pred"]):
+    for t, mu, se, pr in zip(t_lim, lim.mean, lim.se, lim.pred):
         last = t == t_lim[-1]
         v.statistical(
             f"limit_t{t}", quantity=rf"limit model ($ab = c^*$), loss at test position $t = {t}$ vs $\ell_t(c^*)$",
-            predicted=pr, measured=mu, se=se, dof=lim["dof"], z=4, floor=1e-12 * pr, headline=last,
+            predicted=pr, measured=mu, se=se, dof=lim.dof, z=4, floor=1e-12 * pr, headline=last,
             falsifier="recovery as $t$ grows (loss $0$)" if last else
                       r"no context-length term: the floor $\ell_\infty(c^*)$ at every $t$",
-            falsifier_value=0.0 if last else lim["floor"],
+            falsifier_value=0.0 if last else lim.floor,
             reason=f"4 SE of the mean over {m_test} i.i.d. test sequences, the radius of $x_1$ integrated exactly "
                    r"($\chi^2$ moments), plus round-off",
-            detail=f"4 SE of the mean over {m_test} i.i.d. test sequences (Student-t on {lim['dof']} degrees of "
+            detail=f"4 SE of the mean over {m_test} i.i.d. test sequences (Student-t on {lim.dof} degrees of "
                    r"freedom), the radius of $x_1$ integrated exactly ($\chi^2$ moments; "
                    "`companion.mesa.results.prop4_1.limit_position_losses`) + round-off ($10^{-12}$ of the "
                    "prediction)")
@@ -250,9 +334,9 @@ def T_sweep(sweep: dict, d: int, m_sweep: int):
     fig, ax = new_figure(width=4.6, height=3.0)
     Tg = np.unique(np.geomspace(5, max(sweep) * 3, 200).astype(int))
     ax.semilogx(Tg, [th.c_star("gaussian", 1.0, d, int(t)) for t in Tg], "k-", lw=1, label=r"$c^*(T)\sigma^2$ (closed form)")
-    ax.errorbar(list(sweep), [q["measured"] for q in sweep.values()], yerr=[2 * q["se"] for q in sweep.values()], fmt="o",
+    ax.errorbar(list(sweep), [q.measured for q in sweep.values()], yerr=[2 * q.se for q in sweep.values()], fmt="o",
                 ms=4, color=COLORS[1], capsize=3, label="trained, extrapolated in $m$ (±2 s.e.)")
-    ax.plot(list(sweep), [q["mean_big"] for q in sweep.values()], "x", color=COLORS[0], label=f"trained, mean at $m$ = {m_sweep}")
+    ax.plot(list(sweep), [q.mean_big for q in sweep.values()], "x", color=COLORS[0], label=f"trained, mean at $m$ = {m_sweep}")
     ax.axhline(0.2, color="0.5", ls="-.", lw=0.8, label="1/5")
     plain_log_ticks(ax, sorted(set(sweep) | {5}))
     ax.set_xlabel("sequence length $T$")

@@ -9,30 +9,43 @@ What the page checks, and where:
 * the closed-form off-diagonal gradient (:func:`companion.mesa.theory.offdiag_gradient`) against the exact
   population gradient (:func:`offdiag_exact_error`) and against Monte Carlo at the page's size
   (:func:`offdiag_mc`);
-* the first GD step of the trained transformer from every init (:func:`first_step`);
+* the first GD step of the trained transformer from every init (:func:`first_steps`; the runs: :func:`design`);
 * Fig. 7 (:func:`weight_heatmaps`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import matplotlib.patches as mpatches
 import numpy as np
 import torch
 
-from companion import stats as S
+from companion import stats
 from companion.claims import ClaimSpec, ResultSpec
+from companion.mesa import paper
 from companion.mesa import theory as th
 from companion.mesa.analysis import gradient_blocks
 from companion.mesa.data import generate
 from companion.mesa.empirical import exact_population
-from companion.mesa.evidence import ROUNDOFF32, first_step_kwargs, paired_shift
+from companion.mesa.evidence import (
+    ROUNDOFF32,
+    EquivariantAb,
+    ExtrapolatedAb,
+    MaskingRuns,
+    extrapolated_ab,
+    masking_runs,
+    paired_shift,
+)
 from companion.mesa.figures import init_label
 from companion.mesa.results import init_tag
 from companion.mesa.train import run
 from companion.plotting import new_figure
 from companion.seeds import MESA_OFFDIAG_MC, MESA_TRAIN_DATA
 
-__all__ = ["CLAIMS", "RESULT", "tag", "manifest", "ab_beyond", "mc_data", "offdiag_exact_error", "offdiag_mc", "first_step",
+__all__ = ["CLAIMS", "RESULT", "tag", "manifest", "Design", "design", "paper_design", "paper_runs", "figure_runs",
+           "replicates", "AbBeyond", "ab_beyond", "mc_data", "offdiag_exact_error", "BlockValue", "OffdiagGradient",
+           "offdiag_mc", "first_steps",
            "record_ab_unmasked", "record_exact_formula", "record_mc", "record_first_step", "weight_heatmaps"]
 
 _INVARIANT = "invariant diagonal manifold (gradient $0$)"
@@ -67,7 +80,75 @@ def manifest(inits) -> list[str]:
     return ["ab_unmasked", "exact_formula", "mc_pv", "mc_kq"] + [f"first_step_{k}_{tag(ini)}" for ini in inits for k in ("pv", "kq")]
 
 
-def ab_beyond(rep_u: dict, rep_m: dict, eq: dict, ab_masked_pop: float) -> dict:
+@dataclass(frozen=True)
+class Design:
+    """Every training run of the page (:func:`design`): one GD epoch from every init (``first_steps[a0, b0]``, keyword
+    arguments of :func:`companion.mesa.train.run`) and the runs it shares with Theorem 4.3's page (``masking``,
+    :class:`companion.mesa.evidence.MaskingRuns`)."""
+
+    first_steps: dict
+    masking: MaskingRuns
+
+    def runs(self) -> list[dict]:
+        """Every run of the page."""
+        return list(self.first_steps.values()) + self.masking.runs()
+
+
+def design(inits, lr: float, d: int, T: int, m: int, m_test: int, epochs: int, seed: int, m_rep: int,
+           n_rep: int) -> Design:
+    """The runs of the page: the full-one law at scale 1 with step ``lr``, one GD epoch from every init (the first
+    step), the same from every init for ``epochs`` epochs, masked and unmasked, and the paired replicates
+    (``n_rep`` at ``m_rep`` and ``m_rep/4``) from the middle init (:func:`companion.mesa.evidence.masking_runs`)."""
+    first = {(a0, b0): dict(law="full_one", scale=1.0, d=d, T=T, m=m, m_test=10, a0=a0, b0=b0, lr=lr, epochs=1,
+                            seed=seed) for a0, b0 in inits}
+    return Design(first, masking_runs(inits, lr, d, T, m, m_test, epochs, seed, m_rep, n_rep))
+
+
+def paper_design() -> Design:
+    """:func:`design` at the paper's settings (:mod:`companion.mesa.paper`, the page's defaults)."""
+    rep = paper.REPLICATES
+    return design(paper.INITS, paper.TABLE1["full_one"][0][1], **paper.COMMON, m_rep=rep["m_rep_mask"],
+                  n_rep=rep["n_rep_mask"])
+
+
+def paper_runs() -> list[dict]:
+    """Every run of the page at the paper's settings (:func:`paper_design`)."""
+    return paper_design().runs()
+
+
+def figure_runs(design: Design) -> tuple[dict, dict]:
+    """The runs from every init of the ``design``: ``(unmasked, masked)``, each by init
+    (:func:`companion.mesa.train.run`, cached)."""
+    return ({ini: run(**kw) for ini, kw in design.masking.unmasked.items()},
+            {ini: run(**kw) for ini, kw in design.masking.masked.items()})
+
+
+def replicates(design: Design) -> tuple[dict, dict]:
+    """The paired replicates of the ``design`` extrapolated in m (:func:`companion.mesa.evidence.extrapolated_ab`):
+    ``(unmasked, masked)``."""
+    return (extrapolated_ab(design.masking.replicates_unmasked), extrapolated_ab(design.masking.replicates_masked))
+
+
+@dataclass(frozen=True)
+class AbBeyond:
+    """The evidence of the claim ``ab_unmasked`` (:func:`ab_beyond`): the control-variate estimate ``measured``
+    against the unmasked population GD ``predicted``, their combined ``se`` and ``dof``, the falsifier's value, and
+    the paired shift (unmasked minus masked) with its ``se_shift``, ``dof_shift``, its population value
+    ``shift_predicted`` and that value's Monte-Carlo ``se_pred``."""
+
+    measured: float
+    predicted: float
+    se: float
+    dof: float
+    falsifier_value: float
+    shift: float
+    se_shift: float
+    dof_shift: float
+    shift_predicted: float
+    se_pred: float
+
+
+def ab_beyond(rep_u: ExtrapolatedAb, rep_m: ExtrapolatedAb, eq: EquivariantAb, ab_masked_pop: float) -> AbBeyond:
     r"""Prop 4.2 on the trained transformer: the unmasked ab at the last epoch, extrapolated to m -> infinity, by the
     control-variate estimator
 
@@ -81,10 +162,10 @@ def ab_beyond(rep_u: dict, rep_m: dict, eq: dict, ab_masked_pop: float) -> dict:
     :math:`ab^{\rm pop}_m` itself, so it is rejected exactly when the measured shift is nonzero. The standard error
     adds the replicate spread of the differences and the Monte-Carlo SE of the prediction (Welch)."""
     sh = paired_shift(rep_u, rep_m)
-    se, dof = S.welch((sh["se"], sh["dof"]), (eq["se_ab"], eq["dof"]))
-    return dict(measured=ab_masked_pop + sh["measured"], predicted=eq["ab"], se=se, dof=dof,
-                falsifier_value=float(ab_masked_pop), shift=sh["measured"], se_shift=sh["se"], dof_shift=sh["dof"],
-                shift_predicted=eq["ab"] - ab_masked_pop, se_pred=eq["se_ab"])
+    se, dof = stats.welch((sh.se, sh.dof), (eq.se_ab, eq.dof))
+    return AbBeyond(measured=ab_masked_pop + sh.measured, predicted=eq.ab, se=se, dof=dof,
+                    falsifier_value=float(ab_masked_pop), shift=sh.measured, se_shift=sh.se, dof_shift=sh.dof,
+                    shift_predicted=eq.ab - ab_masked_pop, se_pred=eq.se_ab)
 
 
 def mc_data(d: int, T: int, m_mc: int, seed: int):
@@ -106,32 +187,60 @@ def offdiag_exact_error(points, sizes=((2, 6), (3, 5))) -> float:
     return float(err)
 
 
-def offdiag_mc(data, a: float, b: float, n_groups: int) -> dict:
+@dataclass(frozen=True)
+class BlockValue:
+    """One red block's mean off-diagonal value: ``measured`` with its standard error ``se`` and, where there is one,
+    the closed form's ``predicted``."""
+
+    measured: float
+    se: float
+    predicted: float = float("nan")
+
+
+@dataclass(frozen=True)
+class OffdiagGradient:
+    """The mean off-diagonal entry of each red block, ``pv`` (:math:`W^{PV}`) and ``kq`` (:math:`W^{KQ}_{21}`)
+    (:class:`BlockValue` each), with the degrees of freedom ``dof`` of their standard errors."""
+
+    pv: BlockValue
+    kq: BlockValue
+    dof: int
+
+    def blocks(self):
+        """``(name, BlockValue)`` of the two red blocks."""
+        return (("pv", self.pv), ("kq", self.kq))
+
+
+def offdiag_mc(data, a: float, b: float, n_groups: int) -> OffdiagGradient:
     r"""Monte-Carlo off-diagonal red-block gradient at (aI, bI): the mean over all (exchangeable) off-diagonal
-    entries, per group of sequences; mean and SE over the groups (:func:`companion.stats.mean_se`)."""
+    entries, per group of sequences; mean and SE over the groups (:func:`companion.stats.mean_se`), per block."""
     per = []
     for ix in np.array_split(np.arange(data.m), n_groups):
         g = gradient_blocks(data.subset(ix), a, b)
         per.append((g["pv_off"].real.mean(), g["kq_off"].real.mean()))
     per = np.array(per)
-    pv, se_pv = S.mean_se(per[:, 0])
-    kq, se_kq = S.mean_se(per[:, 1])
-    return dict(pv=pv, se_pv=se_pv, kq=kq, se_kq=se_kq, dof=n_groups - 1)
+    return OffdiagGradient(BlockValue(*stats.mean_se(per[:, 0])), BlockValue(*stats.mean_se(per[:, 1])), dof=n_groups - 1)
 
 
-def first_step(law, d: int, T: int, m: int, a0: float, b0: float, lr: float, seed: int, n_groups: int) -> dict:
-    r"""Prop 4.2 on the trained transformer: one GD epoch of :func:`companion.mesa.train.run` from (a0 I, b0 I);
-    the mean signed off-diagonal entry of each red block after the step against -lr times the population
-    gradient, with the SE of the training-set gradient over groups of sequences (the same training set)."""
-    r = run(**first_step_kwargs(law, d, T, m, a0, b0, lr, seed))
-    off = ~np.eye(d, dtype=bool)
-    meas_pv = float(r.W_PV[:, :d].real[off].mean())
-    meas_kq = float(r.W_KQ[d:, :d].real[off].mean())
-    data = generate(law, m, d, T, 1.0, MESA_TRAIN_DATA.rng(seed), torch.complex128)
-    mc = offdiag_mc(data, a0, b0, n_groups)
-    f_pv, f_kq = th.offdiag_gradient(law, 1.0, d, T, a0, b0)
-    return dict(meas_pv=meas_pv, meas_kq=meas_kq, pred_pv=-lr * f_pv, pred_kq=-lr * f_kq,
-                se_pv=lr * mc["se_pv"], se_kq=lr * mc["se_kq"], dof=mc["dof"])
+def first_steps(design: Design, n_groups: int) -> dict:
+    r"""Prop 4.2 on the trained transformer, per init: one GD epoch of :func:`companion.mesa.train.run` from
+    (a0 I, b0 I) (``design.first_steps``); the mean signed off-diagonal entry of each red block after the step
+    against -lr times the population gradient, with the SE of the training-set gradient over ``n_groups`` groups of
+    sequences (the same training set, drawn through :data:`~companion.seeds.MESA_TRAIN_DATA`): an
+    :class:`OffdiagGradient` per init, each block with its ``predicted`` step."""
+    out = {}
+    for (a0, b0), kw in design.first_steps.items():
+        law, d, T, m, lr = kw["law"], kw["d"], kw["T"], kw["m"], kw["lr"]
+        r = run(**kw)
+        off = ~np.eye(d, dtype=bool)
+        meas_pv = float(r.W_PV[:, :d].real[off].mean())
+        meas_kq = float(r.W_KQ[d:, :d].real[off].mean())
+        data = generate(law, m, d, T, 1.0, MESA_TRAIN_DATA.rng(kw["seed"]), torch.complex128)
+        mc = offdiag_mc(data, a0, b0, n_groups)
+        f_pv, f_kq = th.offdiag_gradient(law, 1.0, d, T, a0, b0)
+        out[a0, b0] = OffdiagGradient(BlockValue(meas_pv, lr * mc.pv.se, -lr * f_pv),
+                                      BlockValue(meas_kq, lr * mc.kq.se, -lr * f_kq), dof=mc.dof)
+    return out
 
 
 # ---- the verdict
@@ -140,7 +249,7 @@ def first_step(law, d: int, T: int, m: int, a0: float, b0: float, lr: float, see
 _BLOCK = {"pv": r"\WPV", "kq": r"\WKQ_{21}"}
 
 
-def record_ab_unmasked(v, beyond: dict, rep_u: dict, a0: float, b0: float, epochs: int, m_rep: int, n_rep: int,
+def record_ab_unmasked(v, beyond: AbBeyond, rep_u: ExtrapolatedAb, a0: float, b0: float, epochs: int, m_rep: int, n_rep: int,
                        m_mom: int) -> None:
     r"""Claim ``ab_unmasked`` (the headline): the unmasked trained ab extrapolated in m with the masked runs as
     control variate (:func:`ab_beyond`) against the unmasked population GD beyond Assumption 4.1, at 4 SE (Welch)
@@ -148,16 +257,16 @@ def record_ab_unmasked(v, beyond: dict, rep_u: dict, a0: float, b0: float, epoch
     v.statistical(
         "ab_unmasked",
         quantity=rf"unmasked full-one training, init $({a0:g}, {b0:g})$: trained $ab$ at epoch {epochs}, extrapolated "
-                 rf"from $m = {m_rep}$ and $m = {rep_u['m_small']}$ with the masked runs on the same training sets as "
+                 rf"from $m = {m_rep}$ and $m = {rep_u.m_small}$ with the masked runs on the same training sets as "
                  "control variate, vs the unmasked population GD beyond Assumption 4.1",
-        predicted=beyond["predicted"], measured=beyond["measured"], se=beyond["se"], dof=beyond["dof"], z=4,
-        floor=ROUNDOFF32 * abs(beyond["predicted"]), falsifier=FALSIFIER_AB,
-        falsifier_value=beyond["falsifier_value"], headline=True,
+        predicted=beyond.predicted, measured=beyond.measured, se=beyond.se, dof=beyond.dof, z=4,
+        floor=ROUNDOFF32 * abs(beyond.predicted), falsifier=FALSIFIER_AB,
+        falsifier_value=beyond.falsifier_value, headline=True,
         reason=f"4 SE of {n_rep} paired replicate training sets per size (unmasked minus masked, extrapolated in $m$) "
                "and of the prediction's Monte-Carlo moments; plus complex64 round-off",
         detail=f"level of 4 SE: {n_rep} paired replicate training sets per size (Richardson of the differences) and "
                f"the jackknife SE of the prediction's Monte-Carlo moments ({m_mom} sequences), "
-               f"{S.band_words(beyond['dof'])} (Welch); + complex64 round-off")
+               f"{stats.band_words(beyond.dof)} (Welch); + complex64 round-off")
 
 
 def record_exact_formula(v, exact_err: float, n_points: int) -> None:
@@ -173,38 +282,39 @@ def record_exact_formula(v, exact_err: float, n_points: int) -> None:
                "(`companion.mesa.results.prop4_2.offdiag_exact_error`), against a tolerance of $10^{-9}$")
 
 
-def record_mc(v, mc: dict, f_pv: float, f_kq: float, a: float, b: float, d: int, T: int, n_groups: int) -> None:
+def record_mc(v, mc: OffdiagGradient, f_pv: float, f_kq: float, a: float, b: float, d: int, T: int,
+              n_groups: int) -> None:
     """Claims ``mc_pv`` and ``mc_kq``: the Monte-Carlo mean off-diagonal gradient of each red block at (a, b)
     (:func:`offdiag_mc`) against the closed form, at 4 SE over groups of sequences; the falsifier is an invariant
     diagonal manifold (gradient 0)."""
-    for k, f in (("pv", f_pv), ("kq", f_kq)):
+    for (k, q), f in zip(mc.blocks(), (f_pv, f_kq)):
         v.statistical(
             f"mc_{k}",
             quantity=rf"mean off-diagonal $\partial L/\partial {_BLOCK[k]}$ at $({a:g}, {b:g})$, $d = {d}$, $T = {T}$: "
                      "Monte Carlo vs formula",
-            predicted=f, measured=mc[k], se=mc[f"se_{k}"], dof=mc["dof"], z=4, floor=1e-12 * abs(f),
+            predicted=f, measured=q.measured, se=q.se, dof=mc.dof, z=4, floor=1e-12 * abs(f),
             falsifier=_INVARIANT, falsifier_value=0.0,
             reason=f"4 SE over {n_groups} groups of sequences, Student-t; plus round-off",
-            detail=f"level of 4 SE: the SE over {n_groups} groups of sequences, Student-t on {mc['dof']} degrees of "
+            detail=f"level of 4 SE: the SE over {n_groups} groups of sequences, Student-t on {mc.dof} degrees of "
                    "freedom; + round-off ($10^{-12}$ of the formula)")
 
 
 def record_first_step(v, steps: dict, n_groups: int) -> None:
     r"""Claims ``first_step_{pv,kq}_{init}``: the mean off-diagonal entry of each red block after the first GD step
-    of the trained transformer from every init (:func:`first_step`) against :math:`-\eta` times the closed-form
+    of the trained transformer from every init (:func:`first_steps`) against :math:`-\eta` times the closed-form
     gradient, at 4 SE of the training-set gradient over groups; the falsifier is no off-diagonal step."""
-    for ini, q in steps.items():
-        for k in ("pv", "kq"):
+    for ini, step in steps.items():
+        for k, q in step.blocks():
             v.statistical(
                 f"first_step_{k}_{tag(ini)}",
                 quantity=rf"init $({ini[0]:g}, {ini[1]:g})$: mean off-diagonal ${_BLOCK[k]}$ entry after the first GD "
                          r"step of the trained transformer vs $-\eta$ times the formula",
-                predicted=q[f"pred_{k}"], measured=q[f"meas_{k}"], se=q[f"se_{k}"], dof=q["dof"], z=4,
-                floor=1e-6 * abs(q[f"pred_{k}"]), falsifier=_NO_STEP, falsifier_value=0.0,
+                predicted=q.predicted, measured=q.measured, se=q.se, dof=step.dof, z=4,
+                floor=1e-6 * abs(q.predicted), falsifier=_NO_STEP, falsifier_value=0.0,
                 reason=f"4 SE of the training-set gradient over {n_groups} groups of sequences, Student-t; plus "
                        "complex64 round-off",
                 detail=rf"level of 4 SE: the SE of the training-set gradient over {n_groups} groups (times $\eta$), "
-                       f"Student-t on {q['dof']} degrees of freedom; + complex64 round-off ($10^{{-6}}$ of the "
+                       f"Student-t on {step.dof} degrees of freedom; + complex64 round-off ($10^{{-6}}$ of the "
                        "prediction)")
 
 

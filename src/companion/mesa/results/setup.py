@@ -11,10 +11,12 @@ What the page checks, and how:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
-from companion import stats as S
+from companion import stats
 from companion.claims import ClaimSpec, ResultSpec
 from companion.mesa import theory as th
 from companion.mesa.analysis import radial_terms
@@ -25,7 +27,8 @@ from companion.mesa.train import init_diagonal
 from companion.plotting import legend_outside, new_figure
 from companion.seeds import MESA_FORMULA_MC, MESA_RANDOM_WEIGHTS, MESA_TRAIN_DATA
 
-__all__ = ["CLAIMS", "RESULT", "RADIAL", "manifest", "population_gradient", "formula_checks", "setup_checks",
+__all__ = ["CLAIMS", "RESULT", "RADIAL", "manifest", "population_gradient", "FormulaChecks", "formula_checks", "SetupChecks",
+           "setup_checks",
            "record_checks", "setup_figure"]
 
 _FALSIFIER = (r"$\alpha$ of the $T\to\infty$ constant ($m_{24} > 0$) or of independent coordinates "
@@ -63,8 +66,30 @@ def population_gradient(law, scale: float, d: int, T: int, a: float, b: float) -
 RADIAL = {"gaussian": 0, "sparse_gaussian": 1}
 
 
+@dataclass(frozen=True)
+class FormulaChecks:
+    """The Monte-Carlo loss and diagonal gradient against the population formulas (:func:`formula_checks`): the loss
+    ``L_emp`` with ``L_se``, its formula ``L_pop``, the falsifier's ``L_fal`` and the round-off ``L_floor``; the same
+    for the gradient (``g_*``) with its ``n_groups`` groups and ``g_dof`` degrees of freedom; ``radial`` when the
+    radius of x_1 is integrated exactly."""
+
+    L_emp: float
+    L_se: float
+    L_pop: float
+    L_fal: float
+    L_floor: float
+    g_emp: float
+    g_se: float
+    g_pop: float
+    g_fal: float
+    g_floor: float
+    n_groups: int
+    g_dof: int
+    radial: bool
+
+
 def formula_checks(law, scale: float, d: int, T: int, m: int, a: float, b: float, seed: int,
-                   n_groups: int = 100) -> dict:
+                   n_groups: int = 100) -> FormulaChecks:
     r"""The Monte-Carlo loss and diagonal gradient at :math:`(aI, bI)` against the population formulas.
 
     Data: m sequences with uniform phases and :math:`x_1` from the law (:func:`companion.mesa.data.sample_x1`), seed
@@ -75,9 +100,8 @@ def formula_checks(law, scale: float, d: int, T: int, m: int, a: float, b: float
 
     *Gaussian factors* (``gaussian``; ``sparse_gaussian``, whose one active coordinate is Gaussian): both are
     polynomials of degree 6 in :math:`x_1`, and a plain mean of Gaussian sixth moments has an SE that does not cover
-    (issue 24: seed 21 failed a correct formula at 4.2 SE; a later bounded Gauss-Hermite stand-in for the Gaussian
-    still gave z s.d. 1.11 for the loss and 1.44 for the gradient at d = 5, T = 20, m = 200, and failed both
-    claims at seed 94 of the smoke point). The radius of :math:`x_1` is integrated exactly instead
+    (a correct formula failed at 4.2 SE at seed 21; a bounded Gauss-Hermite stand-in for the Gaussian still gave a z
+    of s.d. 1.11 for the loss and 1.44 for the gradient at d = 5, T = 20, m = 200). The radius of :math:`x_1` is integrated exactly instead
     (:func:`companion.mesa.analysis.radial_terms`): per sequence and per group the loss and gradient are
     :math:`r^2A+r^4B+r^6C`, and the chi-square moments of the radius replace its draws (``dof`` d, or 1 for the
     sparse-Gaussian law); the directions and phases are drawn. The other laws are bounded and drawn as they are."""
@@ -103,19 +127,37 @@ def formula_checks(law, scale: float, d: int, T: int, m: int, a: float, b: float
         L, g = losses(data), grads(data)
     else:
         L, g = (radial_terms(data, f, dof or d, scale) for f in (losses, grads))
-    L_emp, L_se = S.mean_se(L)
-    g_emp, g_se = S.mean_se(g)  # equal-size groups up to one sequence: the mean of group means
-    return dict(
+    L_emp, L_se = stats.mean_se(L)
+    g_emp, g_se = stats.mean_se(g)  # equal-size groups up to one sequence: the mean of group means
+    return FormulaChecks(
         L_emp=L_emp, L_se=L_se, L_pop=float(th.population_loss(law, scale, d, T, c)),
         L_fal=d / 2 * (al_f * c * c - 2 * be * c + N * mo.m2),
-        L_floor=S.ROUNDOFF * d / 2 * (al * c * c + 2 * be * abs(c) + N * mo.m2),
+        L_floor=stats.ROUNDOFF * d / 2 * (al * c * c + 2 * be * abs(c) + N * mo.m2),
         g_emp=g_emp, g_se=g_se, g_pop=population_gradient(law, scale, d, T, a, b), g_fal=b * (al_f * c - be),
-        g_floor=S.ROUNDOFF * abs(b) * (al * abs(c) + be), n_groups=len(groups), g_dof=len(groups) - 1,
+        g_floor=stats.ROUNDOFF * abs(b) * (al * abs(c) + be), n_groups=len(groups), g_dof=len(groups) - 1,
         radial=dof is not None,
     )
 
 
-def setup_checks(law, scale: float, d: int, T: int, m: int, a: float, b: float, m_direct: int, seed: int) -> dict:
+@dataclass(frozen=True)
+class SetupChecks:
+    """The checks of the setting (:func:`setup_checks`): the relative errors of the fast model against its
+    definition (``err_fast``) and of the diagonal model against one GD step (``err_gd``), alpha and beta, the
+    falsifier in words, the formula checks (``formulas``), and for the figure one training sequence (``x0``) with the
+    per-position loss measured (``pos_loss``) and from the formula (``pos_pop``)."""
+
+    err_fast: float
+    err_gd: float
+    alpha: float
+    beta: float
+    falsifier: str
+    formulas: FormulaChecks
+    x0: np.ndarray
+    pos_loss: np.ndarray
+    pos_pop: np.ndarray
+
+
+def setup_checks(law, scale: float, d: int, T: int, m: int, a: float, b: float, m_direct: int, seed: int) -> SetupChecks:
     r"""The implementation tests and Monte-Carlo checks of the setting (``mesa/setup``).
 
     * fast model vs the literal prefix-sum definition at random full weights (identity);
@@ -141,9 +183,9 @@ def setup_checks(law, scale: float, d: int, T: int, m: int, a: float, b: float, 
     tok = data.tokens()
     resid = (predict(data, W_KQ, W_PV) - tok[:, 2:]).abs() ** 2
     al, be = th.alpha_beta(law, scale, d, T)
-    return dict(
+    return SetupChecks(
         err_fast=err_fast, err_gd=err_gd, alpha=al, beta=be, falsifier=name,
-        **formula_checks(law, scale, d, T, m, a, b, seed),
+        formulas=formula_checks(law, scale, d, T, m, a, b, seed),
         x0=tok[0].numpy(), pos_loss=0.5 * resid.sum(-1).mean(0).numpy(),
         pos_pop=th.position_loss(law, scale, d, np.arange(2, T), c),
     )
@@ -152,7 +194,7 @@ def setup_checks(law, scale: float, d: int, T: int, m: int, a: float, b: float, 
 # ---- verdict
 
 
-def record_checks(v, setup: dict, m: int) -> None:
+def record_checks(v, setup: SetupChecks, m: int) -> None:
     r"""Record the page's claims in the verdict ``v`` (``setup`` from :func:`setup_checks`, ``m`` its sequences).
 
     Two implementation tests (the fast model against the literal prefix sums of :math:`E_tE_t^{\Hm}`, the diagonal
@@ -160,14 +202,15 @@ def record_checks(v, setup: dict, m: int) -> None:
     against :math:`L(ab)=\frac d2(\alpha c^2-2\beta c+Nm_2)` and the diagonal gradient against
     :math:`b(\alpha ab-\beta)`, each against the falsifier's :math:`\alpha`
     (:func:`~companion.mesa.evidence.falsifier_alpha`)."""
-    radial = " (the radius of $x_1$ integrated exactly)" if setup["radial"] else ""
+    f = setup.formulas
+    radial = " (the radius of $x_1$ integrated exactly)" if f.radial else ""
     how = (" A Gaussian factor of $x_1$ has its radius integrated exactly with the $\\chi^2$ moments of $r^2$ "
            "(`companion.mesa.analysis.radial_terms`); the directions and phases are drawn, so every summand is "
-           "bounded and its standard error covers." if setup["radial"] else
+           "bounded and its standard error covers." if f.radial else
            " The law of $x_1$ is bounded: its draws are used as they are.")
     v.identity("fast_vs_definition",
                quantity="max relative deviation, fast model vs literal prefix-sum definition",
-               predicted=0.0, measured=setup["err_fast"], tolerance=1e-10,
+               predicted=0.0, measured=setup.err_fast, tolerance=1e-10,
                reason="float64 round-off (the closed-form geometric sums lose a few digits when two phases nearly "
                       "coincide)",
                detail=r"Random complex128 full weights $\WKQ$, $\WPV$ (seed stream `MESA_RANDOM_WEIGHTS`); the "
@@ -176,50 +219,50 @@ def record_checks(v, setup: dict, m: int) -> None:
                       "to the largest prediction.")
     v.identity("one_step_gd",
                quantity="max relative deviation, diagonal model vs one GD step on the in-context OLS loss",
-               predicted=0.0, measured=setup["err_gd"], tolerance=1e-10,
+               predicted=0.0, measured=setup.err_gd, tolerance=1e-10,
                reason="an algebraic identity: float64 round-off only",
                detail=r"The model at $(aI, bI)$ against `companion.mesa.theory.one_step_gd_predict` (one GD step "
                       r"of size $ab/(t-1)$ from $\hat W = 0$ on the in-context OLS loss), on the sequences of the "
                       "literal evaluation; relative to the largest prediction.")
     v.statistical("loss_formula", quantity="Monte-Carlo loss at $(aI, bI)$ vs population $L(ab)$",
-                  predicted=setup["L_pop"], measured=setup["L_emp"], se=setup["L_se"], z=4, floor=setup["L_floor"],
-                  falsifier=setup["falsifier"], falsifier_value=setup["L_fal"],
+                  predicted=f.L_pop, measured=f.L_emp, se=f.L_se, z=4, floor=f.L_floor,
+                  falsifier=setup.falsifier, falsifier_value=f.L_fal,
                   reason=f"4 SE of the mean of {m} i.i.d. per-sequence losses{radial} + float64 round-off of "
                          "the sum",
                   detail=f"Mean of {m} i.i.d. per-sequence losses at $(aI, bI)$ (seed stream `MESA_FORMULA_MC`; "
-                         f"SE {setup['L_se']:.3g}, normal band at 4 SE).{how} Floor: float64 round-off of the sum, "
-                         f"{setup['L_floor']:.2g}. The falsifier is the same formula with the falsifier's "
+                         f"SE {f.L_se:.3g}, normal band at 4 SE).{how} Floor: float64 round-off of the sum, "
+                         f"{f.L_floor:.2g}. The falsifier is the same formula with the falsifier's "
                          r"$\alpha$.")
     v.statistical("grad_formula",
                   quantity=r"Monte-Carlo diagonal gradient of $\WKQ_{21}$ vs $b(\alpha ab - \beta)$",
-                  predicted=setup["g_pop"], measured=setup["g_emp"], se=setup["g_se"], dof=setup["g_dof"], z=4,
-                  floor=setup["g_floor"], falsifier=setup["falsifier"], falsifier_value=setup["g_fal"],
-                  reason=f"level of 4 SE: the SE from {setup['n_groups']} independent groups of sequences{radial}, "
-                         f"Student-t on {setup['g_dof']} degrees of freedom; + float64 round-off",
-                  detail=f"Mean over {setup['n_groups']} independent groups of sequences (seed stream "
+                  predicted=f.g_pop, measured=f.g_emp, se=f.g_se, dof=f.g_dof, z=4,
+                  floor=f.g_floor, falsifier=setup.falsifier, falsifier_value=f.g_fal,
+                  reason=f"level of 4 SE: the SE from {f.n_groups} independent groups of sequences{radial}, "
+                         f"Student-t on {f.g_dof} degrees of freedom; + float64 round-off",
+                  detail=f"Mean over {f.n_groups} independent groups of sequences (seed stream "
                          "`MESA_FORMULA_MC`) of the mean diagonal gradient of the red block $\\WKQ_{21}$ "
-                         f"(`companion.mesa.model.loss_grad_fast`); SE {setup['g_se']:.3g} from the group means, "
-                         f"Student-t at the level of 4 normal SE on {setup['g_dof']} degrees of freedom.{how} "
-                         f"Floor: float64 round-off, {setup['g_floor']:.2g}. The falsifier is "
+                         f"(`companion.mesa.model.loss_grad_fast`); SE {f.g_se:.3g} from the group means, "
+                         f"Student-t at the level of 4 normal SE on {f.g_dof} degrees of freedom.{how} "
+                         f"Floor: float64 round-off, {f.g_floor:.2g}. The falsifier is "
                          r"$b(\alpha_f ab - \beta)$ with the falsifier's $\alpha_f$.")
 
 
 # ---- figure
 
 
-def setup_figure(setup: dict, a: float, b: float, d: int, T: int):
+def setup_figure(setup: SetupChecks, a: float, b: float, d: int, T: int):
     """The setting: one training sequence (first coordinates) and the per-position loss of the diagonal model
     against the population formula (``setup`` from :func:`setup_checks`)."""
     fig, axes = new_figure(ncols=2, width=3.6, height=3.0)
     tt = np.arange(1, T + 1)
     for j in range(min(d, 3)):
-        axes[0].plot(tt, setup["x0"][:, j].real, lw=1, label=f"Re $x_{{t,{j + 1}}}$")
+        axes[0].plot(tt, setup.x0[:, j].real, lw=1, label=f"Re $x_{{t,{j + 1}}}$")
     axes[0].set_xlabel("position $t$")
     axes[0].set_title("one training sequence")
     legend_outside(axes[0], fontsize=7, ncol=3)
     t_pos = np.arange(2, T)
-    axes[1].plot(t_pos, setup["pos_loss"], ".", ms=3, label="measured (mean over sequences)")
-    axes[1].plot(t_pos, setup["pos_pop"], "k-", lw=1, label="population formula")
+    axes[1].plot(t_pos, setup.pos_loss, ".", ms=3, label="measured (mean over sequences)")
+    axes[1].plot(t_pos, setup.pos_pop, "k-", lw=1, label="population formula")
     axes[1].set_xlabel("prediction position $t$")
     axes[1].set_ylabel(r"$\frac{1}{2}\|\hat y_t - x_{t+1}\|^2$")
     axes[1].set_title(f"diagonal model, $a={a:g}$, $b={b:g}$")

@@ -5,6 +5,8 @@ The theorem: from the diagonal initialisation the gradient flow stays on the dia
 
 * the gradient flow against its closed-form limits (:func:`flow_limit_error`);
 * the exact invariance of the manifold (:func:`invariance`);
+* the runs of the page: every setting from every init (Fig. 1a/1c) and the replicate sets of each claim, with the
+  replicate rule of each setting (:func:`design`; the step-size checks and the paper's run plan read the same);
 * trained :math:`ab` extrapolated in m against the population GD (:func:`replicates`, which runs
   :func:`companion.mesa.evidence.extrapolated_ab` per law and scale, with the control variates of
   :func:`x1_controls`), with what the extrapolation leaves of the off-manifold feedback as a measured systematic
@@ -18,39 +20,52 @@ The theorem: from the diagonal initialisation the gradient flow stays on the dia
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from scipy.special import factorial2
 
-from companion import stats as S
+from companion import stats
 from companion.claims import ClaimSpec, ResultSpec
+from companion.mesa import paper
 from companion.mesa import theory as th
 from companion.mesa.analysis import gradient_blocks
 from companion.mesa.data import generate
 from companion.mesa.empirical import exact_population
-from companion.mesa.evidence import extrapolated_ab, offmanifold_floor, offmanifold_words, population_ab, replicate_kwargs
+from companion.mesa.evidence import (
+    ExtrapolatedAb,
+    Extrapolation,
+    Replicates,
+    extrapolated_ab,
+    offmanifold_floor,
+    offmanifold_words,
+    population_ab,
+)
 from companion.mesa.figures import POPULATION, TRAINED, init_label
 from companion.mesa.train import run
 from companion.plotting import COLORS, legend_outside, new_figure
 from companion.seeds import MESA_TRAIN_DATA
 from companion.text import number_tag
 
-__all__ = ["CLAIMS", "RESULT", "tag", "manifest", "scale_plan", "figure_runs", "replicates", "control_coefficients",
+__all__ = ["CLAIMS", "RESULT", "tag", "manifest", "Setting", "Design", "design", "paper_design", "paper_runs",
+           "figure_runs", "AbClaim", "replicates", "control_coefficients",
            "x1_controls", "noise_numbers", "quoted_settings", "offmanifold_numbers", "band_numbers",
-           "flow_limit_error", "invariance", "moment_ratio_rel_se", "record_population", "record_ab",
+           "flow_limit_error", "Invariance", "invariance", "moment_ratio_rel_se", "record_population", "record_ab",
            "record_one_step", "ab_curves"]
 
 _ONE_STEP_FALSIFIER = "the trained model is not one-step GD (deviation independent of $m$)"
 
 CLAIMS = (
     ClaimSpec("flow_limit", "numerics", "ode", prediction="companion.mesa.theory.limits"),
-    ClaimSpec("invariant_{law}", "numerics", "closed_form"),  # the theorem's 0, by an exact phase-grid expectation
+    # the theorem's 0 (the closed-form off-diagonal gradient of a sign-symmetric law), by an exact phase-grid expectation
+    ClaimSpec("invariant_{law}", "numerics", "closed_form", prediction="companion.mesa.theory.offdiag_gradient"),
     ClaimSpec("ab_{law}_{s}", "statistical", "trained", headline=True,
               prediction="companion.mesa.evidence.population_ab",
               falsifier=r"the $T\to\infty$ constant $m_4/m_6$ ($m_{24} > 0$) or independent coordinates "
                         r"($m_{24} = m_2 m_4$)"),
-    ClaimSpec("one_step_scaling", "bound", "trained", prediction="",  # the bound 0: the deviation shrinks with m
+    # the bound 0: the deviation from the one-step-GD formula shrinks with m
+    ClaimSpec("one_step_scaling", "bound", "trained", prediction="companion.mesa.theory.one_step_gd_predict",
               falsifier=_ONE_STEP_FALSIFIER),
 )
 
@@ -69,47 +84,142 @@ def manifest(rep: dict) -> list[str]:
     return ["flow_limit", "invariant_gaussian", "invariant_sparse", "one_step_scaling"] + [tag(*k) for k in rep]
 
 
-def scale_plan(sigmas, lrs_gauss, cs, lrs_sparse) -> list[tuple[str, float, float]]:
-    """The (law, scale, step size) of every trained setting: the Gaussian sigmas, then the sparse scales."""
-    return [(law, s, lr) for law, scales, lrs in [("gaussian", sigmas, lrs_gauss), ("sparse", cs, lrs_sparse)]
-            for s, lr in zip(scales, lrs)]
+@dataclass(frozen=True)
+class Setting:
+    """One trained setting of the page: a law at a scale, its step size, and the parameter that sets that step size
+    (``lrs_gauss`` or ``lrs_sparse``, named when :func:`companion.mesa.stability.check_runs` refuses it)."""
+
+    law: str
+    scale: float
+    lr: float
+    param: str
 
 
-def figure_runs(plan, inits, **common) -> dict:
-    """The runs of Fig. 1a/1c, ``runs[law, s, a0, b0]``: every setting of ``plan`` from every init
+@dataclass(frozen=True)
+class Design:
+    """Every training run of the page (:func:`design`): the figure runs, every setting from every init with the
+    sizes and seed of ``common``; and per setting the replicate training sets of its ``ab_*`` claim
+    (:class:`companion.mesa.evidence.Replicates`, from the middle init). ``s_mid``: the Gaussian scale whose
+    replicates also measure the one-step-GD deviation."""
+
+    settings: tuple[Setting, ...]
+    inits: tuple[tuple[float, float], ...]
+    common: dict
+    s_mid: float | None
+    replicates: dict
+
+    @property
+    def init_mid(self) -> tuple[float, float]:
+        """The middle init, from which the replicates train."""
+        return self.inits[len(self.inits) // 2]
+
+    def figure(self) -> dict:
+        """The figure runs as keyword arguments of :func:`companion.mesa.train.run`, by ``(law, s, a0, b0)``."""
+        return {(st.law, st.scale, a0, b0): dict(law=st.law, scale=st.scale, a0=a0, b0=b0, lr=st.lr, **self.common)
+                for st in self.settings for a0, b0 in self.inits}
+
+    def runs(self) -> list[dict]:
+        """Every run of the page, as keyword arguments of :func:`companion.mesa.train.run`."""
+        return [kw for kw, _, _ in self._labelled()]
+
+    def checked_runs(self) -> list[dict]:
+        """Every run with the step-size parameter that sets its step (``param``) and the run in words (``what``): the
+        input of :func:`companion.mesa.stability.check_runs`."""
+        return [dict(kw, param=param, what=what) for kw, param, what in self._labelled()]
+
+    def _labelled(self):
+        figure = self.figure()
+        for st in self.settings:
+            yield from ((figure[st.law, st.scale, a0, b0], st.param, "figure run") for a0, b0 in self.inits)
+            rep = self.replicates[st.law, st.scale]
+            for half in (rep.big, rep.small):
+                yield from ((kw, st.param, f"replicate {k + 1} of {rep.n_rep}") for k, kw in enumerate(half))
+
+
+def design(sigmas, lrs_gauss, cs, lrs_sparse, inits, d: int, T: int, m: int, m_test: int, epochs: int, seed: int,
+           m_rep: int, n_rep: int, n_rep_dev: int, m_rep_sparse: int | None = None,
+           n_rep_sparse: int | None = None) -> Design:
+    """The runs of the page: every (law, scale) of the Gaussian scales ``sigmas`` and the sparse scales ``cs`` (with
+    their step sizes) from every init at m (the figures), and the replicate design behind each ``ab_*`` claim, from
+    the middle init: ``n_rep`` training sets at ``m_rep`` and ``m_rep/4``; ``n_rep_dev`` of each for the Gaussian
+    middle scale (whose replicates also measure the one-step-GD deviation); for the sparse law, when
+    ``n_rep_sparse`` is given, ``n_rep_sparse`` at ``m_rep_sparse`` and ``m_rep_sparse/4`` (its ab has no moment
+    noise: small sets suffice)."""
+    settings = tuple(Setting(law, s, lr, param) for law, scales, lrs, param in
+                     (("gaussian", sigmas, lrs_gauss, "lrs_gauss"), ("sparse", cs, lrs_sparse, "lrs_sparse"))
+                     for s, lr in zip(scales, lrs))
+    inits = tuple(tuple(ini) for ini in inits)
+    a0, b0 = inits[len(inits) // 2]
+    s_mid = sigmas[len(sigmas) // 2] if len(sigmas) else None
+    reps = {}
+    for st in settings:
+        sparse = st.law == "sparse" and n_rep_sparse is not None
+        n = n_rep_sparse if sparse else n_rep_dev if (st.law, st.scale) == ("gaussian", s_mid) else n_rep
+        mr = m_rep_sparse if sparse and m_rep_sparse is not None else m_rep
+        reps[st.law, st.scale] = Replicates(st.law, st.scale, d, T, a0, b0, st.lr, epochs, mr, n, seed)
+    return Design(settings, inits, dict(d=d, T=T, m=m, m_test=m_test, epochs=epochs, seed=seed), s_mid, reps)
+
+
+def paper_design() -> Design:
+    """:func:`design` at the paper's settings (:mod:`companion.mesa.paper`, the page's defaults)."""
+    g, s, rep = paper.TABLE1["gaussian"], paper.TABLE1["sparse"], paper.REPLICATES
+    return design([x for x, _ in g], [lr for _, lr in g], [x for x, _ in s], [lr for _, lr in s], paper.INITS,
+                  **paper.COMMON, m_rep=rep["m_rep"], n_rep=rep["n_rep"], n_rep_dev=rep["n_rep_dev"],
+                  m_rep_sparse=rep["m_rep_sparse"], n_rep_sparse=rep["n_rep_sparse"])
+
+
+def paper_runs() -> list[dict]:
+    """Every run of the page at the paper's settings (:func:`paper_design`)."""
+    return paper_design().runs()
+
+
+def figure_runs(design: Design) -> dict:
+    """The runs of Fig. 1a/1c, ``runs[law, s, a0, b0]``: every setting of the ``design`` from every init
     (:func:`companion.mesa.train.run`, cached)."""
-    return {(law, s, a0, b0): run(law=law, scale=s, a0=a0, b0=b0, lr=lr, **common)
-            for law, s, lr in plan for a0, b0 in inits}
+    return {key: run(**kw) for key, kw in design.figure().items()}
 
 
-def replicates(plan, d: int, T: int, a0: float, b0: float, epochs: int, m_rep: int, n_rep: int, n_rep_dev: int,
-               s_mid: float, seed: int, m_eval: int = 300, m_rep_sparse: int | None = None,
-               n_rep_sparse: int | None = None) -> dict:
-    """The replicate design behind the ``ab_*`` claims: for every (law, scale) of ``plan``, ``n_rep``
-    training sets at ``m_rep`` and ``m_rep/4`` from the init (a0, b0), extrapolated in m
-    (:func:`companion.mesa.evidence.extrapolated_ab`); the Gaussian at ``s_mid`` gets ``n_rep_dev`` of each
-    and the one-step-GD deviation on ``m_eval`` fresh sequences (claim ``one_step_scaling``); the sparse law
-    ``n_rep_sparse`` at ``m_rep_sparse`` and ``m_rep_sparse/4`` (its ab has no moment noise: small sets suffice).
+@dataclass(frozen=True)
+class AbClaim:
+    """The evidence of one ``ab_*`` claim (:func:`replicates`): the control-variate estimate extrapolated in m
+    (``measured``, ``se``, ``dof``; ``mean_big``, ``mean_small``, ``se_big``, ``se_small`` of the two sizes, ``k_big``,
+    ``k_small`` controls used; :func:`companion.stats.controlled_richardson`), the plain Richardson estimate ``raw``
+    and the replicates behind both (``replicates``: prediction, falsifier, floor, off-manifold residual, the
+    one-step-GD deviation of the Gaussian middle scale)."""
+
+    measured: float
+    se: float
+    dof: float
+    mean_big: float
+    mean_small: float
+    se_big: float
+    se_small: float
+    k_big: int
+    k_small: int
+    raw: Extrapolation
+    replicates: ExtrapolatedAb
+
+
+def replicates(design: Design, m_eval: int = 300) -> dict:
+    """The evidence of the ``ab_*`` claims, ``rep[law, s]`` (:class:`AbClaim`): the replicates of every setting of the ``design``
+    extrapolated in m (:func:`companion.mesa.evidence.extrapolated_ab`, with what the extrapolation leaves of the
+    off-manifold feedback), and for the Gaussian middle scale the one-step-GD deviation on ``m_eval`` fresh sequences
+    (claim ``one_step_scaling``).
 
     Each size's mean is the control-variate mean of :func:`companion.stats.controlled_richardson` with the
     controls :func:`x1_controls` of the replicates' training sets and the fixed coefficients
-    :func:`control_coefficients` (exactly unbiased for any coefficients). The plain Richardson estimate stays in
+    :func:`control_coefficients` (exactly unbiased for any coefficients). The plain Richardson estimate is
     ``raw``."""
     out = {}
-    for law, s, lr in plan:
-        sparse = law == "sparse" and n_rep_sparse is not None
-        n = n_rep_sparse if sparse else n_rep_dev if (law, s) == ("gaussian", s_mid) else n_rep
-        mr = m_rep_sparse if sparse and m_rep_sparse is not None else m_rep
-        q = extrapolated_ab(law, s, d, T, a0, b0, lr, epochs, mr, n, seed,
-                            m_eval=m_eval if (law, s) == ("gaussian", s_mid) else 0, offmanifold=True)
-        kws = replicate_kwargs(law, s, d, T, a0, b0, lr, epochs, mr, n, seed)
-        cb = x1_controls(law, s, d, T, [(kw["m"], kw["seed"]) for kw in kws[:n]])
-        cs = x1_controls(law, s, d, T, [(kw["m"], kw["seed"]) for kw in kws[n:]])
-        ctl = S.controlled_richardson(q["big"], q["small"], cb, cs,
-                                      coef=control_coefficients(law, s, d, T, a0, b0, lr, epochs))
-        q["raw"] = {k: q[k] for k in ("measured", "se", "dof", "mean_big", "mean_small")}
-        q.update(ctl, m_rep=mr, n_rep=n)
-        out[law, s] = q
+    for (law, s), rp in design.replicates.items():
+        n = rp.n_rep
+        q = extrapolated_ab(rp, m_eval=m_eval if (law, s) == ("gaussian", design.s_mid) else 0, offmanifold=True)
+        cb = x1_controls(law, s, rp.d, rp.T, rp.sets[:n])
+        cs = x1_controls(law, s, rp.d, rp.T, rp.sets[n:])
+        ctl = stats.controlled_richardson(q.big, q.small, cb, cs,
+                                          coef=control_coefficients(law, s, rp.d, rp.T, rp.a0, rp.b0, rp.lr, rp.epochs))
+        raw = Extrapolation(q.measured, q.se, q.dof, q.mean_big, q.mean_small)
+        out[law, s] = AbClaim(**ctl, raw=raw, replicates=q)
     return out
 
 
@@ -160,18 +270,20 @@ def x1_controls(law, scale: float, d: int, T: int, sets) -> np.ndarray:
     return np.array(out)
 
 
-def noise_numbers(dev: dict, m: int, d: int) -> dict:
-    """The numbers of the page's noise model, from the replicates ``dev`` of the Gaussian middle scale: the
+def noise_numbers(dev: AbClaim, m: int, d: int) -> dict:
+    """The numbers of the page's noise model (by the names the page glues them under), from the evidence ``dev`` of
+    the Gaussian middle scale: the
     standard error in % of c*, the finite-m bias at m_rep and m_rep/4 (in %) and their ratio (4 for a 1/m law),
     the Student-t bands and false-alarm rates of four standard errors, and the delta-method SE of m4/m6."""
+    q = dev.replicates
     return dict(
-        se_pct=float(100 * dev["se"] / dev["cstar"]),
-        crit4=S.critical(4, 4), crit10=S.critical(4, 10),  # the band of 4 dof and of 10, at the level of 4 normal SE
-        alarm4=100 * S.false_alarm(4, 4), alarm_normal=100 * S.false_alarm(4),  # % false alarms, 4 dof and normal
+        se_pct=float(100 * dev.se / q.cstar),
+        crit4=stats.critical(4, 4), crit10=stats.critical(4, 10),  # the band of 4 dof and of 10, at the level of 4 normal SE
+        alarm4=100 * stats.false_alarm(4, 4), alarm_normal=100 * stats.false_alarm(4),  # % false alarms, 4 dof and normal
         delta_pct=100 * moment_ratio_rel_se(m * d),
-        bias_big=float(100 * (dev["mean_big"] / dev["predicted"] - 1)),
-        bias_small=float(100 * (dev["mean_small"] / dev["predicted"] - 1)),
-        bias_ratio=float((dev["mean_small"] - dev["predicted"]) / (dev["mean_big"] - dev["predicted"])),
+        bias_big=float(100 * (dev.mean_big / q.predicted - 1)),
+        bias_small=float(100 * (dev.mean_small / q.predicted - 1)),
+        bias_ratio=float((dev.mean_small - q.predicted) / (dev.mean_big - q.predicted)),
     )
 
 
@@ -195,8 +307,8 @@ def offmanifold_numbers(rep: dict, settings: dict) -> dict:
     for key, setting in settings.items():
         q = rep.get(setting)
         if q is not None:
-            out[f"off_ratio_{key}"] = float(q["off"]["ratio"])
-            out[f"off_r_{key}"] = float(q["off"]["measured"] / q["se"])
+            out[f"off_ratio_{key}"] = float(q.replicates.off.ratio)
+            out[f"off_r_{key}"] = float(q.replicates.off.measured / q.se)
     return out
 
 
@@ -219,10 +331,10 @@ def band_numbers(rep: dict, records, settings: dict) -> dict:
         if rec is None:
             continue
         q = rep[setting]
-        out[f"{key}_z_fal"] = float(abs(q["measured"] - q["falsifier_value"]) / q["se"])
-        out[f"{key}_z_th"] = float(abs(q["measured"] - q["predicted"]) / q["se"])
+        out[f"{key}_z_fal"] = float(abs(q.measured - q.replicates.falsifier_value) / q.se)
+        out[f"{key}_z_th"] = float(abs(q.measured - q.replicates.predicted) / q.se)
         out[f"{key}_crit"] = float(rec.crit)
-        out[f"{key}_sys"] = float(rec.floor / q["se"])
+        out[f"{key}_sys"] = float(rec.floor / q.se)
         out[f"{key}_status"] = rec.status.replace("_", " ")
     return out
 
@@ -242,10 +354,21 @@ def flow_limit_error(law, scale: float, d: int, T: int, inits) -> float:
     return float(err)
 
 
-def invariance(law: str, d: int, T: int, points, gh_nodes: int = 4) -> dict:
+@dataclass(frozen=True)
+class Invariance:
+    """The exact population gradient at diagonal points (:func:`invariance`): the largest off-manifold entry over
+    the diagonal one (``ratio``, over the points), the gradient blocks at each point (``grads``) and the size of the
+    phase grid (``size``)."""
+
+    ratio: float
+    grads: list
+    size: int
+
+
+def invariance(law: str, d: int, T: int, points, gh_nodes: int = 4) -> Invariance:
     r"""Exact population gradient (phase grid, :func:`companion.mesa.empirical.exact_population`) at diagonal
     points (aI, bI): the largest off-diagonal red and other-block entry relative to the diagonal gradient, and
-    the off-diagonal red entries themselves. Returns dict with ``ratio`` (max over points) and ``grads``."""
+    the off-diagonal red entries themselves (:class:`Invariance`)."""
     data, w = exact_population(law, d, T, gh_nodes=gh_nodes)
     ratio, grads = 0.0, []
     for a, b in points:
@@ -254,7 +377,7 @@ def invariance(law: str, d: int, T: int, points, gh_nodes: int = 4) -> dict:
         off = max(np.abs(g["pv_off"]).max(), np.abs(g["kq_off"]).max(), np.abs(g["other"]).max())
         ratio = max(ratio, off / diag)
         grads.append(g)
-    return dict(ratio=float(ratio), grads=grads, size=data.m)
+    return Invariance(ratio=float(ratio), grads=grads, size=data.m)
 
 
 def moment_ratio_rel_se(n: int) -> float:
@@ -299,52 +422,54 @@ def record_population(v, flow_err: float, inv: dict, points) -> None:
 
 
 def record_ab(v, rep: dict, a0: float, b0: float, epochs: int) -> None:
-    r"""Record the headline claims ``ab_<law>_<scale>`` in the verdict ``v``: for every setting of the replicates
+    r"""Record the headline claims ``ab_<law>_<scale>`` in the verdict ``v``: for every setting of the evidence
     ``rep`` (:func:`replicates`, init ``(a0, b0)``), the trained :math:`ab` at the last epoch extrapolated in m,
     :math:`\tfrac13(4\,\overline{ab}(m)-\overline{ab}(m/4))`, against the population GD from the same init with the
     same step and epochs, and against the same GD with the falsifier's :math:`\alpha`. The band: the Student-t
     critical value of the replicate SE plus the complex64 round-off and what the extrapolation leaves of the
     off-manifold feedback (:func:`companion.mesa.evidence.offmanifold_floor`)."""
     for (law, s), q in rep.items():
-        k = q["k_big"] + q["k_small"]
-        r_se = q["off"]["measured"] / q["se"]
+        r = q.replicates
+        k = q.k_big + q.k_small
+        r_se = r.off.measured / q.se
         controls = (f" Control variates $\\hat m_4 - m_4$, $\\hat m_6 - m_6$ of the training sets' initial tokens "
-                    f"with fixed coefficients (`control_coefficients`): {q['k_big']} at $m$, {q['k_small']} at $m/4$ "
-                    f"(plain Richardson estimate {q['raw']['measured']:.5g}, SE {q['raw']['se']:.3g})." if k else "")
+                    f"with fixed coefficients (`control_coefficients`): {q.k_big} at $m$, {q.k_small} at $m/4$ "
+                    f"(plain Richardson estimate {q.raw.measured:.5g}, SE {q.raw.se:.3g})." if k else "")
         v.statistical(tag(law, s), quantity=f"{law} scale {s:g}, init $({a0:g}, {b0:g})$: trained $ab$ at epoch "
-                      f"{epochs}, extrapolated from $m = {q['m_rep']}$ and ${q['m_small']}$, vs population GD",
-                      predicted=q["predicted"], measured=q["measured"], se=q["se"], dof=q["dof"], z=4,
-                      floor=offmanifold_floor(q["floor"], q["off"]),
-                      falsifier=q["falsifier"], falsifier_value=q["falsifier_value"], headline=True,
-                      reason=f"4 SE (Student-t, {q['dof']:.1f} degrees of freedom) of {q['n_rep']} replicate training "
+                      f"{epochs}, extrapolated from $m = {r.m}$ and ${r.m_small}$, vs population GD",
+                      predicted=r.predicted, measured=q.measured, se=q.se, dof=q.dof, z=4,
+                      floor=offmanifold_floor(r.floor, r.off),
+                      falsifier=r.falsifier, falsifier_value=r.falsifier_value, headline=True,
+                      reason=f"4 SE (Student-t, {q.dof:.1f} degrees of freedom) of {r.n_rep} replicate training "
                              "sets per size, extrapolated in $m$" + (" with control variates" if k else "")
                              + f"; + the measured off-manifold remnant ({r_se:+.2f} SE) and round-off",
-                      detail=f"{q['n_rep']} replicate training sets (independent seeds) at $m = {q['m_rep']}$ and at "
-                             f"$m = {q['m_small']}$; Richardson combination for a $1/m$ bias, "
+                      detail=f"{r.n_rep} replicate training sets (independent seeds) at $m = {r.m}$ and at "
+                             f"$m = {r.m_small}$; Richardson combination for a $1/m$ bias, "
                              r"$\tfrac13(4\,\overline{ab}(m) - \overline{ab}(m/4))$." + controls
-                             + f" SE {q['se']:.3g} from the replicate spread, Student-t at the level of 4 normal SE "
-                             f"on {q['dof']:.1f} Welch degrees of freedom; + "
-                             + offmanifold_words(q["off"], se=q["se"])
-                             + f" + complex64 round-off ({q['floor']:.2g}). The falsifier is the same population GD "
+                             + f" SE {q.se:.3g} from the replicate spread, Student-t at the level of 4 normal SE "
+                             f"on {q.dof:.1f} Welch degrees of freedom; + "
+                             + offmanifold_words(r.off, se=q.se)
+                             + f" + complex64 round-off ({r.floor:.2g}). The falsifier is the same population GD "
                              r"with the falsifier's $\alpha$.")
 
 
-def record_one_step(v, dev: dict) -> None:
+def record_one_step(v, dev: AbClaim) -> None:
     r"""Record the claim ``one_step_scaling`` in the verdict ``v``: the log2 ratio of the trained model's deviation
-    from one-step GD at :math:`m/4` over that at m (the replicates ``dev`` of the Gaussian middle scale,
+    from one-step GD at :math:`m/4` over that at m (the evidence ``dev`` of the Gaussian middle scale,
     :func:`replicates`) is above 0 (the deviation shrinks with m), against the falsifier 0 (it does not)."""
+    r, one = dev.replicates, dev.replicates.one_step
     v.bound("one_step_scaling", quantity=f"$\\log_2$ of the trained model's deviation from one-step GD at "
-            f"$m = {dev['m_small']}$ over $m = {dev['m_rep']}$ (Gaussian, {dev['n_rep']} replicates each): the "
+            f"$m = {r.m_small}$ over $m = {r.m}$ (Gaussian, {r.n_rep} replicates each): the "
             "deviation shrinks with $m$", bound=0.0,
-            measured=dev["dev_log2"], comparison="lower", se=dev["dev_se"], dof=dev["dev_dof"], z=4, floor=0.0,
+            measured=one.log2, comparison="lower", se=one.se, dof=one.dof, z=4, floor=0.0,
             falsifier=_ONE_STEP_FALSIFIER, falsifier_value=0.0,
             reason=f"level of 4 SE; the SE from the replicate spread (propagated to first order), Student-t on "
-                   f"{dev['dev_dof']:.1f} Welch degrees of freedom",
+                   f"{one.dof:.1f} Welch degrees of freedom",
             detail=f"Relative deviation of the trained predictions from one-step GD with the learned diagonals on "
-                   f"fresh sequences (`companion.mesa.evidence.one_step_deviation`), mean over {dev['n_rep']} "
-                   f"replicates per size: {dev['dev_big']:.3g} at $m = {dev['m_rep']}$, {dev['dev_small']:.3g} at "
-                   f"$m = {dev['m_small']}$. SE {dev['dev_se']:.3g} of the $\\log_2$ ratio propagated to first order from "
-                   f"the two replicate spreads, Student-t at the level of 4 normal SE on {dev['dev_dof']:.1f} Welch "
+                   f"fresh sequences (`companion.mesa.evidence.one_step_deviation`), mean over {r.n_rep} "
+                   f"replicates per size: {one.big:.3g} at $m = {r.m}$, {one.small:.3g} at "
+                   f"$m = {r.m_small}$. SE {one.se:.3g} of the $\\log_2$ ratio propagated to first order from "
+                   f"the two replicate spreads, Student-t at the level of 4 normal SE on {one.dof:.1f} Welch "
                    "degrees of freedom. The rate (1 for an $m^{-1/2}$ deviation) is not claimed.")
 
 

@@ -3,6 +3,7 @@ r"""Theorem 4.2 of the mesa paper, capability: the trained mesa-optimizer recove
 
 What the page checks, and where:
 
+* the runs of the page: the sparse runs of Fig. 1d and the probe laws (:func:`design`);
 * Assumption 4.2 and the exact population loss at :math:`c^*` per law (:func:`conditions`, which checks the
   closed form against an exact phase-grid expectation with :func:`exact_loss_at_cstar`);
 * the full trained model's test losses against the population losses at the population-GD ab, or (where
@@ -15,25 +16,27 @@ What the page checks, and where:
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from companion import stats as S
+from companion import stats
 from companion.claims import ClaimSpec, ResultSpec
 from companion.mesa import paper
 from companion.mesa import theory as th
 from companion.mesa.data import ARData
 from companion.mesa.empirical import exact_population
-from companion.mesa.evidence import ab_evidence, falsifier_alpha, loss_evidence, loss_words, population_ab
+from companion.mesa.evidence import AbEvidence, LossEvidence, ab_evidence, falsifier_alpha, loss_evidence, loss_words, population_ab
 from companion.mesa.figures import POPULATION, init_label
 from companion.mesa.model import loss_grad_fast
 from companion.mesa.train import init_diagonal, run
 from companion.plotting import COLORS, legend_outside, new_figure
 from companion.text import number_tag
 
-__all__ = ["CLAIMS", "RESULT", "elsewhere", "LAWS", "tag", "manifest", "conditions", "capability_table", "exact_loss_at_cstar",
-           "capability", "record_exact", "record_capability", "test_loss_curves", "capability_probe"]
+__all__ = ["CLAIMS", "RESULT", "elsewhere", "LAWS", "tag", "manifest", "Condition", "conditions", "Design", "design", "paper_design",
+           "paper_runs", "figure_runs", "capability_table", "exact_loss_at_cstar",
+           "LossClaim", "Capability", "capability", "record_exact", "record_capability", "test_loss_curves", "capability_probe"]
 
 #: the laws of the page's table of Assumption 4.2
 LAWS = ("gaussian", "sparse", "rademacher", "sparse_gaussian")
@@ -72,44 +75,107 @@ def tag(law, s) -> str:
 
 
 def elsewhere(result) -> str | None:
-    """The page whose claims already record this trained model, or None: the Gaussian at scale 1 from the middle
-    init at the paper's settings is the run of Prop 4.1's ``no_recovery_*`` (the same model, prediction and band;
-    one record per fact). At other settings (the smoke and domain points, a sweep) no other page trains it, and
-    this page records it."""
+    """The page whose claims already record this trained model, or None: the Gaussian probe of the paper's settings
+    (:func:`paper_design`) is the run of Prop 4.1's ``no_recovery_*`` (the Gaussian at scale 1 from the middle init;
+    the same model, prediction and band; one record per fact). At other settings (the smoke and domain points, a
+    sweep) no other page trains it, and this page records it."""
     c = result.config
-    a0, b0 = paper.INITS[len(paper.INITS) // 2]
-    same = dict(law="gaussian", scale=1.0, a0=a0, b0=b0, lr=dict(paper.TABLE1["gaussian"])[1.0], **paper.COMMON)
+    same = paper_design().probes["gaussian"]
     return "mesa/prop4_1_gaussian" if all(c.get(k) == v for k, v in same.items()) else None
 
 
 def manifest(cond: dict, cap: dict) -> list[str]:
     """The claim ids the page's verdict declares, for the laws of ``cond`` and the trained models ``cap`` (not those
     recorded on another page: :func:`elsewhere`)."""
-    return [f"exact_Lstar_{law}" for law in cond] + [f"{k}_{tag(*key)}" for key, q in cap.items() if not q["elsewhere"]
+    return [f"exact_Lstar_{law}" for law in cond] + [f"{k}_{tag(*key)}" for key, q in cap.items() if not q.elsewhere
                                                      for k in ("loss", "last")]
 
 
+@dataclass(frozen=True)
+class Condition:
+    """Assumption 4.2 for one law (:func:`conditions`): its parts ``i`` and ``ii`` and whether it ``holds``, the
+    population loss at c* at the page's (d, T) (``Lstar``), and the exact phase-grid loss at c* (``L_ex``) against
+    the closed form (``L_small``) at d = 2, T = 5."""
+
+    i: bool
+    ii: bool
+    holds: bool
+    Lstar: float
+    L_ex: float
+    L_small: float
+
+
 def conditions(d: int, T: int, laws=LAWS) -> dict:
-    """Per law: the two parts of Assumption 4.2 (``i``, ``ii``, ``holds``), the population loss at c* at the
-    page's (d, T) (``Lstar``), and the exact phase-grid loss at c* against the closed form at d = 2, T = 5
-    (``L_ex``, ``L_small``; :func:`exact_loss_at_cstar`)."""
+    """Per law, its :class:`Condition`: the two parts of Assumption 4.2, the population loss at c* at the page's
+    (d, T), and the exact phase-grid loss at c* against the closed form at d = 2, T = 5 (:func:`exact_loss_at_cstar`)."""
     cond = {}
     for law in laws:
         a42 = th.assumption_4_2(law, 1.0, d)
         L_ex, L_small = exact_loss_at_cstar(law)
-        cond[law] = dict(i=a42["i_m24_zero"], ii=a42["ii_cauchy_schwarz_equality"], holds=a42["holds"],
-                         Lstar=float(th.population_loss(law, 1.0, d, T, th.c_star(law, 1.0, d, T))), L_ex=L_ex,
-                         L_small=L_small)
+        cond[law] = Condition(i=a42["i_m24_zero"], ii=a42["ii_cauchy_schwarz_equality"], holds=a42["holds"],
+                              Lstar=float(th.population_loss(law, 1.0, d, T, th.c_star(law, 1.0, d, T))), L_ex=L_ex,
+                              L_small=L_small)
     return cond
 
 
-def capability_table(fig1d: dict, cs, a0: float, b0: float, probe_laws, probe_lrs, stats: dict, **common) -> dict:
-    """:func:`capability` of the sparse runs of Fig. 1d from the init (a0, b0) at every scale of ``cs``, then of
-    each probe law at scale 1 (trained here unless it is one of those runs): ``cap[law, s]``."""
-    cap = {("sparse", s): capability(fig1d[s, a0, b0], stats["sparse"]) for s in cs}
-    for law, lr in zip(probe_laws, probe_lrs):
-        if (law, 1.0) not in cap:
-            cap[law, 1.0] = capability(run(law=law, scale=1.0, a0=a0, b0=b0, lr=lr, **common), stats[law])
+@dataclass(frozen=True)
+class Design:
+    """Every training run of the page (:func:`design`), as keyword arguments of :func:`companion.mesa.train.run`: the
+    sparse runs of Fig. 1d, ``figure[s, a0, b0]``, and the probe laws at scale 1 from the middle init that are not
+    among them, ``probes[law]``."""
+
+    figure: dict
+    probes: dict
+    init_mid: tuple[float, float]
+    scales: tuple[float, ...]
+
+    def runs(self) -> list[dict]:
+        """Every run of the page."""
+        return list(self.figure.values()) + list(self.probes.values())
+
+
+def design(cs, lrs_sparse, inits, probe_laws, probe_lrs, d: int, T: int, m: int, m_test: int, epochs: int,
+           seed: int) -> Design:
+    """The runs of the page: the sparse scales ``cs`` with their step sizes from every init at m (Fig. 1d), and each
+    probe law of ``probe_laws`` at scale 1 with its step size from the middle init, unless it is one of those
+    sparse runs (the sparse law at c = 1: the figure's run is the probe)."""
+    common = dict(d=d, T=T, m=m, m_test=m_test, epochs=epochs, seed=seed)
+    figure = {(s, a0, b0): dict(law="sparse", scale=s, a0=a0, b0=b0, lr=lr, **common)
+              for s, lr in zip(cs, lrs_sparse) for a0, b0 in inits}
+    a0, b0 = inits[len(inits) // 2]
+    probes = {law: dict(law=law, scale=1.0, a0=a0, b0=b0, lr=lr, **common) for law, lr in zip(probe_laws, probe_lrs)
+              if not (law == "sparse" and 1.0 in cs)}
+    return Design(figure, probes, (a0, b0), tuple(cs))
+
+
+def paper_design() -> Design:
+    """:func:`design` at the paper's settings (:mod:`companion.mesa.paper`, the page's defaults): the probes are the
+    Gaussian and the sparse law at their Table-1 step sizes and the laws of :data:`companion.mesa.paper.PROBES`."""
+    sp = paper.TABLE1["sparse"]
+    probes = dict([("gaussian", dict(paper.TABLE1["gaussian"])[1.0]), *((law, lr) for law, _, lr in paper.PROBES),
+                   ("sparse", dict(sp)[1.0])])
+    return design([s for s, _ in sp], [lr for _, lr in sp], paper.INITS, list(probes), list(probes.values()),
+                  **paper.COMMON)
+
+
+def paper_runs() -> list[dict]:
+    """Every run of the page at the paper's settings (:func:`paper_design`)."""
+    return paper_design().runs()
+
+
+def figure_runs(design: Design) -> dict:
+    """The Fig. 1d runs of the ``design``, ``runs[s, a0, b0]`` (:func:`companion.mesa.train.run`, cached)."""
+    return {key: run(**kw) for key, kw in design.figure.items()}
+
+
+def capability_table(design: Design, fig1d: dict, batch_stats: dict) -> dict:
+    """:func:`capability` of the sparse runs ``fig1d`` of Fig. 1d (:func:`figure_runs`) from the middle init at every
+    scale, then of each probe law at scale 1 (``design.probes``): ``cap[law, s]``. ``batch_stats``: the training-set
+    statistics per law (:func:`companion.mesa.evidence.training_stats`)."""
+    a0, b0 = design.init_mid
+    cap = {("sparse", s): capability(fig1d[s, a0, b0], batch_stats["sparse"]) for s in design.scales}
+    for law, kw in design.probes.items():
+        cap[law, 1.0] = capability(run(**kw), batch_stats[law])
     return cap
 
 
@@ -134,41 +200,66 @@ def exact_loss_at_cstar(law: str, d: int = 2, T: int = 5) -> tuple[float, float]
     return exact, float(th.population_loss(law, 1.0, d, T, cst))
 
 
-def capability(result, stats, m_test: int | None = None) -> dict:
+@dataclass(frozen=True)
+class LossClaim:
+    """The numbers of one ``loss_*`` or ``last_*`` claim: the trained model's test loss against the population loss
+    (``loss``, :class:`companion.mesa.evidence.LossEvidence`), the falsifier in words and its value, the measured
+    systematic part of the band (``systematic``) and the whole ``floor`` (with the complex64 round-off)."""
+
+    loss: LossEvidence
+    falsifier: str
+    falsifier_value: float
+    systematic: float
+    floor: float
+
+
+@dataclass(frozen=True)
+class Capability:
+    """The evidence of one trained model (:func:`capability`): whether Assumption 4.2 ``holds``, its ab against the
+    population GD (``ab``), the page that already records it (``elsewhere``, or None), and the claims on the whole
+    sequence (``whole``) and the last position (``last``)."""
+
+    holds: bool
+    ab: AbEvidence
+    elsewhere: str | None
+    whole: LossClaim
+    last: LossClaim
+
+
+def capability(result, batch_stats, m_test: int | None = None) -> Capability:
     r"""Thm 4.2 / Prop 4.1 on the full trained model: its whole-sequence and last-position test losses against
     the population losses at the population-GD ab (:func:`companion.mesa.evidence.loss_evidence`), each with its falsifier: "does not
     recover" (the population loss of the independent-coordinates theory at its own GD ab) when Assumption 4.2
     holds; where part (ii) holds and part (i) fails (Rademacher), the T -> infinity reading in which (ii) alone
     suffices: the exact population loss at the population-GD ab of the theory with alpha = N m6, which learns the
     recovering step 1/kappa = m4/m6 (a close competitor: at d = 5, T = 100 its loss is 21 % above the
-    prediction); "recovers" (0) otherwise. ``stats``: the training-set statistics for the jackknife SE of ab."""
+    prediction); "recovers" (0) otherwise. ``batch_stats``: the training-set statistics for the jackknife SE of ab."""
     c = result.config
     law, s, d, T = c["law"], c["scale"], c["d"], c["T"]
-    ab = ab_evidence(result, stats)
+    ab = ab_evidence(result, batch_stats)
     a42 = th.assumption_4_2(law, s, d)
     holds = a42["holds"]
     mo = th.moments(law, s, d)
     al_f = falsifier_alpha(law, s, d, T)[1]
     _, be = th.alpha_beta(law, s, d, T)
-    cf = ab["falsifier_value"]  # population GD with the falsifier's alpha (N m6 where m24 > 0: towards m4/m6)
-    out = dict(holds=holds, ab=ab, elsewhere=elsewhere(result))
+    cf = ab.falsifier_value  # population GD with the falsifier's alpha (N m6 where m24 > 0: towards m4/m6)
+    out = {}
     for key, pos in (("whole", None), ("last", [T - 1])):
-        q = loss_evidence(result, ab["predicted"], ab["se"], positions=pos, m_test=m_test, dof_ab=ab["dof"], off=ab["off"])
+        q = loss_evidence(result, ab.predicted, ab.se, positions=pos, m_test=m_test, dof_ab=ab.dof, off=ab.off)
         if holds:
             if pos is None:
                 fv = d / 2 * (al_f * cf * cf - 2 * be * cf + (T - 2) * mo.m2)
             else:
                 fv = d / 2 * (cf * cf * (mo.m6 + (d - 1) * mo.m2 * mo.m4 / (T - 2)) - 2 * cf * mo.m4 + mo.m2)
-            q.update(falsifier=_NOT_RECOVER, falsifier_value=float(fv))
+            falsifier, value = _NOT_RECOVER, float(fv)
         elif a42["ii_cauchy_schwarz_equality"] and mo.m24 > 0:  # (ii) holds, (i) fails: the step 1/kappa
-            q.update(falsifier=_STEP_KAPPA, falsifier_value=_loss_at(law, s, d, T, cf, pos))
+            falsifier, value = _STEP_KAPPA, _loss_at(law, s, d, T, cf, pos)
         else:
-            q.update(falsifier=_RECOVERS, falsifier_value=0.0)
+            falsifier, value = _RECOVERS, 0.0
+        # the systematic part: the off-manifold shift, the ab band's curvature, the entries off the manifold;
         # complex64 weights: predictions carry a relative round-off ~1e-7, i.e. 1e-14 of the zero-predictor loss
-        q["systematic"] = q["floor"]  # the off-manifold shift, the ab band's curvature, the entries off the manifold
-        q["floor"] = q["systematic"] + 1e-13 * q["zero_loss"]
-        out[key] = q
-    return out
+        out[key] = LossClaim(q, falsifier, value, systematic=q.floor, floor=q.floor + 1e-13 * q.zero_loss)
+    return Capability(holds=holds, ab=ab, elsewhere=elsewhere(result), **out)
 
 
 def _loss_at(law, s: float, d: int, T: int, c: float, positions) -> float:
@@ -188,8 +279,8 @@ def record_exact(v, cond: dict) -> None:
     :math:`L(c^*)=\frac d2\big((T-2)m_2-\beta^2/\alpha\big)` at :math:`d = 2`, :math:`T = 5`."""
     for law, q in cond.items():
         v.numerics(f"exact_Lstar_{law}", quantity=f"{law}: exact population loss at $c^*$ ($d = 2$, $T = 5$) vs "
-                   "closed form", predicted=q["L_small"], measured=q["L_ex"],
-                   tolerance=1e-9 * max(1.0, abs(q["L_small"])),
+                   "closed form", predicted=q.L_small, measured=q.L_ex,
+                   tolerance=1e-9 * max(1.0, abs(q.L_small)),
                    reason="exact phase-grid / Gauss–Hermite expectation: float64 round-off only",
                    detail=r"The diagonal model at $(a, b) = (1, c^*)$ averaged exactly over a grid of phases "
                           "(`companion.mesa.empirical.exact_population`; a Gaussian factor of $x_1$ by Gauss–Hermite "
@@ -216,34 +307,35 @@ def record_capability(v, cap: dict, a0: float, b0: float) -> None:
     The band: 4 SE (Student-t level) of :func:`companion.mesa.evidence.loss_evidence` plus its measured
     systematic parts and the complex64 round-off."""
     for (law, s), q in cap.items():
-        if q["elsewhere"]:  # at the paper's settings the Gaussian's claims are no_recovery_* of Prop 4.1
+        if q.elsewhere:  # at the paper's settings the Gaussian's claims are no_recovery_* of Prop 4.1
             continue
         for k, what in (("whole", "loss"), ("last", "last")):
-            e = q[k]
+            c = getattr(q, k)
+            e = c.loss
             where = "whole-sequence" if k == "whole" else "last-position"
             head = f"{law} scale {s:g}, init $({a0:g}, {b0:g})$: {where} test loss of the trained model"
-            bw = S.band_words(e["dof"])
-            roundoff = e["floor"] - e["systematic"]
-            detail = (f"SE {e['se']:.3g} ({bw}): {loss_words(e)} + complex64 round-off of the predictions "
+            bw = stats.band_words(e.dof)
+            roundoff = c.floor - c.systematic
+            detail = (f"SE {e.se:.3g} ({bw}): {loss_words(e)} + complex64 round-off of the predictions "
                       f"({roundoff:.2g}, $10^{{-13}}$ of the zero predictor's loss). The falsifier's value "
-                      f"{e['falsifier_value']:.4g} is {_FALSIFIER_DETAIL.get(e['falsifier'], e['falsifier'])}.")
-            if q["holds"]:  # recovery: the trained loss lies far below what any non-recovering theory allows
-                crit = S.critical(4, e["dof"])
+                      f"{c.falsifier_value:.4g} is {_FALSIFIER_DETAIL.get(c.falsifier, c.falsifier)}.")
+            if q.holds:  # recovery: the trained loss lies far below what any non-recovering theory allows
+                crit = stats.critical(4, e.dof)
                 v.qualitative(f"{what}_{tag(law, s)}", quantity=f"{head}, below the loss of the non-recovering "
                               "(independent-coordinates) theory minus 4 SE (Student-t level)",
-                              predicted=e["falsifier_value"] - crit * e["se"] - e["floor"], measured=e["measured"],
-                              comparison="upper", tolerance=0.0, falsifier=e["falsifier"],
-                              falsifier_value=e["falsifier_value"],
+                              predicted=c.falsifier_value - crit * e.se - c.floor, measured=e.measured,
+                              comparison="upper", tolerance=0.0, falsifier=c.falsifier,
+                              falsifier_value=c.falsifier_value,
                               reason=f"ordering with a margin of 4 SE ({bw}) of the test-set mean and "
                                      "of $ab$ through the loss, + the measured off-manifold shift and cost, and "
                                      "round-off",
                               detail=f"Margin below the falsifier's loss: {crit:.3g} SE + the systematic parts "
-                                     f"({e['systematic']:.3g}) + round-off. " + detail)
+                                     f"({c.systematic:.3g}) + round-off. " + detail)
                 continue
-            sys_se = f"{e['systematic'] / e['se']:.3g} SE" if e["se"] > 0 else f"{e['systematic']:.3g}"
+            sys_se = f"{c.systematic / e.se:.3g} SE" if e.se > 0 else f"{c.systematic:.3g}"
             v.statistical(f"{what}_{tag(law, s)}", quantity=f"{head} vs population loss at the population-GD $ab$",
-                          predicted=e["predicted"], measured=e["measured"], se=e["se"], dof=e["dof"], z=4,
-                          floor=e["floor"], falsifier=e["falsifier"], falsifier_value=e["falsifier_value"],
+                          predicted=e.predicted, measured=e.measured, se=e.se, dof=e.dof, z=4,
+                          floor=c.floor, falsifier=c.falsifier, falsifier_value=c.falsifier_value,
                           headline=k == "whole",
                           reason=f"4 SE ({bw}) of the test-set mean and of $ab$ through the loss; + the measured "
                                  f"off-manifold shift and cost ({sys_se}) and complex64 round-off",
@@ -280,13 +372,14 @@ def capability_probe(cap: dict, cond: dict, laws, floor: float):
     fig, ax = new_figure(width=5.0, height=3.4)
     xs = np.arange(len(laws))
     for x, law in zip(xs, laws):
-        q = cap[law, 1.0]["whole"]
-        ax.errorbar(x, max(q["measured"], floor), yerr=2 * q["se"] if q["measured"] > 4 * q["se"] else None, fmt="o", ms=7,
-                    color=COLORS[2] if cond[law]["holds"] else COLORS[1], label="trained model, test loss" if x == 0 else None)
-        ax.plot(x, max(q["predicted"], floor), "k_", ms=26, mew=2, label="population, at population-GD $ab$" if x == 0 else None)
-        ax.plot(x, max(q["falsifier_value"], floor), "x", color="0.4", ms=8, label="falsifier" if x == 0 else None)
+        c = cap[law, 1.0].whole
+        q = c.loss
+        ax.errorbar(x, max(q.measured, floor), yerr=2 * q.se if q.measured > 4 * q.se else None, fmt="o", ms=7,
+                    color=COLORS[2] if cond[law].holds else COLORS[1], label="trained model, test loss" if x == 0 else None)
+        ax.plot(x, max(q.predicted, floor), "k_", ms=26, mew=2, label="population, at population-GD $ab$" if x == 0 else None)
+        ax.plot(x, max(c.falsifier_value, floor), "x", color="0.4", ms=8, label="falsifier" if x == 0 else None)
     ax.set_yscale("log")
-    ax.set_xticks(xs, [f"{n}\n(i) {'✓' if cond[n]['i'] else '✗'}  (ii) {'✓' if cond[n]['ii'] else '✗'}" for n in laws],
+    ax.set_xticks(xs, [f"{n}\n(i) {'✓' if cond[n].i else '✗'}  (ii) {'✓' if cond[n].ii else '✗'}" for n in laws],
                   fontsize=8)
     ax.set_ylabel("test AR loss after training")
     legend_outside(fig, ncol=3, fontsize=8)

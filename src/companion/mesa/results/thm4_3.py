@@ -3,8 +3,8 @@ r"""Theorem 4.3 of the mesa paper: masking the off-diagonal gradients (notebook 
 For :math:`x_1=\mathbf 1`, training with the off-diagonal red-block gradients masked converges to the
 one-step-GD point :math:`ab=c^*`, whose loss the unmasked transformer beats. What the page checks, and where:
 
-* masked ab and test loss, extrapolated in m, against the population GD
-  (:func:`companion.mesa.evidence.extrapolated_ab` with ``mask=True``), with what the extrapolation leaves of the
+* masked ab and test loss, extrapolated in m, against the population GD (:func:`replicates`; the runs:
+  :func:`design`), with what the extrapolation leaves of the
   freely trained blocks' feedback as a measured systematic error of ab
   (:func:`companion.mesa.evidence.offmanifold_residual`: the masked population dynamics stay on the diagonal
   manifold, so that feedback vanishes as m -> infinity);
@@ -18,18 +18,35 @@ one-step-GD point :math:`ab=c^*`, whose loss the unmasked transformer beats. Wha
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from companion import stats as S
+from companion import stats
 from companion.claims import ClaimSpec, ResultSpec
+from companion.mesa import paper
 from companion.mesa import theory as th
 from companion.mesa.analysis import per_sequence_loss, test_data, weights
-from companion.mesa.evidence import ROUNDOFF32, equivariant_ab, offmanifold_floor, offmanifold_words, population_ab, richardson_paired
+from companion.mesa.evidence import (
+    ROUNDOFF32,
+    ExtrapolatedAb,
+    ExtrapolatedLoss,
+    MaskingRuns,
+    equivariant_ab,
+    extrapolated_ab,
+    masking_runs,
+    offmanifold_floor,
+    offmanifold_words,
+    population_ab,
+    richardson_paired,
+)
 from companion.mesa.figures import POPULATION, TRAINED, init_label
 from companion.mesa.results import init_tag
+from companion.mesa.train import run
 from companion.plotting import COLORS, legend_outside, new_figure
 
-__all__ = ["CLAIMS", "RESULT", "tag", "manifest", "paired_differences", "masking_gap", "extrapolated_gap",
+__all__ = ["CLAIMS", "RESULT", "tag", "manifest", "design", "paper_design", "paper_runs", "figure_runs", "replicates",
+           "paired_differences", "MaskingGap", "masking_gap", "extrapolated_gap",
            "record_ab_masked", "record_loss_masked", "record_masking_gap", "record_offdiag", "record_unmasked_lower",
            "masking"]
 
@@ -51,7 +68,8 @@ CLAIMS = (
               falsifier=_NO_OFFDIAG),
     ClaimSpec("offdiag_pv", "statistical", "trained", prediction="companion.mesa.evidence.equivariant_ab",
               falsifier=_NO_OFFDIAG),
-    ClaimSpec("unmasked_lower_{init}", "qualitative", "trained",  # a sign: no prediction function
+    ClaimSpec("unmasked_lower_{init}", "qualitative", "trained",  # the sign of the population GD's gap at that init
+              prediction="companion.mesa.results.thm4_3.masking_gap",
               falsifier=_OPTIMAL),
 )
 
@@ -69,15 +87,71 @@ def manifest(inits) -> list[str]:
         f"unmasked_lower_{tag(ini)}" for ini in inits]
 
 
+def design(inits, lr: float, d: int, T: int, m: int, m_test: int, epochs: int, seed: int, m_rep: int,
+           n_rep: int) -> MaskingRuns:
+    """The runs of the page (:func:`companion.mesa.evidence.masking_runs`): the full-one law from every init, masked
+    and unmasked at m, and the paired replicates (``n_rep`` at ``m_rep`` and ``m_rep/4``) from the middle init."""
+    return masking_runs(inits, lr, d, T, m, m_test, epochs, seed, m_rep, n_rep)
+
+
+def paper_design() -> MaskingRuns:
+    """:func:`design` at the paper's settings (:mod:`companion.mesa.paper`, the page's defaults)."""
+    rep = paper.REPLICATES
+    return design(paper.INITS, paper.TABLE1["full_one"][0][1], **paper.COMMON, m_rep=rep["m_rep_mask"],
+                  n_rep=rep["n_rep_mask"])
+
+
+def paper_runs() -> list[dict]:
+    """Every run of the page at the paper's settings (:func:`paper_design`)."""
+    return paper_design().runs()
+
+
+def figure_runs(design: MaskingRuns) -> tuple[dict, dict]:
+    """The runs from every init of the ``design``: ``(masked, unmasked)``, each by init
+    (:func:`companion.mesa.train.run`, cached)."""
+    return ({ini: run(**kw) for ini, kw in design.masked.items()},
+            {ini: run(**kw) for ini, kw in design.unmasked.items()})
+
+
+def replicates(design: MaskingRuns) -> tuple[dict, dict]:
+    """The replicates of the ``design`` extrapolated in m (:func:`companion.mesa.evidence.extrapolated_ab`), each with
+    its whole-sequence test loss on the same ``m_test`` common test sequences: ``(masked, unmasked)``, the masked one
+    with what the extrapolation leaves of the other blocks' feedback (``off``)."""
+    m_loss = next(iter(design.masked.values()))["m_test"]
+    return (extrapolated_ab(design.replicates_masked, m_loss=m_loss, offmanifold=True),
+            extrapolated_ab(design.replicates_unmasked, m_loss=m_loss))
+
+
 def paired_differences(masked: dict, unmasked: dict) -> dict:
     """Per init: the mean and standard error of the per-sequence test-loss difference, unmasked minus masked,
     on the same test sequences (those of the first masked run: every run of one seed has them)."""
     td = test_data(masked[next(iter(masked))])
-    return {ini: S.mean_se(per_sequence_loss(td, *weights(unmasked[ini])) - per_sequence_loss(td, *weights(masked[ini])))
+    return {ini: stats.mean_se(per_sequence_loss(td, *weights(unmasked[ini])) - per_sequence_loss(td, *weights(masked[ini])))
             for ini in masked}
 
 
-def masking_gap(d: int, T: int, a0: float, b0: float, lr: float, epochs: int, moments: dict) -> dict:
+@dataclass(frozen=True)
+class MaskingGap:
+    r"""The predicted test-loss gap, unmasked minus masked, of the population GD (:func:`masking_gap`): ``predicted``
+    with its Monte-Carlo ``se``; the unmasked path (a, a', b, b') per epoch (``path``), the jackknife SE of its end
+    (``se_end``, ``se_end_dof`` degrees of freedom), the two endpoints ``c_u``, ``c_m`` and their losses ``loss_u``,
+    ``loss_m``, and the moments' z against the closed form, :math:`E G_{11}=d\alpha` (``z_G11``) and
+    :math:`E h_1=d\beta` (``z_h1``)."""
+
+    predicted: float
+    se: float
+    path: np.ndarray
+    se_end: np.ndarray
+    se_end_dof: int
+    c_u: np.ndarray
+    c_m: np.ndarray
+    loss_u: float
+    loss_m: float
+    z_G11: float
+    z_h1: float
+
+
+def masking_gap(d: int, T: int, a0: float, b0: float, lr: float, epochs: int, moments: dict) -> MaskingGap:
     r"""Thm 4.3 for :math:`x_1=\mathbf 1`: the predicted test-loss difference, unmasked minus masked, of the
     population GD from (a0 I, b0 I) after ``epochs`` steps (:func:`companion.mesa.evidence.equivariant_ab` with the
     Monte-Carlo moments :func:`companion.mesa.evidence.equivariant_moments`, masked with the exact reduced system).
@@ -89,113 +163,112 @@ def masking_gap(d: int, T: int, a0: float, b0: float, lr: float, epochs: int, mo
     jackknife SE, and the check of the moments against the closed form, :math:`E G_{11}=d\alpha`, :math:`E h_1=d\beta`."""
     G, h, y = moments["G"], moments["h"], moments["y"]
     eq = equivariant_ab(d, T, a0, b0, lr, epochs, moments)
-    c_u = th.equivariant_c(*eq["path"][-1])
+    c_u = th.equivariant_c(*eq.path[-1])
     c_m = np.array([population_ab("full_one", 1.0, d, T, a0, b0, lr, epochs)[-1], 0.0, 0.0, 0.0])
 
     def per_seq(c):
         return 0.5 * (np.einsum("k,nkl,l->n", c, G, c) - 2 * h @ c + y)
 
-    gap, se = S.mean_se(per_seq(c_u) - per_seq(c_m))
+    gap, se = stats.mean_se(per_seq(c_u) - per_seq(c_m))
     al, be = th.alpha_beta("full_one", 1.0, d, T)
-    g11, se11 = S.mean_se(G[:, 0, 0])
-    h1, se1 = S.mean_se(h[:, 0])
-    return dict(predicted=gap, se=se, path=eq["path"], se_end=eq["se_end"], se_end_dof=eq["dof"], c_u=c_u, c_m=c_m,
-                loss_u=float(per_seq(c_u).mean()), loss_m=float(per_seq(c_m).mean()),
-                z_G11=(g11 - d * al) / se11, z_h1=(h1 - d * be) / se1)
+    g11, se11 = stats.mean_se(G[:, 0, 0])
+    h1, se1 = stats.mean_se(h[:, 0])
+    return MaskingGap(predicted=gap, se=se, path=eq.path, se_end=eq.se_end, se_end_dof=eq.dof, c_u=c_u, c_m=c_m,
+                      loss_u=float(per_seq(c_u).mean()), loss_m=float(per_seq(c_m).mean()),
+                      z_G11=(g11 - d * al) / se11, z_h1=(h1 - d * be) / se1)
 
 
-def extrapolated_gap(rep_u: dict, rep_m: dict) -> dict:
+def extrapolated_gap(rep_u: ExtrapolatedAb, rep_m: ExtrapolatedAb) -> ExtrapolatedLoss:
     r"""Test-loss difference of two sets of replicates trained on the same training sets (e.g. unmasked minus
     masked, same seeds), evaluated on the same test set (``m_loss`` of :func:`companion.mesa.evidence.extrapolated_ab`), extrapolated in
     m with the 1/m law of :func:`companion.mesa.evidence.extrapolated_ab`. Paired twice: per training set (the replicate spread of
     the per-replicate differences) and per test sequence (the test-set SE of the same combination)."""
-    u, w = rep_u["loss"], rep_m["loss"]
-    return richardson_paired(u["big"] - w["big"], u["small"] - w["small"])  # (n_rep, m_loss) each
+    u, w = rep_u.loss, rep_m.loss
+    return richardson_paired(u.big - w.big, u.small - w.small)  # (n_rep, m_loss) each
 
 
 # ---- the verdict
 
 
-def _sizes(m_rep: int, rep: dict) -> str:
+def _sizes(m_rep: int, rep: ExtrapolatedAb) -> str:
     """The two training-set sizes of an extrapolation in m, as maths."""
-    return f"$m = {m_rep}$ and $m = {rep['m_small']}$"
+    return f"$m = {m_rep}$ and $m = {rep.m_small}$"
 
 
-def record_ab_masked(v, rep: dict, gap: dict, a0: float, b0: float, epochs: int, m_rep: int, n_rep: int) -> None:
+def record_ab_masked(v, rep: ExtrapolatedAb, gap: MaskingGap, a0: float, b0: float, epochs: int, m_rep: int, n_rep: int) -> None:
     """Claim ``ab_masked`` (the headline): the masked trained ab extrapolated in m against the masked population GD
     (limit c*), at 4 SE (Student-t, Welch) plus what the extrapolation leaves of the off-manifold feedback
     (:func:`companion.mesa.evidence.offmanifold_floor`) and complex64 round-off; the falsifier is the unmasked
-    population GD's ab (``gap["c_u"][0]``, :func:`masking_gap`)."""
-    r = rep["off"]["measured"]
+    population GD's ab (``gap.c_u[0]``, :func:`masking_gap`)."""
+    r = rep.off.measured
     v.statistical(
         "ab_masked",
         quantity=f"masked training, init $({a0:g}, {b0:g})$: trained $ab$ at epoch {epochs}, extrapolated from "
                  f"{_sizes(m_rep, rep)}, vs population GD (limit: the masked $c^*$)",
-        predicted=rep["predicted"], measured=rep["measured"], se=rep["se"], dof=rep["dof"], z=4,
-        floor=offmanifold_floor(rep["floor"], rep["off"]),
-        falsifier=FALSIFIER_AB, falsifier_value=float(gap["c_u"][0]), headline=True,
+        predicted=rep.predicted, measured=rep.measured, se=rep.se, dof=rep.dof, z=4,
+        floor=offmanifold_floor(rep.floor, rep.off),
+        falsifier=FALSIFIER_AB, falsifier_value=float(gap.c_u[0]), headline=True,
         reason=f"4 SE of {n_rep} replicate training sets per size, extrapolated in $m$, Student-t; plus the measured "
-               f"off-manifold remnant (${r / rep['se']:+.2f}$ SE) and round-off",
+               f"off-manifold remnant (${r / rep.se:+.2f}$ SE) and round-off",
         detail=f"level of 4 SE; the SE from {n_rep} replicate training sets per size (Richardson), Student-t on "
-               f"{rep['dof']:.1f} Welch degrees of freedom; + {offmanifold_words(rep['off'], se=rep['se'])} "
+               f"{rep.dof:.1f} Welch degrees of freedom; + {offmanifold_words(rep.off, se=rep.se)} "
                "+ complex64 round-off")
 
 
-def record_loss_masked(v, rep: dict, L_pred: float, L_fal: float, a0: float, b0: float, m_rep: int, n_rep: int,
+def record_loss_masked(v, rep: ExtrapolatedAb, L_pred: float, L_fal: float, a0: float, b0: float, m_rep: int, n_rep: int,
                        m_test: int) -> None:
-    r"""Claim ``loss_masked``: the masked whole-sequence test loss extrapolated in m (``rep["loss"]``) against the
+    r"""Claim ``loss_masked``: the masked whole-sequence test loss extrapolated in m (``rep.loss``) against the
     population loss ``L_pred`` at the population-GD ab, at 4 SE (Welch); the falsifier ``L_fal`` is the population
     loss at the :math:`T\to\infty` constant 1."""
-    q = rep["loss"]
+    q = rep.loss
     v.statistical(
         "loss_masked",
         quantity=f"masked training, init $({a0:g}, {b0:g})$: whole-sequence test loss, extrapolated from "
                  f"{_sizes(m_rep, rep)} ($1/m$ law), vs population loss at the population-GD $ab$",
-        predicted=L_pred, measured=q["measured"], se=q["se"], dof=q["dof"], z=4, floor=1e-12 * q["zero_loss"],
+        predicted=L_pred, measured=q.measured, se=q.se, dof=q.dof, z=4, floor=1e-12 * q.zero_loss,
         falsifier=_LOSS_FALSIFIER, falsifier_value=L_fal,
         reason=f"4 SE of {n_rep} replicate training sets per size and of the {m_test} common i.i.d. test sequences, "
                "extrapolated in $m$ (Welch); plus round-off",
         detail=f"level of 4 SE: {n_rep} replicate training sets per size and the {m_test} common i.i.d. test "
-               f"sequences, {S.band_words(q['dof'])} (Welch); + round-off ($10^{{-12}}$ of the zero predictor's loss)")
+               f"sequences, {stats.band_words(q.dof)} (Welch); + round-off ($10^{{-12}}$ of the zero predictor's loss)")
 
 
-def record_masking_gap(v, gap_meas: dict, gap: dict, rep: dict, a0: float, b0: float, m_rep: int, n_rep: int,
+def record_masking_gap(v, gap_meas: ExtrapolatedLoss, gap: MaskingGap, rep: ExtrapolatedAb, a0: float, b0: float, m_rep: int, n_rep: int,
                        m_test: int, m_mc: int) -> None:
     """Claim ``masking_gap``: the test-loss gap unmasked minus masked extrapolated in m (:func:`extrapolated_gap`)
     against the 4-parameter population GD (:func:`masking_gap`), at 4 SE of both (Welch); the falsifier is no gain
     (0)."""
-    gap_se, gap_dof = S.welch((gap_meas["se"], gap_meas["dof"]), (gap["se"], float("inf")))
+    gap_se, gap_dof = stats.welch((gap_meas.se, gap_meas.dof), (gap.se, float("inf")))
     v.statistical(
         "masking_gap",
         quantity=f"init $({a0:g}, {b0:g})$: test loss unmasked minus masked (same training and test sets), "
                  f"extrapolated from {_sizes(m_rep, rep)} ($1/m$ law), vs the 4-parameter population GD",
-        predicted=gap["predicted"], measured=gap_meas["measured"], se=gap_se, dof=gap_dof, z=4,
-        floor=1e-12 * rep["loss"]["zero_loss"], falsifier=_COSTS_NOTHING, falsifier_value=0.0,
+        predicted=gap.predicted, measured=gap_meas.measured, se=gap_se, dof=gap_dof, z=4,
+        floor=1e-12 * rep.loss.zero_loss, falsifier=_COSTS_NOTHING, falsifier_value=0.0,
         reason=f"4 SE of {n_rep} paired replicate training sets per size, of the {m_test} common test sequences and "
                "of the prediction's Monte-Carlo moments (Welch); plus round-off",
         detail=f"level of 4 SE: {n_rep} paired replicate training sets per size, the {m_test} common test sequences "
-               f"and the Monte-Carlo moments ({m_mc} sequences) of the prediction, {S.band_words(gap_dof)} (Welch); "
+               f"and the Monte-Carlo moments ({m_mc} sequences) of the prediction, {stats.band_words(gap_dof)} (Welch); "
                "+ round-off ($10^{-12}$ of the zero predictor's loss)")
 
 
-def record_offdiag(v, rep_u: dict, gap: dict, rep: dict, a0: float, b0: float, epochs: int, m_rep: int,
+def record_offdiag(v, rep_u: ExtrapolatedAb, gap: MaskingGap, rep: ExtrapolatedAb, a0: float, b0: float, epochs: int, m_rep: int,
                    n_rep: int) -> None:
     r"""Claims ``offdiag_kq`` and ``offdiag_pv``: the unmasked mean off-diagonal entry of :math:`W^{KQ}_{21}` and
-    :math:`W^{PV}_{11}` extrapolated in m (``rep_u``) against the 4-parameter population GD's (``gap["path"]``),
+    :math:`W^{PV}_{11}` extrapolated in m (``rep_u``) against the 4-parameter population GD's (``gap.path``),
     at 4 SE of both (Welch) plus complex64 round-off; the falsifier is an invariant diagonal manifold (0)."""
-    for k, j, blk in (("kq", 1, r"\WKQ_{21}"), ("pv", 3, r"\WPV_{11}")):
-        q = rep_u[f"offdiag_{k}"]
-        o_se, o_dof = S.welch((q["se"], q["dof"]), (float(gap["se_end"][j]), gap["se_end_dof"]))
+    for k, q, j, blk in (("kq", rep_u.offdiag_kq, 1, r"\WKQ_{21}"), ("pv", rep_u.offdiag_pv, 3, r"\WPV_{11}")):
+        o_se, o_dof = stats.welch((q.se, q.dof), (float(gap.se_end[j]), gap.se_end_dof))
         v.statistical(
             f"offdiag_{k}",
             quantity=f"unmasked, init $({a0:g}, {b0:g})$: mean off-diagonal entry of ${blk}$ at epoch {epochs}, "
                      f"extrapolated from {_sizes(m_rep, rep)}, vs the 4-parameter population GD",
-            predicted=float(gap["path"][-1, j]), measured=q["measured"], se=o_se, dof=o_dof, z=4,
-            floor=ROUNDOFF32 * abs(float(gap["path"][-1, j])), falsifier=_NO_OFFDIAG, falsifier_value=0.0,
+            predicted=float(gap.path[-1, j]), measured=q.measured, se=o_se, dof=o_dof, z=4,
+            floor=ROUNDOFF32 * abs(float(gap.path[-1, j])), falsifier=_NO_OFFDIAG, falsifier_value=0.0,
             reason=f"4 SE of {n_rep} replicate training sets per size, extrapolated in $m$, and of the prediction's "
                    "Monte-Carlo moments (Welch); plus complex64 round-off",
             detail=f"level of 4 SE: {n_rep} replicate training sets per size (Richardson) and the jackknife SE of "
-                   f"the prediction's Monte-Carlo moments, {S.band_words(o_dof)} (Welch); + complex64 round-off")
+                   f"the prediction's Monte-Carlo moments, {stats.band_words(o_dof)} (Welch); + complex64 round-off")
 
 
 def record_unmasked_lower(v, paired: dict, gaps: dict, epochs: int) -> None:
@@ -206,15 +279,15 @@ def record_unmasked_lower(v, paired: dict, gaps: dict, epochs: int) -> None:
     for ini, (mu, se) in paired.items():
         g = gaps[ini]
         where = f"init $({ini[0]:g}, {ini[1]:g})$"
-        if g["predicted"] + 4 * g["se"] >= 0:  # the population GD predicts no resolved gain from this init at this epoch
+        if g.predicted + 4 * g.se >= 0:  # the population GD predicts no resolved gain from this init at this epoch
             v.not_applicable(
                 f"unmasked_lower_{tag(ini)}", kind="qualitative", quantity=f"{where}: unmasked minus masked test loss",
-                reason=f"the population GD from this init predicts a gap of ${g['predicted']:.3g} \\pm {g['se']:.2g}$ "
+                reason=f"the population GD from this init predicts a gap of ${g.predicted:.3g} \\pm {g.se:.2g}$ "
                        f"(Monte Carlo) after {epochs} epochs, not below $-4$ SE: no gain of the unmasked model to order")
             continue
         # a 4-SE sign test finds a gap of 8 SE or more as reliably as it avoids a false alarm; below that, a miss
         # says nothing against the theory
-        weak = g["predicted"] + 4 * g["se"] >= -8 * se
+        weak = g.predicted + 4 * g.se >= -8 * se
         v.qualitative(
             f"unmasked_lower_{tag(ini)}",
             quantity=f"{where}: unmasked minus masked test loss (paired, same test sequences), below $-4$ SE",
@@ -223,7 +296,7 @@ def record_unmasked_lower(v, paired: dict, gaps: dict, epochs: int) -> None:
             detail="the mean over the run's test sequences of the per-sequence loss of the unmasked model minus the "
                    "masked one (same test sequences), against $-4$ SE; made where the population GD from this init "
                    "predicts a gain resolved at 4 Monte-Carlo SE",
-            undecided=(f"the population GD predicts a gap of ${g['predicted']:.3g} \\pm {g['se']:.2g}$, less than 8 SE "
+            undecided=(f"the population GD predicts a gap of ${g.predicted:.3g} \\pm {g.se:.2g}$, less than 8 SE "
                        f"(${8 * se:.3g}$) of the paired test below $0$: a 4-SE sign test misses a gap this small by "
                        "chance more often than it raises a false alarm") if weak else None)
 

@@ -1,11 +1,10 @@
-"""The setup page's Monte-Carlo formula checks (issue 24): their standard errors cover at the nominal level over many
-seeds, at the size of the page's smoke point.
+"""The setting (companion.mesa.results.setup): the Monte-Carlo formula checks have a round-off floor where the loss
+vanishes, and their standard errors cover at the nominal level over many seeds at the size of the page's smoke point.
 
-The Gaussian sixth moments behind the loss and gradient made the first group-mean standard error unreliable (seed
-21 failed at 4.2 SE against a correct formula); a bounded Gauss-Hermite stand-in for the Gaussian still gave z s.d.
-1.11 (loss) and 1.44 (gradient, 20 groups) at d = 5, T = 20, m = 200, and failed both checks at seed 94 of the
-smoke point. :func:`companion.mesa.results.setup.formula_checks` now integrates the radius of x_1 exactly
-(:func:`companion.mesa.analysis.radial_terms`) and takes groups of two sequences."""
+The Gaussian sixth moments behind the loss and gradient make a plain mean's SE unreliable (a correct formula failed
+at 4.2 SE at seed 21); a bounded Gauss-Hermite stand-in for the Gaussian still gave z s.d. 1.11 (loss) and 1.44
+(gradient, 20 groups) at d = 5, T = 20, m = 200. :func:`companion.mesa.results.setup.formula_checks` integrates the
+radius of x_1 exactly (:func:`companion.mesa.analysis.radial_terms`) and takes groups of two sequences."""
 
 from __future__ import annotations
 
@@ -14,12 +13,18 @@ import pytest
 import torch
 from scipy import stats as st
 
-from companion.mesa import analysis as A
+from companion.mesa import analysis
 from companion.mesa import theory as th
 from companion.mesa.data import generate
 from companion.mesa.model import per_sequence_loss
-from companion.mesa.results import setup as R
+from companion.mesa.results import setup
 from companion.mesa.train import init_diagonal
+
+
+def test_setup_checks_sparse_at_cstar_has_a_roundoff_floor():
+    """At c* the sparse law's loss is 0 for every sequence: the tolerance must not be 0."""
+    q = setup.setup_checks("sparse", 1.0, 3, 10, 200, 1.0, 1.0, 20, 0).formulas
+    assert q.L_floor > 0 and abs(q.L_emp - q.L_pop) <= 4 * q.L_se + q.L_floor
 
 
 @pytest.mark.parametrize("law, dof", [("gaussian", 4), ("sparse_gaussian", 1)])
@@ -29,7 +34,7 @@ def test_radius_integrated_loss_has_the_laws_expectation(law, dof):
     diagonal point every sequence has the same value, the formula's to round-off)."""
     d, T, W = 4, 8, init_diagonal(4, 0.4, 0.7, torch.complex128)
     data = generate(law, 200_000, d, T, 1.3, 2, torch.complex128)
-    v, plain = A.radial_losses(data, *W, 1.3, dof=dof), per_sequence_loss(data, *W)
+    v, plain = analysis.radial_losses(data, *W, 1.3, dof=dof), per_sequence_loss(data, *W)
     se = np.hypot(v.std(), plain.std()) / np.sqrt(v.size)
     assert abs(v.mean() - plain.mean()) <= 5 * se
     pop = th.population_loss(law, 1.3, d, T, 0.4 * 0.7)
@@ -42,14 +47,14 @@ def test_formula_checks_cover_at_their_nominal_level(law):
     """Over 200 seeds at the smoke point's size (d = 5, T = 20, m = 200, a = 0.3, b = 0.5) the loss and gradient
     standard errors cover the exact formulas at their nominal level: the share beyond 2 SE is that of the normal
     (loss) and of Student-t on 99 degrees of freedom (gradient, 100 groups), within a two-sided 1e-3 binomial band;
-    no seed beyond 4.5 SE; and the mean z^2 is 1 within its sampling band. The bounded stand-in of before fails
-    here (gradient z^2 mean 2.1, a seed at 5.6 SE)."""
+    no seed beyond 4.5 SE; and the mean z^2 is 1 within its sampling band. A bounded Gauss-Hermite stand-in for the
+    Gaussian fails it (gradient z^2 mean 2.1, a seed at 5.6 SE)."""
     d, T, m, a, b, n = 5, 20, 200, 0.3, 0.5, 200
     zL, zg = [], []
     for seed in range(n):
-        q = R.formula_checks(law, 1.0, d, T, m, a, b, seed)
-        zL.append((q["L_emp"] - q["L_pop"]) / q["L_se"])
-        zg.append((q["g_emp"] - q["g_pop"]) / q["g_se"])
+        q = setup.formula_checks(law, 1.0, d, T, m, a, b, seed)
+        zL.append((q.L_emp - q.L_pop) / q.L_se)
+        zg.append((q.g_emp - q.g_pop) / q.g_se)
     for z, p2 in ((np.array(zL), 2 * st.norm.sf(2)), (np.array(zg), 2 * st.t.sf(2, 99))):
         lo, hi = st.binom.ppf([5e-4, 1 - 5e-4], n, p2)
         assert lo <= np.sum(np.abs(z) > 2) <= hi, (np.sum(np.abs(z) > 2), lo, hi)

@@ -1,5 +1,6 @@
-"""The fused mesa kernel: the closed-form forward/backward pass of :mod:`companion.mesa.model`, sequence by
-sequence, with every intermediate in L1 cache.
+"""The host side of the fused mesa kernel: the closed-form forward/backward pass of :mod:`companion.mesa.model`,
+sequence by sequence, with every intermediate in L1 cache; this module lays out the tables, spreads the blocks of
+sequences over threads and calls the compiled code of :mod:`companion.mesa.lanes`.
 
 :func:`companion.mesa.model.loss_grad_fast` reduces the model to a handful of per-sequence d x d maps and
 per-position vectors (see the module docstring of :mod:`companion.mesa.model`). Written with batched torch
@@ -34,7 +35,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from numba import njit
 
-from companion.mesa import lanes
+from companion.mesa.lanes import layout
+from companion.mesa.lanes.jit import compiled
 from companion.threads import kernel_threads
 
 _THREADS: int | None = None  # set by set_threads; None: $COMPANION_THREADS (default 1)
@@ -72,17 +74,17 @@ def sweep(TB, SQ, tpos, inv_rho, W_KQ, W_PV, wn, mode: int, loss, gA, gP, pred) 
     d = W_PV.shape[0]
     m = loss.shape[0]
     _check_sweep(TB, SQ, tpos, inv_rho, W_KQ, W_PV, wn, mode, loss, gA, gP, pred)
-    fn = lanes.compiled(d, "float" if rdt == np.float32 else "double")
+    fn = compiled(d, "float" if rdt == np.float32 else "double")
     W = np.concatenate([W_KQ.real.ravel(), W_KQ.imag.ravel(), W_PV.real.ravel(), W_PV.imag.ravel()]).astype(rdt)
-    WL = np.zeros(nblocks * lanes.NL, rdt)
+    WL = np.zeros(nblocks * layout.NL, rdt)
     WL[:m] = wn
-    LS = np.empty((nblocks, lanes.NL))
-    GO = np.empty((nblocks, lanes.gradient_slots(d))) if mode == 1 else np.empty(1)
-    PR = np.empty((nblocks, N, 2 * d, lanes.NL), rdt) if mode == 2 else np.empty(1, rdt)
+    LS = np.empty((nblocks, layout.NL))
+    GO = np.empty((nblocks, layout.gradient_slots(d))) if mode == 1 else np.empty(1)
+    PR = np.empty((nblocks, N, 2 * d, layout.NL), rdt) if mode == 2 else np.empty(1, rdt)
     tpos = np.ascontiguousarray(tpos, dtype=rdt)
     inv_rho = np.ascontiguousarray(inv_rho, dtype=rdt)
     n = min(threads(), nblocks)
-    scratch = [np.empty(lanes.scratch_rows(d) * lanes.NL, rdt) for _ in range(max(n, 1))]
+    scratch = [np.empty(layout.scratch_rows(d) * layout.NL, rdt) for _ in range(max(n, 1))]
     ptrs = [a.ctypes.data for a in (TB, SQ, tpos, inv_rho, W, WL, LS, GO, PR)]
     if n <= 1:
         fn(0, nblocks, N, mode, *ptrs, scratch[0].ctypes.data)
@@ -101,7 +103,7 @@ def sweep(TB, SQ, tpos, inv_rho, W_KQ, W_PV, wn, mode: int, loss, gA, gP, pred) 
         gA[:] = g[:, : D * D].reshape(nblocks, D, D)
         gP[:] = g[:, D * D:].reshape(nblocks, d, D)
     elif mode == 2:
-        pred[:] = PR.reshape(nblocks, N, 2, d, lanes.NL).transpose(2, 0, 4, 3, 1).reshape(2, -1, d, N)[:, :m]
+        pred[:] = PR.reshape(nblocks, N, 2, d, layout.NL).transpose(2, 0, 4, 3, 1).reshape(2, -1, d, N)[:, :m]
 
 
 def _check_sweep(TB, SQ, tpos, inv_rho, W_KQ, W_PV, wn, mode, loss, gA, gP, pred) -> None:
@@ -111,8 +113,8 @@ def _check_sweep(TB, SQ, tpos, inv_rho, W_KQ, W_PV, wn, mode, loss, gA, gP, pred
     rdt = TB.dtype
     m = loss.shape[0]
     want = {
-        "TB": (TB, (nb, N, lanes.table_rows(d) * _NL), rdt),
-        "SQ": (SQ, (nb, lanes.sequence_rows(d) * _NL), rdt),
+        "TB": (TB, (nb, N, layout.table_rows(d) * _NL), rdt),
+        "SQ": (SQ, (nb, layout.sequence_rows(d) * _NL), rdt),
         "tpos": (np.asarray(tpos), (N,), None),
         "inv_rho": (np.asarray(inv_rho), (N,), None),
         "W_KQ": (W_KQ, (2 * d, 2 * d), None),
@@ -138,7 +140,7 @@ def _check_sweep(TB, SQ, tpos, inv_rho, W_KQ, W_PV, wn, mode, loss, gA, gP, pred
             raise ValueError(f"{name}: must be C-contiguous {np.dtype(dtype)}; got {a.dtype}")
 
 
-_NL = lanes.NL
+_NL = layout.NL
 
 
 @njit(cache=True)
@@ -185,11 +187,11 @@ def tables(theta: np.ndarray, x1: np.ndarray, lam: np.ndarray, K: np.ndarray, po
     ``real_dtype``); SQ holds the sequences' x_1, lam and K (complex (m, d), (m, d), (m, d, d))."""
     m, d = theta.shape
     N = len(positions)
-    TB = np.empty((-(-m // _NL), N, lanes.table_rows(d) * _NL), real_dtype)
+    TB = np.empty((-(-m // _NL), N, layout.table_rows(d) * _NL), real_dtype)
     x1 = np.asarray(x1)
     _tables(np.ascontiguousarray(theta, dtype=float), np.ascontiguousarray(x1.real, dtype=float),
             np.ascontiguousarray(x1.imag, dtype=float), np.asarray(positions, dtype=np.int64), TB)
-    return TB, lanes.lane_sequences(x1, np.asarray(lam), np.asarray(K), real_dtype)
+    return TB, layout.lane_sequences(x1, np.asarray(lam), np.asarray(K), real_dtype)
 
 
 def warm_up(dims=(5,)) -> float:
@@ -200,7 +202,7 @@ def warm_up(dims=(5,)) -> float:
     t0 = time.perf_counter()
     for d in dims:
         for F in ("float", "double"):
-            lanes.compiled(d, F)
+            compiled(d, F)
         for rdt in (np.float32, np.float64):
             tables(np.zeros((1, d)), np.ones((1, d), complex), np.ones((1, d), complex), np.zeros((1, d, d), complex),
                    np.arange(2, 4), rdt)
