@@ -233,17 +233,110 @@ def train(cfg: RunConfig) -> TrainResult:
         host.set_threads(old_k)
 
 
+def _initial_weights(cfg: RunConfig, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """W_KQ(0), W_PV(0): the diagonal start (a0, b0), its step size checked against the closed-form stability
+    bound when ``check_lr``, or a Gaussian start of scale ``sigma_w`` from the ``MESA_INIT`` stream."""
+    if cfg.init == "diagonal":
+        al, be = theory.alpha_beta(cfg.law, cfg.scale, cfg.d, cfg.T)
+        if cfg.check_lr:
+            theory.check_stability(cfg.lr, al, be, cfg.a0, cfg.b0)
+        return init_diagonal(cfg.d, cfg.a0, cfg.b0, dtype)
+    return init_gaussian(cfg.d, cfg.sigma_w, MESA_INIT.rng(cfg.seed), dtype)
+
+
+def _chunks(data: ARData, chunk: int) -> list[ARData]:
+    if chunk >= data.m:
+        return [data]  # keeps the data set's cached tables
+    return [data.subset(slice(i, i + chunk)) for i in range(0, data.m, chunk)]
+
+
+def _full_batch(chunks: list[ARData], W_KQ, W_PV, m: int, device: str):
+    """The full-batch loss and gradients, L = sum over chunks of (m_c/m) L_c (same for the gradients)."""
+    tot = 0.0
+    gA = torch.zeros_like(W_KQ)
+    gP = torch.zeros_like(W_PV)
+    for sub in chunks:
+        if device == "cpu":
+            L, a_, p_ = loss_grad_fast(sub, W_KQ, W_PV)
+        else:
+            L, a_, p_ = torch_epoch.loss_grad(sub, W_KQ, W_PV, device=device)
+        w = sub.m / m
+        gA += w * a_
+        gP += w * p_
+        tot += w * float(L)
+    return tot, gA, gP
+
+
+class _Trajectory:
+    """What a run records per epoch: the diagonal products a_i b_i and the off-diagonal and imaginary sizes of the
+    weights (reduced 256 epochs at a time; the held tensors are never changed in place), the training loss, and
+    every ``test_every`` epochs the test loss and the last-position ratio."""
+
+    def __init__(self, cfg: RunConfig, test_data: ARData, test_chunks: list[ARData]):
+        self.cfg, self.test_data, self.test_chunks = cfg, test_data, test_chunks
+        self.rec = {k: [] for k in ("ab_diag", "a", "b", "okq", "opv", "other", "imag", "train_loss", "ratio")}
+        self.test_epochs: list[int] = []
+        self.test_losses: list[float] = []
+        self.want_ratio = cfg.law not in ("sparse", "sparse_gaussian")
+        self.held: list = []
+
+    def _reduce_held(self) -> None:
+        if not self.held:
+            return
+        a, b, okq, opv, oth, im = _red_other_stacked(torch.stack([w[0] for w in self.held]),
+                                                     torch.stack([w[1] for w in self.held]), self.cfg.d)
+        rec = self.rec
+        rec["ab_diag"].extend((a * b).double().numpy())
+        rec["a"].extend(a.double().mean(1).tolist())
+        rec["b"].extend(b.double().mean(1).tolist())
+        for key, vals in (("okq", okq), ("opv", opv), ("other", oth), ("imag", im)):
+            rec[key].extend(vals.tolist())
+        self.held.clear()
+
+    def weights(self, k: int, W_KQ, W_PV) -> None:
+        E = self.cfg.epochs
+        self.held.append((W_KQ, W_PV))
+        if len(self.held) == 256 or k == E:
+            self._reduce_held()
+        if k % self.cfg.test_every == 0 or k == E:
+            self.test_epochs.append(k)
+            if self.want_ratio:
+                self.rec["ratio"].append(last_position_ratio(self.test_data, W_KQ, W_PV))
+            with torch.no_grad():
+                self.test_losses.append(sum(loss_fast(c, W_KQ, W_PV) * c.m for c in self.test_chunks) / self.cfg.m_test)
+
+    def result(self, cfg: RunConfig, W_KQ, W_PV, W_KQ0, W_PV0, seconds: float) -> TrainResult:
+        rec = self.rec
+        return TrainResult(
+            config=asdict(cfg),
+            ab=np.array([x.mean() for x in rec["ab_diag"]]),
+            ab_diag=np.array(rec["ab_diag"]),
+            a_mean=np.array(rec["a"]),
+            b_mean=np.array(rec["b"]),
+            train_loss=np.array(rec["train_loss"]),
+            ratio=np.array(rec["ratio"]) if self.want_ratio else None,
+            test_epochs=np.array(self.test_epochs),
+            test_loss=np.array(self.test_losses),
+            offdiag_kq=np.array(rec["okq"]),
+            offdiag_pv=np.array(rec["opv"]),
+            other_max=np.array(rec["other"]),
+            imag_max=np.array(rec["imag"]),
+            W_KQ=W_KQ.numpy().copy(),
+            W_PV=W_PV.numpy().copy(),
+            W_KQ0=W_KQ0.numpy().copy(),
+            W_PV0=W_PV0.numpy().copy(),
+            seconds=seconds,
+        )
+
+
 def _train(cfg: RunConfig) -> TrainResult:
+    """Full-batch GD from the run's start on its training set (``MESA_TRAIN_DATA``), tested on its test set
+    (``MESA_TEST_DATA``), the off-diagonal blocks kept at 0 when ``mask``; a non-finite or exploding loss or
+    gradient raises :class:`TrainingDiverged`."""
     t_start = time.perf_counter()
     dtype = getattr(torch, cfg.dtype)
     d = cfg.d
-    if cfg.init == "diagonal":
-        al, be = theory.alpha_beta(cfg.law, cfg.scale, d, cfg.T)
-        if cfg.check_lr:
-            theory.check_stability(cfg.lr, al, be, cfg.a0, cfg.b0)
-        W_KQ, W_PV = init_diagonal(d, cfg.a0, cfg.b0, dtype)
-    else:
-        W_KQ, W_PV = init_gaussian(d, cfg.sigma_w, MESA_INIT.rng(cfg.seed), dtype)
+    W_KQ, W_PV = _initial_weights(cfg, dtype)
     train_data = _dataset(cfg.law, cfg.m, d, cfg.T, cfg.scale, MESA_TRAIN_DATA.entropy(cfg.seed), dtype)
     test_data = _dataset(cfg.law, cfg.m_test, d, cfg.T, cfg.scale, MESA_TEST_DATA.entropy(cfg.seed), dtype)
     mk, mp = offdiag_mask(d)
@@ -251,56 +344,12 @@ def _train(cfg: RunConfig) -> TrainResult:
         W_KQ[mk] = 0
         W_PV[mp] = 0
     W_KQ0, W_PV0 = W_KQ.clone(), W_PV.clone()
-    E = cfg.epochs
-    rec = {k: [] for k in ("ab_diag", "a", "b", "okq", "opv", "other", "imag", "train_loss", "ratio")}
-    test_epochs, test_losses = [], []
-    want_ratio = cfg.law not in ("sparse", "sparse_gaussian")
-
-    held: list = []  # the weights of the epochs not yet reduced into rec (their tensors are never changed in place)
-
-    def reduce_held():
-        if not held:
-            return
-        a, b, okq, opv, oth, im = _red_other_stacked(torch.stack([w[0] for w in held]), torch.stack([w[1] for w in held]), d)
-        rec["ab_diag"].extend((a * b).double().numpy())
-        rec["a"].extend(a.double().mean(1).tolist())
-        rec["b"].extend(b.double().mean(1).tolist())
-        for key, vals in (("okq", okq), ("opv", opv), ("other", oth), ("imag", im)):
-            rec[key].extend(vals.tolist())
-        held.clear()
-
-    def log(k: int, W_KQ, W_PV):
-        held.append((W_KQ, W_PV))
-        if len(held) == 256 or k == E:
-            reduce_held()
-        if k % cfg.test_every == 0 or k == E:
-            test_epochs.append(k)
-            if want_ratio:
-                rec["ratio"].append(last_position_ratio(test_data, W_KQ, W_PV))
-            with torch.no_grad():
-                test_losses.append(sum(loss_fast(c, W_KQ, W_PV) * c.m for c in test_chunks) / cfg.m_test)
-
-    def split(data: ARData) -> list[ARData]:
-        if cfg.chunk >= data.m:
-            return [data]  # keeps the data set's cached tables
-        return [data.subset(slice(i, i + cfg.chunk)) for i in range(0, data.m, cfg.chunk)]
-
-    chunks, test_chunks = split(train_data), split(test_data)
+    chunks = _chunks(train_data, cfg.chunk)
+    trajectory = _Trajectory(cfg, test_data, _chunks(test_data, cfg.chunk))
     first = None
-    for k in range(E + 1):
-        log(k, W_KQ, W_PV)
-        tot = 0.0
-        gA = torch.zeros_like(W_KQ)
-        gP = torch.zeros_like(W_PV)
-        for sub in chunks:
-            if cfg.device == "cpu":
-                L, a_, p_ = loss_grad_fast(sub, W_KQ, W_PV)
-            else:
-                L, a_, p_ = torch_epoch.loss_grad(sub, W_KQ, W_PV, device=cfg.device)
-            w = sub.m / cfg.m
-            gA += w * a_
-            gP += w * p_
-            tot += w * float(L)
+    for k in range(cfg.epochs + 1):
+        trajectory.weights(k, W_KQ, W_PV)
+        tot, gA, gP = _full_batch(chunks, W_KQ, W_PV, cfg.m, cfg.device)
         if first is None:
             first = tot
         if not np.isfinite(tot) or tot > 1e6 * max(first, 1e-30) or not (np.isfinite(gA.numpy()).all() and np.isfinite(gP.numpy()).all()):
@@ -308,8 +357,8 @@ def _train(cfg: RunConfig) -> TrainResult:
                 f"training diverged at epoch {k} (loss {tot:.3g}, initial {first:.3g}) with lr = {cfg.lr:g}; "
                 "use a smaller step size lr"
             )
-        rec["train_loss"].append(tot)
-        if k == E:
+        trajectory.rec["train_loss"].append(tot)
+        if k == cfg.epochs:
             break
         with torch.no_grad():
             W_KQ = W_KQ - cfg.lr * gA
@@ -317,26 +366,7 @@ def _train(cfg: RunConfig) -> TrainResult:
             if cfg.mask:
                 W_KQ[mk] = 0
                 W_PV[mp] = 0
-    return TrainResult(
-        config=asdict(cfg),
-        ab=np.array([x.mean() for x in rec["ab_diag"]]),
-        ab_diag=np.array(rec["ab_diag"]),
-        a_mean=np.array(rec["a"]),
-        b_mean=np.array(rec["b"]),
-        train_loss=np.array(rec["train_loss"]),
-        ratio=np.array(rec["ratio"]) if want_ratio else None,
-        test_epochs=np.array(test_epochs),
-        test_loss=np.array(test_losses),
-        offdiag_kq=np.array(rec["okq"]),
-        offdiag_pv=np.array(rec["opv"]),
-        other_max=np.array(rec["other"]),
-        imag_max=np.array(rec["imag"]),
-        W_KQ=W_KQ.numpy().copy(),
-        W_PV=W_PV.numpy().copy(),
-        W_KQ0=W_KQ0.numpy().copy(),
-        W_PV0=W_PV0.numpy().copy(),
-        seconds=time.perf_counter() - t_start,
-    )
+    return trajectory.result(cfg, W_KQ, W_PV, W_KQ0, W_PV0, time.perf_counter() - t_start)
 
 
 # ---------------------------------------------------------------------------------------------- cache
