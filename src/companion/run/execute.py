@@ -97,7 +97,7 @@ def run_notebook(
     """Validate parameters, execute the notebook with papermill, and return what it produced.
 
     ``kernel``: a :class:`WarmKernel` to run in (its namespace is reset first) instead of a new kernel; a
-    sweep worker's server (:func:`serve_runs`) passes one, so that its points share the imports and the
+    sweep worker's server (:func:`companion.run.server.serve_runs`) passes one, so that its points share the imports and the
     compiled kernels of the first.
 
     Raises :class:`ParameterSpecError` (nothing executed) or :class:`NotebookFailed` (the notebook

@@ -14,7 +14,7 @@ killed sweep is taken over) before it reads or writes anything there; a second s
 is refused with the holder's pid. The holder clears the stale ``.<id>.partial-*`` folders (and parameter
 files) that runs of a killed sweep leave in ``points/``, when it starts and when it ends.
 
-Limits, checked before any work: at most ``max_points`` points (:data:`MAX_POINTS` by default; the
+Limits, checked before any work: at most ``max_points`` points (:data:`companion.run.grid.MAX_POINTS` by default; the
 count comes from the grid's sizes, before a point is built) and at most as many local workers as the
 machine has cores (:func:`companion.threads.available_cores`; more are capped with a note).
 

@@ -151,7 +151,7 @@ def _failed(point: dict, rec: dict | None) -> bool:
 def plot(table: Table, out: str | Path, *, x: str | None = None, y: str | None = None, claim: str | None = None,
          value: str = "measured") -> str:
     """Draw the figure into ``out`` (format from the extension); returns a one-line description: a line of one
-    claim's ``value`` over ``x`` (:func:`_line`), or a heat map over ``x`` and ``y`` (:func:`_heat_map`)."""
+    claim's ``value`` over ``x`` (``_line``), or a heat map over ``x`` and ``y`` (``_heat_map``)."""
     x, claim = _plot_choices(table, out, x, y, claim)
     if y is None:
         fig, what = _line(table, x, claim, value)

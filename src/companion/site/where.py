@@ -437,7 +437,7 @@ tests, rewrite it with `{RESULTS_COMMAND}` (`tests/site/test_where.py` fails whi
 
 
 def results_markdown(rows: tuple[Row, ...] | None = None) -> str:
-    """The text of ``RESULTS.md``: :data:`_INTRO` and the table of every result with GitHub links."""
+    """The text of ``RESULTS.md``: ``_INTRO`` and the table of every result with GitHub links."""
     rows = result_rows() if rows is None else rows
     return _INTRO + "\n" + _table(rows, _GitHub())
 

@@ -405,85 +405,105 @@ def record_covariances(v, rows: dict, id_growth: float, *, num_mc: int) -> None:
 
     ``num_mc``: the size of the independent sample of spectra (the words of a not-applicable growth claim)."""
     for nm, r in rows.items():
-        sig, K, R, d = spectrum_text(nm), r["K"], r["R"], r["d"]
-        floor = ROUNDOFF * d
-        model, growth, cond, g = model_claim(r), growth_claim(r, id_growth), condition_claim(r), r["growth"]
-        v.statistical(f"cot42_one_step_{nm}",
-                      quantity=rf"{sig}: one-step error at $V = -\eta^\star I$, Monte Carlo vs the formula",
-                      predicted=r["one_pred"], measured=r["one_mc"][0], se=r["one_mc"][1], z=4, floor=floor,
-                      falsifier=PRINTED_FACTOR, falsifier_value=r["one_j26"],
-                      reason="4 standard errors of the Monte-Carlo mean over the sample of $S_\\Sigma$, plus round-off",
-                      detail=rf"Mean of $\|I - \eta^\star S_\Sigma\|_F^2$ over {num_mc} independent matrices "
-                             r"$S_\Sigma$ (normal, many degrees of freedom) against "
-                             rf"`companion.cot.theory.ood.one_step_ood_error`; round-off floor ${tex_number(floor)}$.")
-        if model.form == "mean":
-            v.statistical(f"cot42_model_{nm}",
-                          quantity=rf"{sig}: mean error of the trained model after $K = {K}$ steps (paired control "
-                                   r"variate) vs $\E\tr(I - \eta S_\Sigma)^{2K}$",
-                          predicted=model.predicted, measured=model.measured, se=model.se, dof=model.dof, z=4,
-                          floor=floor, headline=True, falsifier=NEAR_STEP, falsifier_value=model.falsifier_value,
-                          reason=rf"4 SE of the {R} replicates' differences model minus GD on the same prompts and of "
-                                 rf"the independent Monte-Carlo mean; the competitor takes {model.falsifier_k} steps",
-                          detail=rf"Falsifier at {model.falsifier_k} steps (of $K \pm 1$, the nearer); level of 4 SE: "
-                                 rf"the {R} replicates' paired differences model $-$ GD on the same prompts and the "
-                                 "Monte-Carlo error of the independent estimate, Welch "
-                                 rf"({band_words(model.dof)}) + round-off floor ${tex_number(floor)}$.")
-        elif model.form == "median":
-            pm, pse = r["median"].get("paired", (math.nan, math.inf, math.inf))[:2]
-            paired = math.isfinite(pm) and math.isfinite(pse)
-            v.statistical(f"cot42_model_{nm}",
-                          quantity=rf"{sig} (near the boundary: {r['unstable']:.2%} of the spectra beyond it): median "
-                                   rf"error of the trained model after $K = {K}$ steps ("
-                                   + ("the law median + the models minus GD on the same prompts" if paired else
-                                      f"the median of the {R} models" if R > 1 else "one model")
-                                   + r") vs the median of the $K$-step GD law",
-                          predicted=model.predicted, measured=model.measured, se=model.se, dof=model.dof, z=4,
-                          floor=floor, falsifier=NEAR_STEP, falsifier_value=model.falsifier_value,
-                          reason="medians, as a few prompts diverge: 4 SE of the law's order statistics and of "
-                                 + (f"the {R} models' median differences to GD on their own prompts" if paired else
-                                    "the models' medians")
-                                 + f"; the competitor takes {model.falsifier_k} steps",
-                          detail=rf"Falsifier at {model.falsifier_k} steps (of $K \pm 1$, the nearer); level of 4 SE: "
-                                 "order-statistic standard errors of the independent sample and "
-                                 + (f"the spread of the {R} models' median differences to GD on their own prompts"
-                                    if paired else "the models' order statistics and their spread (the wider)")
-                                 + rf" ({band_words(model.dof)}) + round-off floor ${tex_number(floor)}$.")
-        else:
-            v.not_applicable(f"cot42_model_{nm}", kind="statistical",
-                             quantity=rf"{sig}: the model's error after $K = {K}$ steps vs the GD law",
-                             reason=rf"{r['unstable']:.0%} of the independent spectra have $\eta\lambda_{{\max}}(S) > 2$: "
-                                    rf"the typical prompt diverges; what is measured there is `cot42_growth_{nm}`")
-        if growth.applicable:
-            v.statistical(f"cot42_growth_{nm}",
-                          quantity=rf"{sig} ({r['unstable']:.2%} of the spectra beyond the boundary): fraction of "
-                                   rf"prompts whose error after $K = {K}$ steps exceeds $\|w^\star\|^2$, trained model "
-                                   rf"vs GD law (median errors at $K$: model ${tex_number(g['model_median'])}$, GD law "
-                                   rf"${tex_number(g['law_median'])}$)",
-                          predicted=growth.predicted, measured=growth.measured, se=growth.se, dof=growth.dof, z=4,
-                          falsifier=NO_BOUNDARY, falsifier_value=growth.falsifier_value,
-                          reason=rf"4 SE of the binomial error of the independent sample and of the {R} models' "
-                                 "fractions (their spread or the binomial error, the wider)",
-                          detail="Level of 4 SE: binomial error of the independent sample and, for the "
-                                 rf"{R} models, the wider band of their fractions' spread and the binomial error, "
-                                 f"combined by Welch ({band_words(growth.dof)}).")
-        else:
-            v.not_applicable(f"cot42_growth_{nm}", kind="statistical", quantity=rf"{sig}: growth beyond the boundary",
-                             reason=rf"none of the {num_mc} independent spectra has $\eta\lambda_{{\max}}(S) > 2$: no "
-                                    "prompt is predicted to diverge")
-        if cond.applicable:
-            v.bound(f"cot42_condition_{nm}",
-                    quantity=rf"{sig}: condition holds (${r['cond']:.3f} < 2$); median error after $K = {K}$ steps "
-                             rf"$\le d\rho_\Sigma^{{2K}}$ (slack: the bound is ${tex_number(cond.predicted / cond.measured)}$ "
-                             "times the median)",
-                    bound=cond.predicted, measured=cond.measured, comparison="upper", se=cond.se, dof=cond.dof, z=4,
-                    floor=floor,
-                    reason="geometric decay under the spectral sufficient condition; level of 4 SE of the model's "
-                           "median",
-                    detail=r"$\rho_\Sigma = \max(|1-\eta\lambda_{\min}(\Sigma)(1-\sqrt{d/n})^2|, "
-                           r"|1-\eta\lambda_{\max}(\Sigma)(1+\sqrt{d/n})^2|)$; the model's median after $K$ steps "
-                           r"(`companion.cot.stats.replicate_median`: the replicates' spread or their order "
-                           rf"statistics, the wider; {band_words(cond.dof)}) + round-off floor ${tex_number(floor)}$.")
-        else:
-            v.not_applicable(f"cot42_condition_{nm}", kind="bound", quantity=rf"{sig}: spectral sufficient condition",
-                             reason=rf"$\eta\lambda_{{\max}}(\Sigma)(1 + \sqrt{{d/n}})^2 = {r['cond']:.3f} \ge 2$: the "
-                                    "sufficient condition fails and the theorem states nothing here")
+        sig, floor = spectrum_text(nm), ROUNDOFF * r["d"]
+        _record_one_step(v, nm, r, sig, floor, num_mc)
+        _record_model(v, nm, r, sig, floor)
+        _record_growth(v, nm, r, sig, id_growth, num_mc)
+        _record_condition(v, nm, r, sig, floor)
+
+
+def _record_one_step(v, nm: str, r: dict, sig: str, floor: float, num_mc: int) -> None:
+    v.statistical(f"cot42_one_step_{nm}",
+                  quantity=rf"{sig}: one-step error at $V = -\eta^\star I$, Monte Carlo vs the formula",
+                  predicted=r["one_pred"], measured=r["one_mc"][0], se=r["one_mc"][1], z=4, floor=floor,
+                  falsifier=PRINTED_FACTOR, falsifier_value=r["one_j26"],
+                  reason="4 standard errors of the Monte-Carlo mean over the sample of $S_\\Sigma$, plus round-off",
+                  detail=rf"Mean of $\|I - \eta^\star S_\Sigma\|_F^2$ over {num_mc} independent matrices "
+                         r"$S_\Sigma$ (normal, many degrees of freedom) against "
+                         rf"`companion.cot.theory.ood.one_step_ood_error`; round-off floor ${tex_number(floor)}$.")
+
+
+def _record_model(v, nm: str, r: dict, sig: str, floor: float) -> None:
+    K, R = r["K"], r["R"]
+    model = model_claim(r)
+    if model.form == "mean":
+        v.statistical(f"cot42_model_{nm}",
+                      quantity=rf"{sig}: mean error of the trained model after $K = {K}$ steps (paired control "
+                               r"variate) vs $\E\tr(I - \eta S_\Sigma)^{2K}$",
+                      predicted=model.predicted, measured=model.measured, se=model.se, dof=model.dof, z=4,
+                      floor=floor, headline=True, falsifier=NEAR_STEP, falsifier_value=model.falsifier_value,
+                      reason=rf"4 SE of the {R} replicates' differences model minus GD on the same prompts and of "
+                             rf"the independent Monte-Carlo mean; the competitor takes {model.falsifier_k} steps",
+                      detail=rf"Falsifier at {model.falsifier_k} steps (of $K \pm 1$, the nearer); level of 4 SE: "
+                             rf"the {R} replicates' paired differences model $-$ GD on the same prompts and the "
+                             "Monte-Carlo error of the independent estimate, Welch "
+                             rf"({band_words(model.dof)}) + round-off floor ${tex_number(floor)}$.")
+    elif model.form == "median":
+        pm, pse = r["median"].get("paired", (math.nan, math.inf, math.inf))[:2]
+        paired = math.isfinite(pm) and math.isfinite(pse)
+        v.statistical(f"cot42_model_{nm}",
+                      quantity=rf"{sig} (near the boundary: {r['unstable']:.2%} of the spectra beyond it): median "
+                               rf"error of the trained model after $K = {K}$ steps ("
+                               + ("the law median + the models minus GD on the same prompts" if paired else
+                                  f"the median of the {R} models" if R > 1 else "one model")
+                               + r") vs the median of the $K$-step GD law",
+                      predicted=model.predicted, measured=model.measured, se=model.se, dof=model.dof, z=4,
+                      floor=floor, falsifier=NEAR_STEP, falsifier_value=model.falsifier_value,
+                      reason="medians, as a few prompts diverge: 4 SE of the law's order statistics and of "
+                             + (f"the {R} models' median differences to GD on their own prompts" if paired else
+                                "the models' medians")
+                             + f"; the competitor takes {model.falsifier_k} steps",
+                      detail=rf"Falsifier at {model.falsifier_k} steps (of $K \pm 1$, the nearer); level of 4 SE: "
+                             "order-statistic standard errors of the independent sample and "
+                             + (f"the spread of the {R} models' median differences to GD on their own prompts"
+                                if paired else "the models' order statistics and their spread (the wider)")
+                             + rf" ({band_words(model.dof)}) + round-off floor ${tex_number(floor)}$.")
+    else:
+        v.not_applicable(f"cot42_model_{nm}", kind="statistical",
+                         quantity=rf"{sig}: the model's error after $K = {K}$ steps vs the GD law",
+                         reason=rf"{r['unstable']:.0%} of the independent spectra have $\eta\lambda_{{\max}}(S) > 2$: "
+                                rf"the typical prompt diverges; what is measured there is `cot42_growth_{nm}`")
+
+
+def _record_growth(v, nm: str, r: dict, sig: str, id_growth: float, num_mc: int) -> None:
+    K, R, g = r["K"], r["R"], r["growth"]
+    growth = growth_claim(r, id_growth)
+    if growth.applicable:
+        v.statistical(f"cot42_growth_{nm}",
+                      quantity=rf"{sig} ({r['unstable']:.2%} of the spectra beyond the boundary): fraction of "
+                               rf"prompts whose error after $K = {K}$ steps exceeds $\|w^\star\|^2$, trained model "
+                               rf"vs GD law (median errors at $K$: model ${tex_number(g['model_median'])}$, GD law "
+                               rf"${tex_number(g['law_median'])}$)",
+                      predicted=growth.predicted, measured=growth.measured, se=growth.se, dof=growth.dof, z=4,
+                      falsifier=NO_BOUNDARY, falsifier_value=growth.falsifier_value,
+                      reason=rf"4 SE of the binomial error of the independent sample and of the {R} models' "
+                             "fractions (their spread or the binomial error, the wider)",
+                      detail="Level of 4 SE: binomial error of the independent sample and, for the "
+                             rf"{R} models, the wider band of their fractions' spread and the binomial error, "
+                             f"combined by Welch ({band_words(growth.dof)}).")
+    else:
+        v.not_applicable(f"cot42_growth_{nm}", kind="statistical", quantity=rf"{sig}: growth beyond the boundary",
+                         reason=rf"none of the {num_mc} independent spectra has $\eta\lambda_{{\max}}(S) > 2$: no "
+                                "prompt is predicted to diverge")
+
+
+def _record_condition(v, nm: str, r: dict, sig: str, floor: float) -> None:
+    K = r["K"]
+    cond = condition_claim(r)
+    if cond.applicable:
+        v.bound(f"cot42_condition_{nm}",
+                quantity=rf"{sig}: condition holds (${r['cond']:.3f} < 2$); median error after $K = {K}$ steps "
+                         rf"$\le d\rho_\Sigma^{{2K}}$ (slack: the bound is ${tex_number(cond.predicted / cond.measured)}$ "
+                         "times the median)",
+                bound=cond.predicted, measured=cond.measured, comparison="upper", se=cond.se, dof=cond.dof, z=4,
+                floor=floor,
+                reason="geometric decay under the spectral sufficient condition; level of 4 SE of the model's "
+                       "median",
+                detail=r"$\rho_\Sigma = \max(|1-\eta\lambda_{\min}(\Sigma)(1-\sqrt{d/n})^2|, "
+                       r"|1-\eta\lambda_{\max}(\Sigma)(1+\sqrt{d/n})^2|)$; the model's median after $K$ steps "
+                       r"(`companion.cot.stats.replicate_median`: the replicates' spread or their order "
+                       rf"statistics, the wider; {band_words(cond.dof)}) + round-off floor ${tex_number(floor)}$.")
+    else:
+        v.not_applicable(f"cot42_condition_{nm}", kind="bound", quantity=rf"{sig}: spectral sufficient condition",
+                         reason=rf"$\eta\lambda_{{\max}}(\Sigma)(1 + \sqrt{{d/n}})^2 = {r['cond']:.3f} \ge 2$: the "
+                                "sufficient condition fails and the theorem states nothing here")

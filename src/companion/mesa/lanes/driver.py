@@ -25,6 +25,8 @@ from companion.mesa.lanes.layout import NL, gradient_slots, scratch_offsets, seq
 __all__ = ["module_ir"]
 
 
+# One function of about 90 lines, most of it a single LLVM IR template: the loops over blocks and positions read
+# as one piece of IR, and split into Python pieces they would no longer show the control flow.
 def _driver(F: str, d: int) -> str:
     """The exported function: blocks b0..b1-1, positions 0..N-1, the mode's step per position."""
     size = 4 if F == "float" else 8

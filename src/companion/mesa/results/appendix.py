@@ -129,7 +129,7 @@ def euler_rate_design(law, scale: float, d: int, T: int, kappa: float, a0: float
                       window: tuple[float, float] = RATE_WINDOW) -> RateDesign:
     r"""The contraction-rate experiment of the stability proposition (:prf:ref:`mesa-prop-stability`): GD from the
     diagonal init :math:`(a_0 I, a_0 I)` at the step :math:`\eta=\kappa\,\eta_{\max}` (``kappa`` times the largest
-    stable step of the reduced system, :func:`reduced_stability`), near the limit :math:`(a_\infty, b_\infty)`.
+    stable step of the reduced system, :func:`companion.mesa.stability.reduced_stability`), near the limit :math:`(a_\infty, b_\infty)`.
 
     Linearised at the limit, the deviation :math:`e_k=a_kb_k-c^*` of forward Euler contracts by
     :math:`\lambda=1-x` per epoch, :math:`x=\eta\,\alpha\,(a_\infty^2+b_\infty^2)`; gradient flow run for the same time

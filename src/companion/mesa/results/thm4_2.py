@@ -150,7 +150,7 @@ def design(cs, lrs_sparse, inits, probe_laws, probe_lrs, d: int, T: int, m: int,
 
 def paper_design() -> Design:
     """:func:`design` at the paper's settings (:mod:`companion.mesa.paper`, the page's defaults): the probes are the
-    Gaussian and the sparse law at their Table-1 step sizes and the laws of :data:`companion.mesa.paper.PROBES`."""
+    Gaussian and the sparse law at their Table-1 step sizes and the laws of ``companion.mesa.paper.PROBES``."""
     sp = paper.TABLE1["sparse"]
     probes = dict([("gaussian", dict(paper.TABLE1["gaussian"])[1.0]), *((law, lr) for law, _, lr in paper.PROBES),
                    ("sparse", dict(sp)[1.0])])
