@@ -90,6 +90,9 @@ class ResultSpec:
     # a setting page (the paper's definitions: data, model, losses), not a numbered result: its claims check
     # formulas and implementations (closed form, Monte Carlo), and no trained-model claim is asked of it
     setting: bool = False
+    # the results this one is derived from in the paper, whose modules it may import (e.g. cot Corollary 3.1
+    # trains and stops as Theorem 3.1 does): every other import between result modules is refused by a test
+    builds_on: tuple[str, ...] = ()
 
     def spec_of(self, claim_id: str) -> ClaimSpec | None:
         """The manifest line a recorded claim id belongs to (the first that matches), or None."""

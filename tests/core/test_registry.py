@@ -194,17 +194,11 @@ def _imports(path, package: str) -> set[str]:
     return out
 
 
-#: the results that import another result because the paper derives them from it (CONTRIBUTING.md, "A result is a
-#: module"): cot Corollary 3.1 trains and stops as Theorem 3.1 does; the experiments page's falsifier is Theorem 4.1's
-DERIVED = {"companion.cot.results.cor3_1": {"companion.cot.results.thm3_1"},
-           "companion.cot.results.experiments": {"companion.cot.results.thm4_1"}}
-
-
 @pytest.mark.parametrize("paper", PAPERS)
 def test_results_sit_above_the_science_layer(paper):
     """The science modules (the settings paper.py, the shared evidence) import no result; a result imports no other
-    result but those of :data:`DERIVED` (the registry's claim-id helpers, ``companion.mesa.results.init_tag`` and the
-    like, are not results)."""
+    result but those its ``ResultSpec.builds_on`` names (the paper derives it from them; the registry's claim-id
+    helpers, ``companion.mesa.results.init_tag`` and the like, are not results)."""
     src = ROOT / "src" / "companion" / paper
     prefix, modules = f"companion.{paper}.results", REGISTRY[paper].MODULES
 
@@ -216,10 +210,14 @@ def test_results_sit_above_the_science_layer(paper):
         bad = results_imported(path, f"companion.{paper}") | {m for m in _imports(path, f"companion.{paper}") if m == prefix}
         assert not bad, f"{path.name} imports {bad}"
     for name in modules:
-        allowed = {m.rpartition(".")[2] for m in DERIVED.get(f"{prefix}.{name}", ())}
+        spec = next(s for s in REGISTRY[paper].results() if s.module == f"{prefix}.{name}")
+        allowed = {m.rpartition(".")[2] for m in spec.builds_on}
         bad = results_imported(src / "results" / f"{name}.py", prefix) - allowed
         assert not bad, f"results/{name}.py imports {bad}"
-    assert "companion.cot.results.thm3_1" in _imports(ROOT / "src/companion/cot/results/cor3_1.py", "companion.cot.results")
+    for spec in REGISTRY[paper].results():  # what a result builds on is a result of its paper, and it imports it
+        for other in spec.builds_on:
+            assert other.rpartition(".")[2] in modules and other.startswith(prefix + "."), (spec.module, other)
+            assert other in _imports(ROOT / "src" / (spec.module.replace(".", "/") + ".py"), prefix), other
 
 
 @pytest.mark.parametrize("paper", PAPERS)

@@ -37,7 +37,8 @@ CLAIMS = (IDENTITY, TRAINED)
 
 RESULT = ResultSpec(paper="cot", number="Corollary 3.1", title="the no-CoT error floor d(d+1)/(n+d+1)",
                     label="cot-cor-3-1", notebook="cot/cor3_1_floor", module=__name__, claims=CLAIMS,
-                    figures=("fig_cot_cor31",), sweep="")
+                    figures=("fig_cot_cor31",), sweep="",
+                    builds_on=("companion.cot.results.thm3_1",))
 
 
 def grid_pairs(d_list, ratios) -> list[tuple[int, int]]:

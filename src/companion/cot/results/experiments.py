@@ -34,7 +34,8 @@ CLAIMS = (COT, NO_COT)
 
 RESULT = ResultSpec(paper="cot", number="Figure 2 (Section 5)", title="training with and without CoT",
                     label="cot-prop-experiments", notebook="cot/experiments", module=__name__, claims=CLAIMS,
-                    figures=("fig_cot_experiments",), sweep="")
+                    figures=("fig_cot_experiments",), sweep="",
+                    builds_on=("companion.cot.results.thm4_1",))
 
 
 def manifest(n_list) -> list[str]:
