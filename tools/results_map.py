@@ -6,6 +6,7 @@ exit 1 (showing the difference) when the file is stale."""
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -15,7 +16,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def main(argv: list[str]) -> int:
-    if "--check" in argv:
+    parser = argparse.ArgumentParser(description="Write RESULTS.md from the registries of both papers.")
+    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 when RESULTS.md is stale")
+    args = parser.parse_args(argv)
+    if args.check:
         problem = where.check_results(ROOT)
         print(problem or f"{where.RESULTS_FILE} is up to date")
         return 1 if problem else 0

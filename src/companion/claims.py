@@ -44,7 +44,9 @@ class ClaimSpec:
     ``{name:num}`` matches only a number as the notebooks tag it, ``0p5`` or ``m1p5``, so that
     ``loss_sparse_{s:num}`` does not also match ``loss_sparse_gaussian_1``). ``prediction``
     names the function of the result's module (or of the science layer) that computes the theory's value;
-    ``falsifier`` names the competitor the claim rejects ("" for kinds that name none)."""
+    ``falsifier`` names the competitor the claim rejects ("" for kinds that name none). Where the competitor
+    depends on the page's parameters (the law's moments, the test position), ``falsifier`` describes them all and
+    ``alternatives`` lists the exact words a record may name, one per case."""
 
     id: str
     kind: str
@@ -52,12 +54,18 @@ class ClaimSpec:
     headline: bool = False
     prediction: str = ""
     falsifier: str = ""
+    alternatives: tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ValueError(f"claim {self.id!r}: kind must be one of {KINDS}; got {self.kind!r}")
         if self.target not in TARGETS:
             raise ValueError(f"claim {self.id!r}: target must be one of {TARGETS}; got {self.target!r}")
+
+    @property
+    def falsifiers(self) -> tuple[str, ...]:
+        """The falsifiers a record of this claim may name, word for word."""
+        return self.alternatives or ((self.falsifier,) if self.falsifier else ())
 
     @property
     def pattern(self) -> re.Pattern:

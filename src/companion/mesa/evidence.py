@@ -53,6 +53,8 @@ from companion.seeds import MESA_EQUIVARIANT_MC, MESA_LOSS_EVAL, MESA_ONE_STEP_E
 
 __all__ = [
     "ROUNDOFF32",
+    "FALSIFIER_T_INFINITY",
+    "FALSIFIER_INDEPENDENT",
     "Extrapolation",
     "OffManifold",
     "ExtrapolatedLoss",
@@ -211,6 +213,13 @@ class LossEvidence:
     zero_loss: float
 
 
+#: the falsifier of the trained ab where the law's fourth moments couple the coordinates (m24 > 0): the constant
+#: of the limit T -> infinity
+FALSIFIER_T_INFINITY = r"the $T\to\infty$ constant $m_4/m_6$ ($1/(5\sigma^2)$ for the Gaussian)"
+#: the falsifier where they do not (m24 = m2 m4): independent coordinates
+FALSIFIER_INDEPENDENT = r"independent coordinates ($m_{24} = m_2 m_4$)"
+
+
 def falsifier_alpha(law, scale: float, d: int, T: int) -> tuple[str, float]:
     r"""The falsifier's alpha (beta is the same): the plausible wrong theory a sceptic would use.
 
@@ -225,8 +234,8 @@ def falsifier_alpha(law, scale: float, d: int, T: int) -> tuple[str, float]:
     mo = th.moments(law, scale, d) if isinstance(law, str) else law
     N = T - 2
     if mo.m24 > 0:
-        return r"the $T\to\infty$ constant $m_4/m_6$ ($1/(5\sigma^2)$ for the Gaussian)", N * mo.m6
-    return r"independent coordinates ($m_{24} = m_2 m_4$)", N * mo.m6 + (d - 1) * th.harmonic(N) * mo.m2 * mo.m4
+        return FALSIFIER_T_INFINITY, N * mo.m6
+    return FALSIFIER_INDEPENDENT, N * mo.m6 + (d - 1) * th.harmonic(N) * mo.m2 * mo.m4
 
 
 def population_ab(law, scale: float, d: int, T: int, a0, b0, lr: float, epochs: int, falsifier: bool = False):

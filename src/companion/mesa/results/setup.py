@@ -21,7 +21,7 @@ from companion.claims import ClaimSpec, ResultSpec
 from companion.mesa import theory as th
 from companion.mesa.analysis import radial_terms
 from companion.mesa.data import ARData, generate, sample_x1
-from companion.mesa.evidence import falsifier_alpha
+from companion.mesa.evidence import FALSIFIER_INDEPENDENT, FALSIFIER_T_INFINITY, falsifier_alpha
 from companion.mesa.model import loss_grad_fast, per_sequence_loss, predict, predict_direct
 from companion.mesa.train import init_diagonal
 from companion.plotting import legend_outside, new_figure
@@ -38,9 +38,9 @@ CLAIMS = (
     ClaimSpec("fast_vs_definition", "identity", "closed_form", prediction="companion.mesa.model.predict_direct"),
     ClaimSpec("one_step_gd", "identity", "closed_form", prediction="companion.mesa.theory.one_step_gd_predict"),
     ClaimSpec("loss_formula", "statistical", "monte_carlo", prediction="companion.mesa.theory.population_loss",
-              falsifier=_FALSIFIER),
+              falsifier=_FALSIFIER, alternatives=(FALSIFIER_T_INFINITY, FALSIFIER_INDEPENDENT)),
     ClaimSpec("grad_formula", "statistical", "monte_carlo",
-              prediction="companion.mesa.results.setup.population_gradient", falsifier=_FALSIFIER),
+              prediction="companion.mesa.results.setup.population_gradient", falsifier=_FALSIFIER, alternatives=(FALSIFIER_T_INFINITY, FALSIFIER_INDEPENDENT)),
 )
 
 RESULT = ResultSpec(paper="mesa", number="Section 3, the setting", title="AR data, linear attention, AR loss",

@@ -34,6 +34,8 @@ from companion.mesa.analysis import gradient_blocks
 from companion.mesa.data import generate
 from companion.mesa.empirical import exact_population
 from companion.mesa.evidence import (
+    FALSIFIER_INDEPENDENT,
+    FALSIFIER_T_INFINITY,
     ExtrapolatedAb,
     Extrapolation,
     Replicates,
@@ -63,7 +65,8 @@ CLAIMS = (
     ClaimSpec("ab_{law}_{s}", "statistical", "trained", headline=True,
               prediction="companion.mesa.evidence.population_ab",
               falsifier=r"the $T\to\infty$ constant $m_4/m_6$ ($m_{24} > 0$) or independent coordinates "
-                        r"($m_{24} = m_2 m_4$)"),
+                        r"($m_{24} = m_2 m_4$)",
+              alternatives=(FALSIFIER_T_INFINITY, FALSIFIER_INDEPENDENT)),
     # the bound 0: the deviation from the one-step-GD formula shrinks with m
     ClaimSpec("one_step_scaling", "bound", "trained", prediction="companion.mesa.theory.one_step_gd_predict",
               falsifier=_ONE_STEP_FALSIFIER),
