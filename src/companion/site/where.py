@@ -268,12 +268,14 @@ def _test_file(path: Path, mtime: int) -> tuple[frozenset, frozenset]:
 
 
 def tests_of(spec: ResultSpec, root: Path | None = None) -> tuple[str, ...]:
-    """The test files (paths from the root) that check a result: they import its module (or a name of it) or name
-    its notebook (``"mesa/thm4_1_emergence"``, also inside a path)."""
+    """The test files (paths from the root) that check a result: its own file ``tests/<paper>/test_<name>.py`` (the
+    tests mirror the result modules), and those that import its module (or a name of it) or name its notebook
+    (``"mesa/thm4_1_emergence"``, also inside a path)."""
     root = _root() if root is None else root
     named = re.compile(rf"(?<![\w]){re.escape(spec.notebook)}(?!\w)")
+    own = f"tests/{spec.paper}/test_{spec.module.rsplit('.', 1)[-1]}.py"
     return tuple(path for path, imported, strings in _test_files(root)
-                 if any(m == spec.module or m.startswith(spec.module + ".") for m in imported)
+                 if path == own or any(m == spec.module or m.startswith(spec.module + ".") for m in imported)
                  or any(named.search(s) for s in strings))
 
 
@@ -307,8 +309,13 @@ def _claims_cell(spec: ResultSpec, star: str) -> str:
     return f"{len(spec.claims)} ({summary}): {ids}" if spec.claims else "none"
 
 
+def _short(dotted: str) -> str:
+    """A name inside its paper's package, as a row shows it (its section names the paper): ``train.run``."""
+    return dotted.split(".", 2)[2] if dotted.count(".") >= 2 else dotted
+
+
 #: the columns of both renderings
-COLUMNS = ("result", "page", "module", "claims", "figures and sweep", "tests", "training")
+COLUMNS = ("result, page and module", "claims", "figures and sweep", "tests", "training")
 
 
 class _Links:
@@ -327,17 +334,16 @@ class _GitHub(_Links):
     """Relative links from the repository root, as GitHub shows ``RESULTS.md``."""
 
     def page(self, row: Row) -> str:
-        path = f"notebooks/{row.spec.notebook}.md"
-        return f"[{path}]({path})"
+        return f"[page](notebooks/{row.spec.notebook}.md)"
 
     def module(self, row: Row) -> str:
-        return f"[`{row.spec.module}`]({row.source})"
+        return f"module [`{row.spec.module}`]({row.source})"
 
     def test(self, path: str) -> str:
-        return f"[{path}]({path})"
+        return f"[{path.removeprefix('tests/')}]({path})"
 
     def training(self, dotted: str) -> str:
-        return f"[`{dotted}`](src/{dotted.rpartition('.')[0].replace('.', '/')}.py)"
+        return f"[`{_short(dotted)}`](src/{dotted.rpartition('.')[0].replace('.', '/')}.py)"
 
     def sweep(self, title: str) -> str:
         return f"; swept on [the Sweeps page](book/sweeps.md) ({_cell(title)})"
@@ -363,13 +369,13 @@ class _MyST(_Links):
 
     def module(self, row: Row) -> str:
         short = row.spec.module.rsplit(".", 1)[-1]  # the paper and ``results`` are the section's and the intro's
-        return f"{{py:mod}}`{short} <{row.spec.module}>`" if self._has("book/api") else f"`{short}`"
+        return "module " + (f"{{py:mod}}`{short} <{row.spec.module}>`" if self._has("book/api") else f"`{short}`")
 
     def test(self, path: str) -> str:
-        return f"`{path}`"  # the tests are not part of the book
+        return f"`{path.removeprefix('tests/')}`"  # the tests are not part of the book
 
     def training(self, dotted: str) -> str:
-        return f"{{py:obj}}`{dotted}`" if self._has("book/api") else f"`{dotted}`"
+        return f"{{py:obj}}`{_short(dotted)} <{dotted}>`" if self._has("book/api") else f"`{_short(dotted)}`"
 
     def sweep(self, title: str) -> str:
         # a role's title holds no maths
@@ -399,8 +405,8 @@ def _table(rows: tuple[Row, ...], links: _Links) -> str:
             figures = ", ".join(f"`{f}`" for f in r.figures) or "no figure"
             sweep = links.sweep(r.sweep) if r.sweep else ""
             tests = [t for t in row.tests if t not in shared]
-            cells = (f"**{_cell(r.number)}**: {_cell(r.title)}{links.statement(row)}", links.page(row),
-                     links.module(row), _claims_cell(r, links.star), figures + sweep,
+            cells = (f"**{_cell(r.number)}**: {_cell(r.title)}{links.statement(row)}; {links.page(row)}, "
+                     f"{links.module(row)}", _claims_cell(r, links.star), figures + sweep,
                      ", ".join(links.test(t) for t in tests) or "none",
                      ", ".join(links.training(e) for e in row.training) or "none")
             out.append("| " + " | ".join(cells) + " |")
@@ -412,7 +418,7 @@ def _table(rows: tuple[Row, ...], links: _Links) -> str:
 
 def where_markdown(results: tuple[ResultSpec, ...] | None = None, built: set[str] | None = None) -> str:
     """The book's table of every result (MyST): the paper's number and statement; the page; the module (linked to
-    its API entry, whose *[source]* link shows the code); the claims (★ headline; counts per target); the figures
+    its API entry, whose *[source]* link shows the code), in the first column; the claims (★ headline; counts per target); the figures
     and the sweep that maps it; the tests; the training entry points. ``built``: the notebooks of this build (a
     partial build, a test's, links only those; None: all)."""
     return _table(result_rows(results), _MyST(built))
