@@ -32,6 +32,9 @@ def use_threads(n: int) -> None:
         os.environ[name] = str(n)
 
 
+_RULE = "must be an integer >= 1"
+
+
 def user_threads() -> int | None:
     """The user's ``$COMPANION_THREADS``, None when it is unset or empty; anything but an integer >= 1 raises
     :class:`companion.params.ParameterError` naming the variable (inside a notebook: a refused run)."""
@@ -43,7 +46,7 @@ def user_threads() -> int | None:
     except ValueError:
         n = 0
     if n < 1:
-        raise ParameterError("COMPANION_THREADS", f"must be an integer >= 1 (environment variable); got {raw!r}")
+        raise ParameterError("COMPANION_THREADS", f"{_RULE} (environment variable); got {raw!r}")
     return n
 
 
@@ -61,9 +64,9 @@ def threads_env(workers: int = 1) -> tuple[int, str]:
     A bad setting raises :class:`companion.params.InputError` (the command line's one-line refusal)."""
     try:
         n = user_threads()
-    except ParameterError as exc:
-        raise InputError(f"COMPANION_THREADS (environment variable): {exc.message.replace(' (environment variable)', '')}"
-                         ) from None
+    except ParameterError:
+        raw = os.environ["COMPANION_THREADS"]
+        raise InputError(f"COMPANION_THREADS (environment variable): {_RULE}; got {raw!r}") from None
     if n is not None:
         return n, f"COMPANION_THREADS={n} (from the environment)"
     cores = available_cores()

@@ -631,10 +631,9 @@ def _verdict_tables(root: Path, names: list[str]) -> tuple[dict | None, tuple[st
     cached = records_from_cache(root, names)
     if cached is not None:
         write_tables(root / "_build", names, [r for n in names for r in cached[n]], [n for n in names if not cached[n]])
-    for name, what in ((VERDICT_PAGE, "The table of verdicts"), (GLANCE_PAGE, "The results at a glance")):
+    for name, what in ((VERDICT_PAGE, "The table of verdicts is"), (GLANCE_PAGE, "The results at a glance are")):
         if not (root / "_build" / name).is_file():
-            (root / "_build" / name).write_text(f"{what} {'is' if name == VERDICT_PAGE else 'are'} written when the "
-                                                "notebooks of this build have run.\n")
+            (root / "_build" / name).write_text(f"{what} written when the notebooks of this build have run.\n")
     return cached, _tables(root)
 
 
