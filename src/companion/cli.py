@@ -1,4 +1,4 @@
-"""Command-line interface: ``companion list | run | sweep | results | book``.
+"""Command-line interface: ``companion list | run | sweep | results | calibrate | book``.
 
 Exit statuses: 0 success; 1 a notebook raised or a claim failed; 2 bad usage or bad parameters.
 """
@@ -73,10 +73,11 @@ def cmd_run(args) -> int:
         return 1
     if not args.quiet:
         n = len(result.records)
-        passed = sum(1 for r in result.records if r.get("passed"))
-        print(f"{result.notebook}: {passed}/{n} claims hold in {result.seconds:.1f} s -> {result.output_dir}")
+        by = {s: sum(1 for r in result.records if r.get("status") == s) for s in ("passed", "not_resolvable", "failed")}
+        print(f"{result.notebook}: {by['passed']}/{n} claims passed, {by['not_resolvable']} not resolvable, "
+              f"{by['failed']} failed in {result.seconds:.1f} s -> {result.output_dir}")
         for r in result.records:
-            status = r.get("status") or ("passed" if r.get("passed") else "failed")
+            status = r.get("status") or "failed"
             tag = {"passed": "ok  ", "not_resolvable": "n.r.", "not_applicable": "n.a."}.get(status, "FAIL")
             if status == "not_applicable":
                 print(f"    {tag} {r.get('claim')} [{r.get('kind')}]: {r.get('reason')}")
@@ -178,6 +179,46 @@ def cmd_results(args) -> int:
     return 0
 
 
+def cmd_calibrate(args) -> int:
+    from . import notebooks as nbs
+    from .calibration import claim_summaries, read
+    from .run.calibrate import calibrate, domain_points
+    from .run.inputs import SweepError
+    from .run.sweep import worker_count
+
+    names = nbs.all_notebooks(toc_only=True) if args.notebook == "all" else [nbs.name_of(nbs.resolve(args.notebook))]
+    jobs = [(n, p) for n in names for p in (domain_points(n) if args.point == "domain" else [args.point])]
+    if not jobs:
+        raise SweepError(f"--point {args.point}: no such point of {args.notebook}")
+    workers, note = worker_count(args.workers)
+    if note and not args.scheduler:
+        print(f"companion: {note}", file=sys.stderr, flush=True)
+    print(f"companion: {len(jobs)} calibration(s) of {args.seeds} seeds from {args.first_seed}", flush=True)
+    bad = 0
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, stop)
+    try:
+        for name, point in jobs:
+            path = calibrate(name, point, args.seeds, args.first_seed, workers=workers, scheduler=args.scheduler,
+                             resume=args.resume, progress=not args.quiet, out=args.out,
+                             log=lambda msg: print(f"companion: {msg}", file=sys.stderr, flush=True))
+            for s in claim_summaries(read(path)):
+                problems = s.problems() + ([f"{s.failed} of {s.runs} runs failed"] if s.failed else [])
+                bad += bool(problems)
+                print(f"  {name} {point} {s.claim}: mean z {s.mean:+.2f} +- {s.mean_se:.2f}, rms {s.rms:.2f}, "
+                      f"max |z| {s.max_abs:.2f}, {s.failed}/{s.runs} failed" + ("".join(f"; {p}" for p in problems)))
+            print(f"{name} {point} -> {path}", flush=True)
+    except KeyboardInterrupt:
+        _err("calibration interrupted; the seeds that finished are kept: run the same command with --resume")
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    return 1 if bad else 0
+
+
 def cmd_book(args) -> int:
     from .site.book import build
 
@@ -248,6 +289,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--value", default="measured", choices=["measured", "error", "predicted"],
                    help="which number of the claim to plot (default: measured)")
     p.set_defaults(func=cmd_results)
+
+    p = sub.add_parser("calibrate", help="a notebook's statistical claims over many seeds: signed z against its law")
+    p.add_argument("notebook", help="name (mesa/setup), path, or 'all'")
+    p.add_argument("--point", default="smoke",
+                   help="smoke (default), domain:I, domain (every domain point) or paper (the defaults)")
+    p.add_argument("--seeds", type=int, default=100, help="how many seeds (default 100)")
+    p.add_argument("--first-seed", type=int, default=1000, help="the first seed (default 1000)")
+    p.add_argument("--workers", type=int, default=2, help="local worker processes (default 2)")
+    p.add_argument("--scheduler", metavar="ADDRESS", help="use a running Dask scheduler instead of a local cluster")
+    p.add_argument("--resume", action="store_true", help="keep the seeds already finished")
+    p.add_argument("-o", "--out", metavar="DIR", help="where the calibration files go (default calibration/)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_calibrate)
 
     p = sub.add_parser("book", help="strict build of the whole book (what `make book` runs)")
     p.add_argument("--force", action="store_true", help="re-execute every notebook")

@@ -36,7 +36,7 @@ import math
 import numpy as np
 
 __all__ = ["mean_se", "median_se", "jackknife_se", "replicate_se", "batch_means_se", "combine", "welch", "critical",
-           "wider", "false_alarm", "richardson", "controlled_mean", "controlled_richardson", "band_words", "MANY_DOF", "ROUNDOFF"]
+           "detectable", "POWER", "wider", "false_alarm", "richardson", "controlled_mean", "controlled_richardson", "band_words", "MANY_DOF", "ROUNDOFF"]
 
 #: Relative round-off of a float64 computation that accumulates over ~1e4 terms (a stated floor, not a
 #: tuned allowance): sqrt(1e4) * 2.2e-16 ~ 2e-14, rounded up.
@@ -195,6 +195,26 @@ def critical(z: float, dof: float | None = None) -> float:
     from scipy import stats as st
 
     return float(st.t.isf(st.norm.sf(z), dof))
+
+
+#: the power at which :func:`detectable` states the smallest deviation a statistical claim finds
+POWER = 0.99
+
+
+def detectable(crit: float, se: float, floor: float = 0.0, dof: float | None = None, power: float = POWER) -> float:
+    r"""The smallest deviation :math:`\delta` of the truth from the prediction that a band of ``crit`` standard
+    errors plus ``floor`` detects with probability ``power``:
+
+    .. math:: \delta = (c + q_{\text{power}})\,\mathrm{se} + \text{floor},
+
+    with :math:`q` the normal quantile, or the Student-t one with ``dof`` degrees of freedom (the measurement is
+    then :math:`\delta` plus ``se`` times a t variable; the chance of leaving the band on the far side only adds
+    to the power and is left out). A falsifier nearer to the prediction than this can
+    pass unrejected in more than one run in a hundred even when it is the truth."""
+    from scipy import stats as st
+
+    q = st.norm.ppf(power) if dof is None or math.isinf(dof) else st.t.ppf(power, dof)
+    return float((crit + q) * se + floor)
 
 
 def wider(z: float, *candidates) -> tuple[float, float]:

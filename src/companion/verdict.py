@@ -97,7 +97,7 @@ from . import notebooks as nbs
 from .claims import EVIDENCE_KINDS, KINDS, STATUSES, ClaimSpec, ResultSpec
 from .registry import PAPERS
 from .report import answer_markdown, forest_html, verdict_table_markdown
-from .stats import MANY_DOF, critical
+from .stats import MANY_DOF, critical, detectable
 from .text import number_text, slug
 
 __all__ = [
@@ -208,7 +208,7 @@ class Record:
     tolerance: float | None
     comparison: str
     error: float | None  # realised |measured - predicted| (relative for "rel"; signed excess for bounds)
-    passed: bool  # the claim did not fail: status is passed, not_resolvable or not_applicable
+    passed: bool  # the verdict: status is "passed" (not_resolvable and not_applicable are not passes)
     reason: str
     se: float | None = None  # standard error measured from the data (statistical claims)
     z: float | None = None  # the stated number of standard errors
@@ -224,6 +224,10 @@ class Record:
     target: str | None = None  # what was measured (companion.claims.TARGETS), from the result's CLAIMS
     note: str | None = None  # why a claim whose theory was accepted is not_resolvable
     detail: str | None = None  # the full method behind the band (folded under the reason on the page)
+    in_band: bool | None = None  # the measurement lies inside the band around the prediction (None: no measurement)
+    z_score: float | None = None  # signed (measured - predicted) / se: what calibration collects (None without se)
+    detectable: float | None = None  # the deviation from the prediction found with probability 0.99 (statistical)
+    powered: bool | None = None  # the falsifier lies at least `detectable` from the prediction (statistical)
 
 
 def _dof(claim: str, dof) -> float | None:
@@ -355,15 +359,23 @@ class Verdict:
                 raise ValueError(f"{claim}: say what was measured that leaves the claim undecided")
             if status == "failed":
                 status, notes = "not_resolvable", [undecided]
+        z_score = detect = powered = None
+        if se is not None and _num(se) > 0 and math.isfinite(meas) and math.isfinite(pred):
+            z_score = (meas - pred) / _num(se)
+        if kind == "statistical" and crit is not None and se is not None:
+            detect = detectable(crit, _num(se), float(floor or 0.0), dof)
+            if fval is not None:
+                powered = bool(abs(fval - pred) >= detect)
         rec = Record(
             notebook=self.notebook, claim=claim, kind=kind, status=status, quantity=quantity,
             predicted=_plain(pred), measured=_plain(meas), tolerance=tol, comparison=comparison,
-            error=_plain(float(error)), passed=status != "failed", reason=reason,
+            error=_plain(float(error)), passed=status == "passed", reason=reason,
             se=None if se is None else _plain(float(se)), z=None if z is None else float(z),
             floor=None if floor is None else float(floor), falsifier=falsifier, falsifier_value=_plain(fval),
             z_theory=_plain(z_th), z_falsifier=_plain(z_f), dof=_plain(dof), crit=_plain(crit),
             headline=bool(headline), parameters=self.parameters, target=target,
             note="; ".join(notes) if status == "not_resolvable" else None, detail=detail or None,
+            in_band=bool(accepted), z_score=_plain(z_score), detectable=_plain(detect), powered=powered,
         )
         self.records.append(rec)
         return rec
@@ -485,7 +497,7 @@ class Verdict:
             raise ValueError(f"{claim}: say why the claim does not apply")
         target, headline = self._spec(claim, kind)
         rec = Record(notebook=self.notebook, claim=claim, kind=kind, status="not_applicable", quantity=quantity,
-                     predicted=None, measured=None, tolerance=None, comparison="abs", error=None, passed=True,
+                     predicted=None, measured=None, tolerance=None, comparison="abs", error=None, passed=False,
                      reason=reason, parameters=self.parameters, target=target, headline=headline,
                      detail=detail or None)
         self.records.append(rec)
@@ -493,8 +505,9 @@ class Verdict:
 
     # ------------------------------------------------------------------ output
     @property
-    def passed(self) -> bool:
-        return bool(self.records) and all(r.passed for r in self.records) and not self.manifest_problems()
+    def ok(self) -> bool:
+        """No claim failed and the manifest and the records agree (``not_resolvable`` claims are not failures)."""
+        return bool(self.records) and all(r.status != "failed" for r in self.records) and not self.manifest_problems()
 
     def manifest_problems(self) -> list[str]:
         made = [r.claim for r in self.records]
@@ -531,7 +544,7 @@ class Verdict:
         if display:
             self._display()
         problems = self.manifest_problems()
-        failed = [r for r in self.records if not r.passed]
+        failed = [r for r in self.records if r.status == "failed"]
         lines = problems + [
             f"{r.claim} ({r.kind}): {r.quantity}: measured {number_text(r.measured)}, predicted {number_text(r.predicted)}, "
             f"tolerance {r.tolerance:.3g} ({r.comparison})"

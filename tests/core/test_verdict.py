@@ -50,7 +50,7 @@ def test_falsifier_rules_statistical_status(tmp_path):
     assert sep.z_theory == pytest.approx(0.5) and sep.z_falsifier == pytest.approx(25.5)
     close = v.statistical("close", quantity="q", predicted=0.208, measured=0.206, se=0.003, z=4,
                           falsifier="1/5", falsifier_value=0.2, reason="r")
-    assert close.status == "not_resolvable" and close.passed  # no power: never a silent pass
+    assert close.status == "not_resolvable" and close.in_band and not close.passed  # no power: never a silent pass
     wrong = v.statistical("wrong", quantity="q", predicted=0.25, measured=0.2, se=0.002, z=4,
                           falsifier="1/5", falsifier_value=0.2, reason="r")
     assert wrong.status == "failed"  # the falsifier fits, the theory does not
@@ -212,7 +212,7 @@ def test_a_claim_its_result_does_not_declare_fails_the_notebook_in_one_line(tmp_
     v = toy(tmp_path, ["gd_x", "ab_gauss", "exact", "gd_5"])
     rec = call(v)
     v.manifest = [rec.claim]  # declared: only the spec check can fail it
-    assert rec.status != "failed" and not v.passed
+    assert rec.status != "failed" and not v.ok
     with pytest.raises(VerdictError, match=message) as err:
         v.finish(display=False)
     assert len([ln for ln in str(err.value).splitlines()[1:] if rec.claim in ln]) == 1
@@ -235,7 +235,7 @@ def test_a_statistical_claim_passes_only_with_a_band_of_at_most_8_se(tmp_path):
     kw = dict(quantity="q", predicted=0.0, se=0.01, z=4, falsifier="f", falsifier_value=1.0, reason="r")
     assert critical(4, 7) > MAX_CRIT > critical(4, 8)
     d7 = v.statistical("d7", measured=0.01, dof=7, **kw)  # falsifier 99 SE away, band 8.47 SE
-    assert d7.status == "not_resolvable" and d7.passed and "band is 8.47 SE" in d7.note
+    assert d7.status == "not_resolvable" and d7.in_band and not d7.passed and "band is 8.47 SE" in d7.note
     d8 = v.statistical("d8", measured=0.01, dof=8, **kw)
     assert d8.status == "passed" and d8.note is None
     # a theory the data reject still fails, however wide the band
@@ -249,7 +249,7 @@ def test_a_statistical_claim_passes_only_with_a_band_of_at_most_8_se(tmp_path):
 def test_a_falsifier_without_a_value_is_never_rejected(tmp_path):
     v = make(tmp_path, ["s", "q", "b", "plain"])
     s = v.statistical("s", quantity="q", predicted=0.0, measured=0.0, se=0.01, falsifier="c*(inf)", reason="r")
-    assert s.status == "not_resolvable" and s.passed and "falsifier has no value" in s.note
+    assert s.status == "not_resolvable" and s.in_band and not s.passed and "falsifier has no value" in s.note
     q = v.qualitative("q", quantity="q", predicted=0.0, measured=5.0, comparison="lower", tolerance=0.0,
                       falsifier="no effect", reason="r")
     assert q.status == "not_resolvable" and q.falsifier_value is None
@@ -274,7 +274,7 @@ def test_an_undecided_reason_turns_a_failure_into_not_resolvable_and_never_a_pas
     why = "training had not converged: the error fell 0.1 +- 0.01 over the last fifth of its steps"
     above = v.bound("above", quantity="q", bound=1.0, measured=1.5, comparison="upper", reason="r", se=0.01,
                     falsifier="the floor", falsifier_value=1.0, undecided=why)
-    assert above.status == "not_resolvable" and above.note == why and above.passed
+    assert above.status == "not_resolvable" and above.note == why and not above.in_band and not above.passed
     below = v.bound("below", quantity="q", bound=1.0, measured=0.5, comparison="upper", reason="r", se=0.01,
                     falsifier="the floor", falsifier_value=1.0, undecided=why)
     assert below.status == "passed" and below.note is None
@@ -294,7 +294,28 @@ def test_a_sign_test_without_the_power_to_find_the_predicted_effect_is_undecided
     why = "the predicted gap -3.7 is less than 8 SE (7.5) below 0"
     miss = v.qualitative("miss", quantity="q", predicted=-3.75, measured=-3.0, comparison="upper", tolerance=0.0,
                          falsifier="no gap", falsifier_value=0.0, reason="r", undecided=why)
-    assert miss.status == "not_resolvable" and miss.note == why and miss.passed
+    assert miss.status == "not_resolvable" and miss.note == why and not miss.in_band and not miss.passed
     hit = v.qualitative("hit", quantity="q", predicted=-3.75, measured=-5.0, comparison="upper", tolerance=0.0,
                         falsifier="no gap", falsifier_value=0.0, reason="r", undecided=why)
     assert hit.status == "passed" and hit.note is None
+
+
+def test_a_statistical_record_carries_its_signed_z_and_the_deviation_it_detects(tmp_path):
+    """``z_score`` is (measured - predicted) / se with its sign (what calibration collects); ``detectable`` is
+    (crit + q_0.99) se + floor, with the normal quantile, or the Student-t one at the record's dof; ``powered``
+    says whether the falsifier lies that far from the prediction; ``passed`` is the verdict, ``in_band`` the band."""
+    from scipy import stats as st
+
+    v = make(tmp_path, manifest=("lo", "t", "near"))
+    lo = v.statistical("lo", quantity="q", predicted=1.0, measured=0.98, se=0.01, falsifier="f",
+                       falsifier_value=1.2, reason="r", floor=0.001)
+    assert lo.z_score == pytest.approx(-2.0)
+    assert lo.detectable == pytest.approx((4 + st.norm.ppf(0.99)) * 0.01 + 0.001) and lo.powered
+    t = v.statistical("t", quantity="q", predicted=1.0, measured=1.01, se=0.01, falsifier="f", falsifier_value=1.2,
+                      reason="r", dof=9)
+    assert t.z_score == pytest.approx(1.0)
+    assert t.detectable == pytest.approx((critical(4, 9) + st.t.ppf(0.99, 9)) * 0.01)
+    near = v.statistical("near", quantity="q", predicted=1.0, measured=1.0, se=0.01, falsifier="f",
+                         falsifier_value=1.05, reason="r")
+    # rejected at 5 SE, but a truth at the falsifier would stay inside the band in 1 run of 8: not powered
+    assert near.status == "passed" and near.passed and near.in_band and near.powered is False

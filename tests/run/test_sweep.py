@@ -72,9 +72,10 @@ def test_six_point_sweep_isolates_failures_and_resumes_after_kill(tmp_path):
 
     rows = list(csv.DictReader(open(tmp_path / "r.csv")))  # one row per point, one column per number
     assert len(rows) == 6 and {r["seed"] for r in rows} == {"1", "2", "3"}
-    assert sorted(r["second_moment.passed"] for r in rows) == ["False"] * 3 + ["True"] * 3
+    assert sorted(r["second_moment.in_band"] for r in rows) == ["False"] * 3 + ["True"] * 3
     for r in rows:
-        assert r["fail"] == str(r["second_moment.passed"] == "False") and float(r["second_moment.measured"]) > 0
+        assert r["fail"] == str(r["second_moment.status"] == "failed") and float(r["second_moment.measured"]) > 0
+        assert r["second_moment.passed"] == str(r["second_moment.status"] == "passed")
 
 
 @pytest.mark.slow

@@ -192,7 +192,7 @@ def _set_status(result: RunResult, error: Exception | None) -> None:
     """ok (every claim passed), failed (a claim failed: the notebook's VerdictError, or a record not passed) or
     error (anything else), with the error's one line."""
     if error is None:
-        result.status = "failed" if [r for r in result.records if not r.get("passed")] else "ok"
+        result.status = "failed" if [r for r in result.records if r.get("status") == "failed"] else "ok"
     elif isinstance(error, NotebookFailed):
         result.status = "failed" if error.ename == "VerdictError" else "error"
         result.error = f"{error.ename}: {error.evalue}"

@@ -99,7 +99,7 @@ def flat_rows(out: str | Path) -> list[dict]:
                 row["error"] = rec.get("error")
             else:
                 row.update({k: r.get(k) for k in ("claim", "predicted", "measured", "tolerance", "comparison",
-                                                  "passed")})
+                                                  "in_band", "passed")})
             rows.append(row)
     return rows
 

@@ -31,8 +31,8 @@ __all__ = ["Table", "load", "write_csv", "plot", "CLAIM_FIELDS"]
 
 
 #: numbers of a verdict record exported per claim (absent fields are left empty)
-CLAIM_FIELDS = ("measured", "predicted", "se", "error", "tolerance", "passed", "status",
-                "falsifier_value", "z_theory", "z_falsifier", "dof", "crit")
+CLAIM_FIELDS = ("measured", "predicted", "se", "z_score", "error", "tolerance", "in_band", "passed", "status",
+                "falsifier_value", "z_theory", "z_falsifier", "dof", "crit", "detectable", "powered")
 
 
 @dataclass
@@ -78,8 +78,9 @@ class Table:
             if not recs:
                 rows.append(dict(base, error=p.get("error")))
             for r in recs:
-                rows.append(dict(base, **{k: r.get(k) for k in ("claim", "predicted", "measured", "se",
-                                                                "tolerance", "comparison", "passed")
+                rows.append(dict(base, **{k: r.get(k) for k in ("claim", "predicted", "measured", "se", "z_score",
+                                                                "tolerance", "comparison", "in_band", "passed",
+                                                                "status")
                                           if k in r or k in ("claim", "predicted", "measured", "passed")}))
         return rows
 
@@ -145,7 +146,7 @@ def _failed(point: dict, rec: dict | None) -> bool:
     status = rec.get("status")
     if status is not None:
         return status == "failed"
-    return not rec.get("passed", False)
+    return not rec.get("passed", False)  # a record from before statuses: passed meant "did not fail"
 
 
 def plot(table: Table, out: str | Path, *, x: str | None = None, y: str | None = None, claim: str | None = None,

@@ -287,7 +287,7 @@ def collect_results(build_dir: Path, names: list[str] | None = None) -> dict:
             continue
         (results / f"{slug(name)}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
         everything.extend(recs)
-        failed = [r["claim"] for r in recs if not r.get("passed")]
+        failed = [r["claim"] for r in recs if r.get("status") == "failed"]
         summary["notebooks"][name] = {"claims": len(recs), "failed": failed, **counts(recs)}
         summary["failed"].extend(f"{name}:{c}" for c in failed)
         summary["claims"] += len(recs)
@@ -565,7 +565,7 @@ def build(root: Path | None = None, *, strict: bool = True, force: bool = False,
     browser = find_browser()
     printing, pool = None, ThreadPoolExecutor(max_workers=1)
     t_print = time.perf_counter()
-    if browser and cached is not None and all(cached[n] and all(r.get("passed") for r in cached[n]) for n in names):
+    if browser and cached is not None and all(cached[n] and all(r.get("status") != "failed" for r in cached[n]) for n in names):
         # every page cached with passing verdicts: the single page is built and printed beside the HTML build, on
         # the other core (its own folder; kept only if the HTML build succeeds with these same tables)
         printing = pool.submit(print_book, root, browser, None, root / "_build" / "print")

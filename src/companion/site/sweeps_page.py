@@ -164,7 +164,7 @@ def _status(point: dict, rec: dict | None) -> str:
     st = rec.get("status")
     if st:
         return str(st)
-    return "passed" if rec.get("passed") else "failed"
+    return "passed" if rec.get("passed") else "failed"  # a record from before statuses
 
 
 def mesa_T_rows(table) -> list[dict]:
