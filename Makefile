@@ -9,7 +9,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.companion-installed
 BROWSER := $(VENV)/.browser-checked
 
-.PHONY: book test test-fast lint mutants install setup clean benchmark results
+.PHONY: book test test-fast lint mutants install setup clean benchmark results calibrate
 
 install: $(STAMP)
 
@@ -52,6 +52,12 @@ lint: $(STAMP)
 # RESULTS.md, the map of every result, from the registries (tests/site/test_where.py fails while it is stale)
 results: $(STAMP)
 	$(PY) tools/results_map.py
+
+# The committed calibration set (calibration/*.json): every notebook's smoke point over 100 seeds and each domain
+# point over 20, through the sweep runner (resumable: rerun to continue). Hours on two cores; not part of book/test.
+calibrate: $(STAMP)
+	$(PY) -m companion calibrate all --seeds 100 --resume
+	$(PY) -m companion calibrate all --point domain --seeds 20 --resume
 
 # Seeded bugs, one at a time in a copy of the package: how many does the fast suite kill?
 mutants: $(STAMP)

@@ -10,7 +10,7 @@ from companion.cache import module_imports
 ROOT = Path(__file__).resolve().parents[1] / "src" / "companion"
 
 #: the top-level modules above the vocabulary (every other top-level module is layer 0)
-TOP_LAYERS = {"registry": 3, "report": 3, "verdict": 3, "cli": 6, "__main__": 6}
+TOP_LAYERS = {"registry": 3, "report": 3, "verdict": 3, "calibration": 3, "cli": 6, "__main__": 6}
 #: a subpackage's layer (the papers' ``results/`` folders are one above their science)
 FOLDER_LAYERS = {"mesa": 1, "cot": 1, "run": 4, "site": 5}
 
