@@ -14,7 +14,9 @@ with the record's degrees of freedom. Each run's z is mapped to a normal score
   :math:`s_u/\sqrt{n}`;
 * **spread**: the root-mean-square of u is above :data:`RMS_HIGH` (the SE understates the noise) or below
   :data:`RMS_LOW` (the band hides real deviations);
-* **failures**: the empirical false-fail count, with its 95 % Clopper-Pearson interval.
+* **misses**: the runs whose measurement left its band (a failure, or a ``not_resolvable`` that an undecided
+  gate made of a miss), with the 95 % Clopper-Pearson interval of their rate: for a correct theorem, each is a
+  false alarm that the band's level says is rarer than 1 in 10 000.
 
 A calibration file (``calibration/<notebook>__<point>.json``, committed) holds the raw per-seed scores and
 statuses of one notebook at one point of its domain, with the code version they were measured at
@@ -24,21 +26,25 @@ statuses of one notebook at one point of its domain, with the code version they 
 
 from __future__ import annotations
 
+import ast
+import functools
 import hashlib
+import io
 import json
 import math
+import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping
 
 from . import notebooks as nbs
-from .cache import import_closure, normalised_source
+from .cache import import_closure
 from .paths import repo_root
 from .text import slug
 from .verdict import result_of
 
 __all__ = ["BIAS_LIMIT", "RMS_HIGH", "RMS_LOW", "FIRST_SEED", "ClaimCalibration", "code_version", "signed_z",
-           "normal_score", "collect", "claim_summaries", "read", "read_all", "calibration_dir", "file_name",
+           "normal_score", "code_text", "collect", "claim_summaries", "read", "read_all", "calibration_dir", "file_name",
            "build_false_fail_rate"]
 
 #: a claim is biased when its mean normal score is further than this many of its standard errors from 0
@@ -49,6 +55,8 @@ RMS_HIGH = 1.25
 RMS_LOW = 0.5
 #: calibration seeds start here, away from the seeds the book and the tests run (1, 2, ...)
 FIRST_SEED = 1000
+#: an SE below this, relative to the prediction, is round-off: the quantity has no noise at that point
+DEGENERATE_SE = 1e-12
 #: the package files outside a result's import closure whose code decides a record's status
 _JUDGES = ("verdict.py", "stats.py", "claims.py")
 
@@ -63,17 +71,57 @@ def file_name(notebook: str, point: str) -> str:
     return f"{slug(notebook)}__{point.replace(':', '')}.json"
 
 
+def code_text(text: str) -> str:
+    """The code of a Python source without its prose, as text that does not depend on the Python version: the
+    source with its comments and the docstrings of the module, its classes and functions cut out, trailing spaces
+    and blank lines dropped, indentation kept (it is code). Two sources that differ only in prose give the same
+    text; any change of code gives a different one."""
+    lines = text.splitlines(keepends=True)
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line))
+    spans = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            d = node.body[0]
+            if isinstance(d, ast.Expr) and isinstance(d.value, ast.Constant) and isinstance(d.value.value, str):
+                spans.append((starts[d.lineno - 1] + _byte_col(lines[d.lineno - 1], d.col_offset),
+                              starts[d.end_lineno - 1] + _byte_col(lines[d.end_lineno - 1], d.end_col_offset)))
+    for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+        if tok.type == tokenize.COMMENT:
+            spans.append((starts[tok.start[0] - 1] + tok.start[1], starts[tok.end[0] - 1] + tok.end[1]))
+    out, at = [], 0
+    for a, b in sorted(spans):
+        if a >= at:
+            out.append(text[at:a])
+            at = b
+    out.append(text[at:])
+    return "\n".join(line.rstrip() for line in "".join(out).splitlines() if line.strip())
+
+
+def _byte_col(line: str, col: int) -> int:
+    """The character column of ``ast``'s UTF-8 byte column ``col`` in ``line``."""
+    return len(line.encode()[:col].decode(errors="ignore"))
+
+
+@functools.lru_cache(maxsize=None)
+def _code_digest(path: Path, mtime_ns: int) -> bytes:
+    """One source's code (:func:`code_text`), read once per file and modification."""
+    return code_text(path.read_text()).encode()
+
+
 def code_version(notebook: str) -> str:
-    """sha256 (16 hex digits) of the code that makes ``notebook``'s records: the code of its result module's import
-    closure (:func:`companion.cache.import_closure`), of the judging modules (``verdict``, ``stats``, ``claims``),
-    and of the notebook's code cells; docstrings, comments and prose do not count, library versions neither."""
+    """sha256 (16 hex digits) of the code that makes ``notebook``'s records: the code (:func:`code_text`) of its
+    result module's import closure (:func:`companion.cache.import_closure`), of the judging modules (``verdict``,
+    ``stats``, ``claims``), and of the notebook's code cells; docstrings, comments and prose do not count, library
+    and Python versions neither."""
     spec = result_of(notebook)
     root = Path(__file__).resolve().parent
     files = sorted(set(import_closure(spec.module) if spec is not None else ()) | set(_JUDGES))
     h = hashlib.sha256()
     for rel in files:
         h.update(rel.encode())
-        h.update(normalised_source((root / rel).read_text()))
+        h.update(_code_digest(root / rel, (root / rel).stat().st_mtime_ns))
     for cell in nbs.load(notebook).cells:
         if cell.cell_type == "code":
             h.update(cell.source.strip().encode())
@@ -81,9 +129,13 @@ def code_version(notebook: str) -> str:
 
 
 def signed_z(rec: Mapping) -> float | None:
-    """(measured - predicted) / se of a statistical record (None for another kind, no SE or no measurement)."""
+    """(measured - predicted) / se of a statistical record (None for another kind, no SE or no measurement, or an SE
+    at round-off level, :data:`DEGENERATE_SE`)."""
     if rec.get("kind") != "statistical" or rec.get("status") == "not_applicable":
         return None
+    se, p = rec.get("se"), rec.get("predicted")
+    if se is not None and p is not None and se <= DEGENERATE_SE * max(1.0, abs(p)):
+        return None  # no noise at this point (e.g. a sparse law's deterministic loss): round-off, not a statistic
     z = rec.get("z_score")
     if z is None:  # a record from before z_score: the same number from its fields
         m, p, se = rec.get("measured"), rec.get("predicted"), rec.get("se")
@@ -116,13 +168,16 @@ def collect(points: Iterable[Mapping]) -> dict:
         for rec in p.get("records") or []:
             if rec.get("kind") != "statistical":
                 continue
-            c = claims.setdefault(rec["claim"], {"z": [None] * len(pts), "dof": [None] * len(pts),
-                                                 "status": [None] * len(pts), "crit": [None] * len(pts)})
+            c = claims.setdefault(rec["claim"], {k: [None] * len(pts) for k in ("z", "dof", "status", "crit",
+                                                                                  "in_band", "floor_se")})
             z = signed_z(rec)
             c["z"][i] = None if z is None else float(f"{z:.6g}")
             c["dof"][i] = rec.get("dof")
             c["crit"][i] = rec.get("crit")
             c["status"][i] = rec.get("status")
+            c["in_band"][i] = rec.get("in_band")
+            fl, se = rec.get("floor"), rec.get("se")
+            c["floor_se"][i] = float(f"{fl / se:.4g}") if fl is not None and se else None
     return {"seeds": seeds, "claims": dict(sorted(claims.items()))}
 
 
@@ -140,12 +195,14 @@ class ClaimCalibration:
     max_abs: float  # the largest |z| (raw score)
     failed: int  # seeds at which the claim failed
     runs: int  # seeds at which the claim was recorded (applicable)
-    fail_low: float  # 95 % Clopper-Pearson interval of the false-fail rate
+    misses: int  # seeds at which the measurement left its band (failed, or not_resolvable by an undecided gate)
+    fail_low: float  # 95 % Clopper-Pearson interval of the false-alarm rate: misses / runs
     fail_high: float
     ks: float  # Kolmogorov-Smirnov distance of the normal scores from N(0, 1)
     ks_p: float
     law: str  # "normal" or "t(nu)" (the median dof)
     scores: tuple[float, ...]  # the normal scores, seed order
+    floor_se: float  # the median floor of the band in standard errors (a systematic term added to crit * se)
     stale: bool = False
 
     @property
@@ -179,12 +236,17 @@ def claim_summaries(data: Mapping, current_version: str | None = None) -> list[C
     stale = current_version is not None and current_version != data.get("code_version")
     for claim, col in data["claims"].items():
         pairs = [(z, d) for z, d in zip(col["z"], col["dof"]) if z is not None]
+        if not pairs:  # not applicable at this point (or no SE): nothing to calibrate here
+            continue
         u = [normal_score(z, d) for z, d in pairs]
         n = len(u)
         runs = sum(1 for s in col["status"] if s is not None and s != "not_applicable")
         failed = sum(1 for s in col["status"] if s == "failed")
+        # a miss: out of the band; files without the column count the failures only
+        misses = sum(1 for b, s in zip(col.get("in_band") or [None] * len(col["status"]), col["status"])
+                     if b is False or (b is None and s == "failed"))
         if runs:
-            ci = st.binomtest(failed, runs).proportion_ci(0.95, method="exact")
+            ci = st.binomtest(misses, runs).proportion_ci(0.95, method="exact")
             lo, hi = float(ci.low), float(ci.high)
         else:
             lo, hi = 0.0, 1.0
@@ -197,10 +259,16 @@ def claim_summaries(data: Mapping, current_version: str | None = None) -> list[C
         out.append(ClaimCalibration(
             notebook=data["notebook"], point=data["point"], claim=claim, n=n, mean=mean,
             mean_se=sd / math.sqrt(n) if n > 1 else math.nan, rms=rms,
-            max_abs=max((abs(z) for z, _ in pairs), default=math.nan), failed=failed, runs=runs, fail_low=lo,
+            max_abs=max((abs(z) for z, _ in pairs), default=math.nan), failed=failed, runs=runs, misses=misses,
+            fail_low=lo,
             fail_high=hi, ks=float(ks.statistic) if ks else math.nan, ks_p=float(ks.pvalue) if ks else math.nan,
-            law=law, scores=tuple(u), stale=stale))
+            law=law, scores=tuple(u), floor_se=_median(col.get("floor_se") or []), stale=stale))
     return out
+
+
+def _median(values) -> float:
+    v = sorted(float(x) for x in values if x is not None)
+    return v[len(v) // 2] if v else math.nan
 
 
 def read(path: str | Path) -> dict:
@@ -215,21 +283,22 @@ def read_all(directory: str | Path | None = None) -> list[dict]:
 
 
 def build_false_fail_rate(summaries: Iterable[ClaimCalibration], points: int = 1) -> dict:
-    r"""The false-fail rate per claim and run, pooled over every calibrated claim (failures / claim-runs, with its
-    95 % Clopper-Pearson interval), and what it gives for ``points`` runs of every claim once (one build:
+    r"""The false-alarm rate per claim and run, pooled over every calibrated claim (misses / claim-runs, a miss being
+    a measurement outside its band, whether the claim failed or an undecided gate made it ``not_resolvable``), with
+    its 95 % Clopper-Pearson interval, and what it gives for ``points`` runs of every claim once (one build:
     ``points=1``; a sweep of 100 points: 100): :math:`1 - (1 - p)^{K \cdot \text{points}}` with K claims, assuming
-    independent claims. Returns ``{"failures", "runs", "rate", "rate_high", "claims", "build", "build_high"}``."""
+    independent claims. Returns ``{"misses", "failures", "runs", "rate", "rate_high", "claims", "build",
+    "build_high"}``."""
     from scipy import stats as st
 
     summaries = list(summaries)
-    fails = sum(s.failed for s in summaries)
+    misses = sum(s.misses for s in summaries)
     runs = sum(s.runs for s in summaries)
     claims = len({(s.notebook, s.claim) for s in summaries})
+    out = {"misses": misses, "failures": sum(s.failed for s in summaries), "runs": runs, "claims": claims}
     if not runs:
-        return {"failures": 0, "runs": 0, "rate": math.nan, "rate_high": math.nan, "claims": claims,
-                "build": math.nan, "build_high": math.nan}
-    ci = st.binomtest(fails, runs).proportion_ci(0.95, method="exact")
-    rate, high = fails / runs, float(ci.high)
+        return dict(out, rate=math.nan, rate_high=math.nan, build=math.nan, build_high=math.nan)
+    ci = st.binomtest(misses, runs).proportion_ci(0.95, method="exact")
+    rate, high = misses / runs, float(ci.high)
     k = claims * points
-    return {"failures": fails, "runs": runs, "rate": rate, "rate_high": high, "claims": claims,
-            "build": 1 - (1 - rate) ** k, "build_high": 1 - (1 - high) ** k}
+    return dict(out, rate=rate, rate_high=high, build=1 - (1 - rate) ** k, build_high=1 - (1 - high) ** k)

@@ -136,7 +136,30 @@ def cmd_sweep(args) -> int:
         f"{summary['failed']} failed verdicts, {summary['error']} errors, {summary['skipped']} skipped (resume); "
         f"results in {summary['results']}"
     )
+    alarms = _expected_false_alarms(summary["results"])
+    if alarms:
+        print(f"companion: {alarms}")
     return 0 if summary["failed"] == 0 and summary["error"] == 0 else 1
+
+
+def _expected_false_alarms(results: str) -> str:
+    """One line: how many false alarms a sweep's statistical claim runs should give at the committed calibration
+    set's pooled rate (the Calibration page), were every theorem right; "" without a calibration set."""
+    from .calibration import build_false_fail_rate
+    from .run.store import scan_results
+    from .site.calibration_page import summaries
+
+    try:
+        pooled = build_false_fail_rate(s for s in summaries(current=False) if s.point == "smoke")
+    except (OSError, ValueError, KeyError):
+        return ""
+    if not pooled["runs"]:
+        return ""
+    good, _ = scan_results(Path(results))
+    n = sum(1 for _, _, p in good for r in p.get("records") or [] if r.get("kind") == "statistical")
+    return (f"{n} statistical claim runs: at the calibrated false-alarm rate ({pooled['misses']} of "
+            f"{pooled['runs']} at the smoke points) about {n * pooled['rate']:.2g} runs would leave their band were "
+            f"every theorem right (at most {n * pooled['rate_high']:.2g}, 95 %)")
 
 
 def cmd_results(args) -> int:

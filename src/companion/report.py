@@ -22,10 +22,12 @@ from collections import Counter
 from . import plotting
 from .claims import EVIDENCE_KINDS, KINDS, STATUSES, TARGETS, ResultSpec
 from .registry import PAPERS
+from .stats import detectable
 from .text import label, math_html, plain_text, short_number, slug
 
 __all__ = ["verdict_label", "verdict_table_markdown", "verdict_table_html", "dashboard_markdown", "counts",
-           "fmt_number", "tolerance_text", "RESULTS_URL", "CLOSE", "is_close_competitor", "decisive_claim",
+           "fmt_number", "tolerance_text", "RESULTS_URL", "CLOSE", "is_close_competitor", "detectable_of",
+           "is_powered", "decisive_claim",
            "glance_markdown", "forest_html", "answer_markdown", "FOREST_CAPTION"]
 
 RESULTS_URL = "results"  # the build's JSON lines, published under _build/html/results/
@@ -410,19 +412,46 @@ def is_close_competitor(r: dict) -> bool:
     return abs(f - p) <= CLOSE * abs(p)
 
 
+def detectable_of(r: dict) -> float | None:
+    """The deviation from the prediction a statistical record detects with probability 0.99
+    (:func:`companion.stats.detectable`): its ``detectable`` field, or from its band for a record made before it."""
+    if r.get("detectable") is not None:
+        return float(r["detectable"])
+    se, crit = r.get("se"), r.get("crit")
+    if r.get("kind") != "statistical" or not isinstance(se, (int, float)) or not isinstance(crit, (int, float)):
+        return None
+    return detectable(crit, se, r.get("floor") or 0.0, r.get("dof"))
+
+
+def is_powered(r: dict) -> bool:
+    """Whether a record's falsifier lies at least :func:`detectable_of` from its prediction: were the falsifier the
+    truth, the claim would reject it (fail) in 99 runs of 100."""
+    p, f, d = r.get("predicted"), r.get("falsifier_value"), detectable_of(r)
+    if not all(isinstance(x, (int, float)) and math.isfinite(x) for x in (p, f)) or d is None:
+        return False
+    return abs(f - p) >= d
+
+
+def _gap(r: dict) -> float:
+    p, f = r["predicted"], r["falsifier_value"]
+    return abs(f - p) / abs(p) if p else math.inf
+
+
 def decisive_claim(records: list[dict]) -> tuple[dict | None, bool]:
     """The claim that decides a result, and whether it is decisive.
 
     Decisive: a headline statistical claim on a ``trained`` model that passed (so its band is at most 8 SE and
-    its falsifier was rejected) and whose falsifier is a close competitor (:func:`is_close_competitor`: within
-    50 % of the prediction), the one with the largest ``|z_falsifier|``. Without one, the best headline claim
-    (else the best claim that is evidence): passed before not resolvable before failed before not applicable,
-    statistical before the other kinds, a trained model before the other targets, then the largest
-    ``|z_falsifier|``; it is returned with ``False``."""
+    its falsifier was rejected), whose falsifier is a close competitor (:func:`is_close_competitor`: within
+    50 % of the prediction) rejected with power (:func:`is_powered`); of several, the one whose falsifier is
+    closest to the prediction (the hardest competitor it beats), then the largest ``|z_falsifier|``. Without one,
+    the best headline claim (else the best claim that is evidence): passed before not resolvable before failed
+    before not applicable, statistical before the other kinds, a trained model before the other targets, then the
+    largest ``|z_falsifier|``; it is returned with ``False``."""
     decisive = [r for r in records if r.get("headline") and r.get("kind") == "statistical"
-                and r.get("target") == "trained" and _status(r) == "passed" and is_close_competitor(r)]
+                and r.get("target") == "trained" and _status(r) == "passed" and is_close_competitor(r)
+                and is_powered(r)]
     if decisive:
-        return max(decisive, key=_abs_zf), True
+        return min(decisive, key=lambda r: (_gap(r), -_abs_zf(r))), True
     pool = ([r for r in records if r.get("headline")] or [r for r in records if r.get("kind") in EVIDENCE_KINDS]
             or list(records))
     if not pool:
@@ -457,6 +486,11 @@ def _glance_row(spec: ResultSpec, records: list[dict]) -> str:
         if (r.get("target") == "trained" and st == "passed" and not is_close_competitor(r)
                 and isinstance(p, (int, float)) and isinstance(f, (int, float)) and p):
             why += f" (its falsifier lies {abs(f - p) / abs(p):.0%} from the prediction: not a close competitor)"
+        elif (r.get("target") == "trained" and st == "passed" and is_close_competitor(r) and not is_powered(r)
+              and detectable_of(r) is not None and p):
+            why += (f" (its falsifier lies {abs(f - p) / abs(p):.1%} from the prediction, inside the "
+                    f"{detectable_of(r) / abs(p):.1%} the band detects with probability 0.99: not rejected with "
+                    "power)")
         claim += f"<br><em class='cv-glance-none'>{why}</em>"
     measured = fmt_number(r.get("measured"))
     if r.get("se") is not None:
@@ -471,6 +505,10 @@ def _glance_row(spec: ResultSpec, records: list[dict]) -> str:
     verdict = f"<span class='cv-badge cv-{st}'>{_STATUS.get(st, st)}</span>"
     if r.get("crit") is not None:
         verdict += f"<br><small>band {r['crit']:.1f} SE</small>"
+    d, p = detectable_of(r), r.get("predicted")
+    if d is not None and isinstance(p, (int, float)) and p:
+        verdict += f"<br><small>detects {d / abs(p):.2g}×pred.</small>" if d >= abs(p) else \
+            f"<br><small>detects {d / abs(p):.1%}</small>"
     return (f"<tr class='cv-row-{st}'>{head}<td class='cv-claim' style='overflow-wrap: anywhere'>{claim}</td>"
             f"<td>{measured}</td><td>{predicted}</td><td>{falsifier}</td>"
             f"<td>{verdict}</td></tr>")
@@ -494,7 +532,9 @@ def glance_markdown(results: tuple[ResultSpec, ...] | list[ResultSpec], records:
     n_decisive = sum(1 for s in numbered if decisive_claim(by_nb.get(s.notebook, []))[1])
     lines = [f"**{n_decisive} of {len(numbered)} results** have a decisive claim on a trained model in this build: a "
              "headline statistical claim on a trained transformer that passed with a band of at most 8 SE and "
-             f"rejected a close competitor (a falsifier within {CLOSE:.0%} of the prediction)."]
+             f"rejected a close competitor (a falsifier within {CLOSE:.0%} of the prediction) with power: the "
+             "falsifier lies beyond the deviation the band detects with probability 0.99 (\"detects\", as a share "
+             "of the prediction, under the verdict). Of several, the one that beats the closest falsifier."]
     settings = [s for s in results if s.setting]
     if settings:
         lines[0] += (f" (The {_count_words(len(settings))} setting page{'s' if len(settings) > 1 else ''}, "

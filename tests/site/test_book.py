@@ -400,6 +400,24 @@ def test_glance_shows_each_results_decisive_claim_or_says_there_is_none():
     assert "loss_<wbr>formula" in rs and "a setting page" in rs and "no decisive claim" not in rs
 
 
+def test_a_decisive_claim_rejects_its_falsifier_with_power_and_the_closest_falsifier_wins():
+    """A falsifier inside the deviation the band detects with probability 0.99 ((4 + 2.33) SE) is not rejected with
+    power: such a claim does not decide, and its row says why; of two powered claims, the closer falsifier wins."""
+    from companion.report import decisive_claim, detectable_of, glance_markdown, is_powered
+
+    # prediction 0.25, falsifier 0.2: 0.05 apart; at se 0.009 the band detects 6.33 * 0.009 = 0.057
+    weak = _stat("mesa/a", "weak", 5.9, se=0.009)
+    assert detectable_of(weak) == pytest.approx((4 + 2.3263) * 0.009, rel=1e-4) and not is_powered(weak)
+    assert decisive_claim([weak]) == (weak, False)
+    assert "inside the 22.8% the band detects with probability 0.99: not rejected with power" in \
+        glance_markdown(_glance_specs(), [weak])
+    far = _stat("mesa/a", "far", 200.0, falsifier_value=0.15)  # 40 % away, rejected far out
+    near = _stat("mesa/a", "near", 40.0, falsifier_value=0.22)  # 12 % away, (0.03 > 0.0063): powered
+    assert decisive_claim([far, near, weak]) == (near, True)
+    assert "detects 2.5%" in glance_markdown(_glance_specs(), [near])
+    assert is_powered(dict(near, detectable=0.031)) is False  # the record's own field wins
+
+
 def test_the_glance_page_lists_every_registered_result():
     from companion.registry import all_results
 

@@ -65,9 +65,11 @@ def domain_points(notebook: str) -> list[str]:
     return [f"domain:{i}" for i in range(len((table or {}).get(notebook) or []))]
 
 
-def runs_dir(notebook: str, point: str) -> Path:
-    """Where the seeds' runs of one calibration go (not committed: only the calibration file is)."""
-    return repo_root() / "_build" / "calibration" / file_name(notebook, point).removesuffix(".json")
+def runs_dir(notebook: str, point: str, out: str | Path | None = None) -> Path:
+    """Where the seeds' runs of one calibration go (not committed: only the calibration file is):
+    ``_build/calibration/<notebook>__<point>``, or ``<out>/runs/...`` for a calibration written to ``out``."""
+    base = repo_root() / "_build" / "calibration" if out is None else Path(out) / "runs"
+    return base / file_name(notebook, point).removesuffix(".json")
 
 
 def _commit() -> str:
@@ -92,10 +94,9 @@ def calibrate(notebook: str, point: str = "smoke", seeds: int = 100, first_seed:
     if first_seed < 0:
         raise SweepError(f"--first-seed must be >= 0; got {first_seed}")
     params = point_parameters(name, point)
-    if "seed" in params:
-        raise SweepError(f"{name} {point}: the point fixes seed; a calibration varies it")
+    params.pop("seed", None)  # a domain point's own seed: a calibration varies it
     version = code_version(name)
-    folder = runs_dir(name, point)
+    folder = runs_dir(name, point, out)
     stamp = folder / "calibration.json"
     if resume and stamp.is_file():
         old = json.loads(stamp.read_text())
@@ -105,25 +106,35 @@ def calibrate(notebook: str, point: str = "smoke", seeds: int = 100, first_seed:
     elif not resume and folder.exists() and any(folder.iterdir()):
         raise SweepError(f"{folder}: holds an earlier calibration; pass --resume to continue it or remove it")
     folder.mkdir(parents=True, exist_ok=True)
-    stamp.write_text(json.dumps({"notebook": name, "point": point, "code_version": version}))
+    meta = json.loads(stamp.read_text()) if resume and stamp.is_file() else {}
+    meta.update(notebook=name, point=point, code_version=version)
+    meta.setdefault("commit", _commit())  # the commit the first runs were made at
+    stamp.write_text(json.dumps(meta))
     points = [dict(params, seed=s) for s in range(first_seed, first_seed + seeds)]
     t0 = time.perf_counter()
     summary = run_sweep(name, points, folder, workers=workers, resume=resume, scheduler=scheduler,
                         progress=progress, swept=["seed"], log=log, max_points=None)
-    wall = time.perf_counter() - t0
-    finished = list(read_results(folder).values())
+    if summary["skipped"] == 0:  # one uninterrupted run of every seed: its wall time is the cost
+        meta.update(wall_seconds=round(time.perf_counter() - t0, 1), workers=workers if scheduler is None else None)
+        stamp.write_text(json.dumps(meta))
+    target = Path(out) if out is not None else calibration_dir()
+    path = target / file_name(name, point)
+    if "wall_seconds" not in meta and path.is_file():  # runs made before the stamp kept it: the file did
+        earlier = json.loads(path.read_text())
+        if earlier.get("code_version") == version and earlier.get("wall_seconds"):
+            meta.update(wall_seconds=earlier["wall_seconds"], workers=earlier.get("workers"))
+    finished = [p for p in read_results(folder).values() if p.get("parameters", {}).get("seed") in
+                range(first_seed, first_seed + seeds)]
     data = {
-        "notebook": name, "point": point, "parameters": params, "code_version": version, "commit": _commit(),
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "runs": {k: summary[k] for k in ("total", "ok", "failed", "error")},
+        "notebook": name, "point": point, "parameters": params, "code_version": version,
+        "commit": meta["commit"], "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "runs": {"total": len(points), **{k: sum(1 for p in finished if p.get("status") == k)
+                                          for k in ("ok", "failed", "error")}},
         "seconds_per_run": _median([p.get("seconds") for p in finished]),
-        "wall_seconds": round(wall, 1) if summary["skipped"] == 0 else None,
-        "workers": workers if scheduler is None else None,
+        "wall_seconds": meta.get("wall_seconds"), "workers": meta.get("workers"),
         **collect(finished),
     }
-    target = Path(out) if out is not None else calibration_dir()
     target.mkdir(parents=True, exist_ok=True)
-    path = target / file_name(name, point)
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(dumps(data))
     os.replace(tmp, path)

@@ -37,6 +37,7 @@ from docutils import nodes
 
 from ..text import plain_text
 from ..verdict import METADATA_KEY
+from .calibration_page import write_calibration_page
 from .where import where_markdown
 
 __all__ = []
@@ -275,6 +276,7 @@ def _builder_inited(app) -> None:
         app.config.html_static_path.append(str(STATIC))
     app.companion_build_facts = _build_facts(app)
     write_where_page(Path(app.srcdir))
+    write_calibration_page(Path(app.srcdir))
 
 
 WHERE_PAGE = "where.md"  # included by book/where.md from ../_build/where.md

@@ -1,0 +1,259 @@
+"""The "Calibration" page (``book/calibration.md``): the committed calibration set, read without recomputation.
+
+Written to ``_build/calibration.md`` when the build starts (:func:`write_calibration_page`), from the files in
+``calibration/`` (:mod:`companion.calibration`): a summary with the error budget, the open defects
+(``calibration/open.yaml``), then per result its table of claims and a strip plot of the claims' normal scores
+against the standard normal law.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import html
+import io
+import math
+from pathlib import Path
+
+import yaml
+
+from .. import notebooks as nbs
+from .. import plotting
+from ..calibration import BIAS_LIMIT, RMS_HIGH, RMS_LOW, ClaimCalibration, build_false_fail_rate, calibration_dir, claim_summaries, code_version, read_all
+from ..registry import all_results
+
+__all__ = ["CALIBRATION_PAGE", "OPEN_FILE", "summaries", "open_defects", "not_calibrated", "uncalibrated", "calibration_markdown",
+           "write_calibration_page", "strip_figure"]
+
+CALIBRATION_PAGE = "calibration.md"  # included by book/calibration.md from ../_build/calibration.md
+OPEN_FILE = "open.yaml"  # claims outside the limits, each with what is known of its cause
+
+
+def summaries(directory: Path | None = None, current: bool = True) -> list[ClaimCalibration]:
+    """Every claim of every committed calibration file; ``current``: marked stale against today's code."""
+    out = []
+    versions: dict[str, str] = {}
+    for data in read_all(directory):
+        nb = data["notebook"]
+        if current and nb not in versions:
+            try:
+                versions[nb] = code_version(nb)
+            except nbs.NotebookNotFound:  # a copy of the book without this notebook: nothing to compare with
+                versions[nb] = "no such notebook here"
+        out += claim_summaries(data, versions.get(nb))
+    return out
+
+
+def _open(directory: Path | None = None) -> dict:
+    path = (Path(directory) if directory is not None else calibration_dir()) / OPEN_FILE
+    return (yaml.safe_load(path.read_text()) if path.is_file() else None) or {}
+
+
+def open_defects(directory: Path | None = None) -> dict[str, str]:
+    """``{"<notebook> <point> <claim>": what is known}``: the entries outside the limits listed in
+    ``calibration/open.yaml``."""
+    return {str(k): str(v).strip() for k, v in (_open(directory).get("outside_limits") or {}).items()}
+
+
+def not_calibrated(directory: Path | None = None) -> dict[str, str]:
+    """``{"<notebook>: <claim spec>": why}``: the statistical claims listed as not calibrated yet."""
+    return {str(k): str(v).strip() for k, v in (_open(directory).get("not_calibrated") or {}).items()}
+
+
+def key(s: ClaimCalibration) -> str:
+    return f"{s.notebook} {s.point} {s.claim}"
+
+
+def uncalibrated(sums: list[ClaimCalibration]) -> list[str]:
+    """The statistical claims of the registries (``module: claim id``) that no calibrated claim matches."""
+    out = []
+    for spec in all_results():
+        ids = [s.claim for s in sums if s.notebook == spec.notebook]
+        for c in spec.claims:
+            if c.kind == "statistical" and not any(c.matches(i) for i in ids):
+                out.append(f"{spec.notebook}: {c.id}")
+    return out
+
+
+def _verdict(s: ClaimCalibration) -> str:
+    if s.stale:
+        return "stale"
+    words = []
+    if s.n >= 2 and abs(s.bias) > BIAS_LIMIT:
+        words.append("biased")
+    if s.rms > RMS_HIGH:
+        words.append("too wide")
+    if s.rms < RMS_LOW:
+        words.append("too narrow")
+    return ", ".join(words) or "calibrated"
+
+
+def _pct(p: float) -> str:
+    if not math.isfinite(p):
+        return "—"
+    return f"{100 * p:.3g} %" if p >= 0.01 else (f"{100 * p:.2g} %" if p >= 0.001 else f"{100 * p:.1g} %")
+
+
+def _misses(s: ClaimCalibration) -> str:
+    """``0/100 (≤ 3.6 %)`` or ``3/100, 1 failed (0.6–8.5 %)``: the misses with their 95 % interval."""
+    failed = f", {s.failed} failed" if s.failed else ""
+    if s.misses == 0:
+        return f"0/{s.runs} (≤ {_pct(s.fail_high)})"
+    return f"{s.misses}/{s.runs}{failed} ({_pct(s.fail_low)}–{_pct(s.fail_high)})"
+
+
+def strip_figure(rows: list[ClaimCalibration]) -> str:
+    """One row per claim and point: its normal scores as dots, their mean with 2 SE, against the standard normal
+    law's 95 % range (dashed) — an HTML ``<figure>`` with the SVG inline. Claims outside the limits in colour."""
+    import matplotlib.pyplot as plt
+
+    n = len(rows)
+    fig, ax = plotting.new_figure(width=plotting.FOREST_WIDTH, height=0.8 + 0.32 * n)
+    lim = 5.0
+    for i, s in enumerate(rows):
+        y = n - 1 - i
+        bad = _verdict(s) != "calibrated"
+        color = "#d62728" if bad else "#1f77b4"
+        u = [max(-lim, min(lim, x)) for x in s.scores]
+        jitter = [((j * 0.618) % 1 - 0.5) * 0.36 for j in range(len(u))]
+        ax.scatter(u, [y + t for t in jitter], s=4, color=color, alpha=0.35, linewidths=0, rasterized=True)
+        if s.n >= 2:
+            ax.errorbar([s.mean], [y], xerr=[[2 * s.mean_se], [2 * s.mean_se]], fmt="D", ms=4, color="black",
+                        capsize=2, lw=1)
+    ax.axvline(0, color="black", lw=0.8)
+    for x in (-1.96, 1.96):
+        ax.axvline(x, color="black", lw=0.8, ls="--")
+    ax.set_yticks(range(n), [f"{s.claim} ({s.point})" if s.point != "smoke" else s.claim for s in rows][::-1])
+    ax.set_xlim(-lim, lim)
+    ax.set_ylim(-0.6, n - 0.4)
+    ax.set_xlabel("normal score of z = (measured − predicted) / SE")
+    ax.grid(axis="y", visible=False)
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight", pad_inches=0.05)
+    width_in = fig.get_tightbbox(fig.canvas.get_renderer()).width + 0.1
+    plt.close(fig)
+    data = base64.b64encode(buf.getvalue().encode()).decode()
+    alt = "Normal scores per claim: " + "; ".join(
+        f"{s.claim} ({s.point}) mean {s.mean:+.2f}, rms {s.rms:.2f}, {_verdict(s)}" for s in rows) + "."
+    caption = ("Each dot is one seed's score (clipped at ±5); ◆ the mean with two standard errors. A calibrated claim "
+               "keeps 95 % of its dots between the dashed lines and its ◆ bar across 0; red: outside the limits.")
+    return (f"<figure class='cv-forest cv-calibration'><img src='data:image/svg+xml;base64,{data}' alt='{alt}' "
+            f"style='width: {round(width_in * 96 * 1.25)}px'><figcaption>{caption}</figcaption></figure>")
+
+
+def calibration_markdown(directory: Path | None = None, figures: bool = True) -> str:
+    """The page's generated part (see the module docstring)."""
+    sums = summaries(directory)
+    if not sums:
+        return "No calibration file is committed yet: run `make calibrate`.\n"
+    files = read_all(directory)
+    defects = open_defects(directory)
+    out = []
+    seeds = sum(len(d["seeds"]) for d in files)
+    commits = sorted({d.get("commit", "?")[:10] for d in files})
+    verdicts = [_verdict(s) for s in sums]
+    count = {w: sum(1 for v in verdicts if v == w) for w in dict.fromkeys(verdicts)}
+    out.append(f"The committed set holds **{len(files)} calibration files**: {len(sums)} claim entries of "
+               f"{len({s.notebook for s in sums})} notebooks at {len({(s.notebook, s.point) for s in sums})} points, "
+               f"{seeds} page runs in all (commit{'s' if len(commits) > 1 else ''} "
+               + ", ".join(f"`{c}`" for c in commits) + "). Of the entries: "
+               + ", ".join(f"**{n} {w}**" for w, n in count.items()) + ".\n")
+    missing = uncalibrated(sums)
+    if missing:
+        whys = not_calibrated(directory)
+        out.append("**Not calibrated yet.** Statistical claims of the registries that no entry matches:\n")
+        out += [f"- `{m}`: {whys.get(m, 'not yet explained.')}" for m in missing]
+        out.append("")
+    smoke = [s for s in sums if s.point == "smoke"]
+    budget = build_false_fail_rate(smoke)
+    sweep = build_false_fail_rate(smoke, points=100)
+    hidden = budget["misses"] - budget["failures"]
+    out.append(
+        f"**Error budget.** At the smoke points, {budget['misses']} of {budget['runs']} claim runs left their band "
+        f"({budget['failures']} failed; {hidden} were made `not_resolvable` by a gate that turns a miss into an "
+        f"undecided claim): a false-alarm rate per claim and run of {_pct(budget['rate'])} (95 % upper limit "
+        f"{_pct(budget['rate_high'])}), against about 0.006 % that a calibrated normal band of 4 standard errors allows. "
+        f"With the {budget['claims']} statistical claims of the smoke points run once each, as in one build, the "
+        f"chance of at least one false alarm is {_pct(budget['build'])} (at most {_pct(budget['build_high'])}); "
+        f"for a 100-point sweep of every page, {_pct(sweep['build'])} (at most {_pct(sweep['build_high'])}), "
+        f"about {100 * budget['claims'] * budget['rate']:.3g} expected false alarms (at most "
+        f"{100 * budget['claims'] * budget['rate_high']:.3g}).\n")
+    bad = [s for s in sums if _verdict(s) != "calibrated"]
+    if bad:
+        floored = sum(1 for s in bad if s.floor_se > 0.5)
+        out.append(f"**Open defects.** {len(bad)} entries are outside the limits; {floored} of them have a band with a "
+                   "floor of more than half a standard error, which absorbs their bias. Each, with what is known of "
+                   "its cause (`calibration/open.yaml`):\n")
+        for s in bad:
+            why = defects.get(key(s), "Not yet explained.")
+            if s.floor_se > 0.5:
+                why = (f"Its band adds a floor of {s.floor_se:.2g} SE (median) for a systematic term it does not "
+                       "correct. " + why)
+            out.append(f"- `{s.claim}` ({s.notebook}, {s.point}): {_verdict(s)} — mean z {s.mean:+.2f} ± "
+                       f"{s.mean_se:.2f}, rms {s.rms:.2f}. {why}")
+        out.append("")
+    by_nb: dict[str, list[ClaimCalibration]] = {}
+    for s in sums:
+        by_nb.setdefault(s.notebook, []).append(s)
+    titles = {spec.notebook: spec for spec in all_results()}
+    for nb, rows in by_nb.items():
+        spec = titles.get(nb)
+        head = f"{spec.number}: {spec.title}" if spec is not None else nb
+        out.append(f"## {head}\n")
+        out.append(f"{{doc}}`The page </notebooks/{nb}>`; `{nb}`, code version `{files_version(files, nb)}`.\n")
+        if figures:
+            out.append(strip_figure(rows) + "\n")
+        params = {d["point"]: d.get("parameters") or {} for d in files if d["notebook"] == nb}
+        for point in dict.fromkeys(s.point for s in rows):
+            where = {"smoke": "the smoke point", "paper": "the paper's settings"}.get(
+                point, f"domain point {point.split(':')[-1]}")
+            shown = ", ".join(f"{k} = {v}" for k, v in params.get(point, {}).items())
+            out.append(f"At {where}" + (f" ({shown})" if shown else "") + ":\n")
+            heads = ("claim", "law", "seeds", "mean z ± SE", "rms z", "max |z|", "misses (95 %)", "KS p", "verdict")
+            body = "".join(
+                f"<tr><td><code>{html.escape(s.claim)}</code></td><td class='cv-num'>{s.law}</td>"
+                f"<td class='cv-num'>{s.n}</td><td class='cv-num'>{s.mean:+.2f} ± {s.mean_se:.2f}</td>"
+                f"<td class='cv-num'>{s.rms:.2f}</td><td class='cv-num'>{s.max_abs:.2f}</td>"
+                f"<td class='cv-num'>{html.escape(_misses(s))}</td><td class='cv-num'>{s.ks_p:.2g}</td>"
+                f"<td class='{'' if _verdict(s) == 'calibrated' else 'cv-fail'}'>{_verdict(s)}</td></tr>"
+                for s in rows if s.point == point)
+            out.append("<div class='cv-wrap cv-wrap-summary'><table class='cv-summary cv-calibration'><thead><tr>"
+                       + "".join(f"<th scope='col'>{html.escape(h)}</th>" for h in heads)
+                       + f"</tr></thead><tbody>{body}</tbody></table></div>")
+            out.append("")
+    return "\n".join(out) + "\n"
+
+
+def files_version(files: list[dict], notebook: str) -> str:
+    versions = sorted({d.get("code_version", "?") for d in files if d["notebook"] == notebook})
+    return ", ".join(versions)
+
+
+def _inputs_key(root: Path) -> str:
+    """sha256 of everything the page reads: the calibration files, the package's sources and the notebooks (raw
+    bytes: cheap, and a change of prose only costs one regeneration)."""
+    h = hashlib.sha256()
+    package = Path(__file__).resolve().parents[1]
+    for base, pattern in ((root / "calibration", "*"), (package, "**/*.py"), (root / "notebooks", "**/*.md")):
+        for f in sorted(base.glob(pattern)) if base.is_dir() else ():
+            if f.is_file():
+                h.update(str(f.relative_to(base)).encode())
+                h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def write_calibration_page(root: Path) -> Path:
+    """Write the generated part to ``<root>/_build/calibration.md`` (untouched when its inputs are unchanged: the
+    code versions and figures take seconds, and a build starts Sphinx twice)."""
+    page = root / "_build" / CALIBRATION_PAGE
+    stamp = page.with_suffix(".key")
+    key_now = _inputs_key(root)
+    if page.is_file() and stamp.is_file() and stamp.read_text() == key_now:
+        return page
+    directory = root / "calibration"
+    text = calibration_markdown(directory if directory.is_dir() else root / "_no_calibration")
+    if not page.is_file() or page.read_text() != text:
+        page.parent.mkdir(parents=True, exist_ok=True)
+        page.write_text(text)
+    stamp.write_text(key_now)
+    return page
