@@ -43,7 +43,7 @@ from .paths import repo_root
 from .text import slug
 from .verdict import result_of
 
-__all__ = ["BIAS_LIMIT", "RMS_HIGH", "RMS_LOW", "FIRST_SEED", "ClaimCalibration", "code_version", "signed_z",
+__all__ = ["BIAS_LIMIT", "RMS_HIGH", "RMS_LOW", "FIRST_SEED", "DEGENERATE_SE", "ClaimCalibration", "code_version", "signed_z",
            "normal_score", "code_text", "collect", "claim_summaries", "read", "read_all", "calibration_dir", "file_name",
            "build_false_fail_rate"]
 

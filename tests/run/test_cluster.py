@@ -129,7 +129,7 @@ def test_sweep_on_a_real_cluster_survives_a_killed_worker(cluster, tmp_path):
     assert len(crashed) == 1 and crashed[0]["status"] == "error"
     assert "crash requested by the 'crash' parameter" in crashed[0]["error"]
     lost_rec = next(r for r in recs if r["point"] == lost)
-    assert lost_rec["status"] == "ok" and lost_rec["records"][0]["passed"]  # re-run on worker B
+    assert lost_rec["status"] == "ok" and lost_rec["records"][0]["in_band"]  # re-run on worker B
     assert read_results(out)[lost]["status"] == "ok"
     print(f"cluster sweep with a killed worker: {time.time() - t0:.1f} s")
 
