@@ -45,7 +45,7 @@ from .verdict import result_of
 
 __all__ = ["BIAS_LIMIT", "RMS_HIGH", "RMS_LOW", "FIRST_SEED", "DEGENERATE_SE", "ClaimCalibration", "code_version", "signed_z",
            "normal_score", "code_text", "collect", "claim_summaries", "read", "read_all", "calibration_dir", "file_name",
-           "build_false_fail_rate"]
+           "build_false_fail_rate", "median"]
 
 #: a claim is biased when its mean normal score is further than this many of its standard errors from 0
 BIAS_LIMIT = 3.0
@@ -262,12 +262,13 @@ def claim_summaries(data: Mapping, current_version: str | None = None) -> list[C
             max_abs=max((abs(z) for z, _ in pairs), default=math.nan), failed=failed, runs=runs, misses=misses,
             fail_low=lo,
             fail_high=hi, ks=float(ks.statistic) if ks else math.nan, ks_p=float(ks.pvalue) if ks else math.nan,
-            law=law, scores=tuple(u), floor_se=_median(col.get("floor_se") or []), stale=stale))
+            law=law, scores=tuple(u), floor_se=median(col.get("floor_se") or []), stale=stale))
     return out
 
 
-def _median(values) -> float:
-    v = sorted(float(x) for x in values if x is not None)
+def median(values) -> float:
+    """The (upper) median of the numbers among ``values`` (None and other entries left out); NaN without any."""
+    v = sorted(float(x) for x in values if isinstance(x, (int, float)) and not isinstance(x, bool))
     return v[len(v) // 2] if v else math.nan
 
 

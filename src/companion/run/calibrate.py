@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 import os
 import re
 import subprocess
@@ -23,7 +24,7 @@ from pathlib import Path
 import yaml
 
 from .. import notebooks as nbs
-from ..calibration import FIRST_SEED, calibration_dir, code_version, collect, file_name
+from ..calibration import FIRST_SEED, calibration_dir, code_version, collect, file_name, median
 from ..paths import repo_root
 from .inputs import SweepError
 from .store import read_results
@@ -36,6 +37,12 @@ POINTS = ("smoke", "domain:I", "paper")
 _POINT_RE = re.compile(r"^(smoke|paper|domain:(\d+))$")
 
 
+def _points(kind: str, notebook: str) -> tuple[Path, dict]:
+    """The points file of one kind (``smoke``, ``domain``) for ``notebook``'s paper, and its table."""
+    path = repo_root() / "tests" / kind / f"{notebook.split('/', 1)[0]}.yaml"
+    return path, (yaml.safe_load(path.read_text()) if path.is_file() else None) or {}
+
+
 def point_parameters(notebook: str, point: str) -> dict:
     """The parameters of ``notebook`` at ``point`` (``smoke``, ``domain:I``, ``paper``); one line naming the
     point and what is allowed otherwise."""
@@ -45,9 +52,8 @@ def point_parameters(notebook: str, point: str) -> dict:
     if point == "paper":
         return {}
     kind = "smoke" if point == "smoke" else "domain"
-    path = repo_root() / "tests" / kind / f"{notebook.split('/', 1)[0]}.yaml"
-    table = yaml.safe_load(path.read_text()) if path.is_file() else {}
-    if notebook not in (table or {}):
+    path, table = _points(kind, notebook)
+    if notebook not in table:
         raise SweepError(f"--point {point}: {notebook} has no {kind} point in {path.name}")
     if kind == "smoke":
         return dict(table[notebook] or {})
@@ -60,9 +66,7 @@ def point_parameters(notebook: str, point: str) -> dict:
 
 def domain_points(notebook: str) -> list[str]:
     """``domain:0``, ``domain:1``, ... for every domain point of ``notebook`` the tests run."""
-    path = repo_root() / "tests" / "domain" / f"{notebook.split('/', 1)[0]}.yaml"
-    table = yaml.safe_load(path.read_text()) if path.is_file() else {}
-    return [f"domain:{i}" for i in range(len((table or {}).get(notebook) or []))]
+    return [f"domain:{i}" for i in range(len(_points("domain", notebook)[1].get(notebook) or []))]
 
 
 def runs_dir(notebook: str, point: str, out: str | Path | None = None) -> Path:
@@ -130,7 +134,7 @@ def calibrate(notebook: str, point: str = "smoke", seeds: int = 100, first_seed:
         "commit": meta["commit"], "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "runs": {"total": len(points), **{k: sum(1 for p in finished if p.get("status") == k)
                                           for k in ("ok", "failed", "error")}},
-        "seconds_per_run": _median([p.get("seconds") for p in finished]),
+        "seconds_per_run": _rounded(median([p.get("seconds") for p in finished])),
         "wall_seconds": meta.get("wall_seconds"), "workers": meta.get("workers"),
         **collect(finished),
     }
@@ -148,6 +152,5 @@ def dumps(data: dict) -> str:
     return "{\n" + ",\n".join(lines + [' "claims": {\n' + ",\n".join(claims) + "\n }"]) + "\n}\n"
 
 
-def _median(values) -> float | None:
-    v = sorted(float(x) for x in values if isinstance(x, (int, float)))
-    return round(v[len(v) // 2], 2) if v else None
+def _rounded(x: float) -> float | None:
+    return round(x, 2) if math.isfinite(x) else None
