@@ -14,12 +14,24 @@ import html
 import io
 import math
 from pathlib import Path
+from statistics import NormalDist
 
 import yaml
 
 from .. import notebooks as nbs
 from .. import plotting
-from ..calibration import BIAS_LIMIT, RMS_HIGH, RMS_LOW, ClaimCalibration, build_false_fail_rate, calibration_dir, claim_summaries, code_version, read_all
+from ..calibration import (
+    BIAS_LIMIT,
+    FIRST_SEED,
+    RMS_HIGH,
+    RMS_LOW,
+    ClaimCalibration,
+    build_false_fail_rate,
+    calibration_dir,
+    claim_summaries,
+    code_version,
+    read_all,
+)
 from ..registry import all_results
 
 __all__ = ["CALIBRATION_PAGE", "OPEN_FILE", "summaries", "open_defects", "not_calibrated", "uncalibrated", "calibration_markdown",
@@ -153,6 +165,14 @@ def calibration_markdown(directory: Path | None = None, figures: bool = True) ->
     commits = sorted({d.get("commit", "?")[:10] for d in files})
     verdicts = [_verdict(s) for s in sums]
     count = {w: sum(1 for v in verdicts if v == w) for w in dict.fromkeys(verdicts)}
+    walls = [(d["wall_seconds"], len(d["seeds"]), d.get("workers")) for d in files if d.get("wall_seconds")]
+    level = 2 * NormalDist().cdf(-4.0)
+    out.append(f"**The limits**: a mean normal score more than {BIAS_LIMIT:g} of its standard errors from 0; a "
+               f"root-mean-square normal score above {RMS_HIGH:g} or below {RMS_LOW:g}. Seeds start at {FIRST_SEED}. A "
+               f"calibrated normal band of 4 standard errors misses {_pct(level)} of runs. "
+               + (f"Cost: {sum(n for _, n, _ in walls)} page runs in {sum(w for w, _, _ in walls) / 60:.0f} min of "
+                  f"wall time with {max((k or 1) for _, _, k in walls)} local workers ({len(walls)} of {len(files)} "
+                  "files timed in one go)." if walls else "") + "\n")
     out.append(f"The committed set holds **{len(files)} calibration files**: {len(sums)} claim entries of "
                f"{len({s.notebook for s in sums})} notebooks at {len({(s.notebook, s.point) for s in sums})} points, "
                f"{seeds} page runs in all (commit{'s' if len(commits) > 1 else ''} "
@@ -172,7 +192,7 @@ def calibration_markdown(directory: Path | None = None, figures: bool = True) ->
         f"**Error budget.** At the smoke points, {budget['misses']} of {budget['runs']} claim runs left their band "
         f"({budget['failures']} failed; {hidden} were made `not_resolvable` by a gate that turns a miss into an "
         f"undecided claim): a false-alarm rate per claim and run of {_pct(budget['rate'])} (95 % upper limit "
-        f"{_pct(budget['rate_high'])}), against about 0.006 % that a calibrated normal band of 4 standard errors allows. "
+        f"{_pct(budget['rate_high'])}), against the {_pct(2 * NormalDist().cdf(-4.0))} of a calibrated 4-SE band. "
         f"With the {budget['claims']} statistical claims of the smoke points run once each, as in one build, the "
         f"chance of at least one false alarm is {_pct(budget['build'])} (at most {_pct(budget['build_high'])}); "
         f"for a 100-point sweep of every page, {_pct(sweep['build'])} (at most {_pct(sweep['build_high'])}), "
