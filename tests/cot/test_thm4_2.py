@@ -210,6 +210,11 @@ def test_model_claim_of_the_construction_against_ood_row():
     assert (c.falsifier_k, c.falsifier_value) == (5, md["next"])
     assert abs(md["next"] - md["law"][0]) < abs(md["prev"] - md["law"][0])
     assert thm4_2.condition_claim(row).predicted == 3 * row["rho"] ** 8
+    # the numbers of the page's prose: this covariance is inside, none beyond
+    text = thm4_2.prose_numbers({"0p5_1": row})
+    assert text["h_sigma"] == "0.5:1" and text["b_sigma"] == "—" and set(text) == set(thm4_2.PROSE_KEYS)
+    assert text["h_gap"] == f"{100 * abs(md['next'] / md['law'][0] - 1):.1f} %"
+    assert text["h_stated"] == f"{row['stated'] / row['mean']['pred']:.3g}"
 
 
 def _rows(model_beyond, law_beyond=3.5e9, k_list=(2, 8, 12)):

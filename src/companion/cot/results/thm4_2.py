@@ -33,8 +33,8 @@ from ..train import replicate_seed, threads1
 
 __all__ = ["CLAIMS", "RESULT", "NEAR_STEP", "NO_BOUNDARY", "parse_spectrum", "spectrum_name", "ood_row", "regime",
            "ClaimNumbers", "model_claim", "growth_claim", "condition_claim", "in_distribution_growth", "phase_diagram",
-           "figure", "axis_cap", "beyond_words", "manifest",
-           "PRINTED_FACTOR", "record_covariances"]
+           "figure", "axis_cap", "beyond_words", "manifest", "spectrum_lo_hi", "spectrum_text", "PROSE_KEYS",
+           "prose_numbers", "PRINTED_FACTOR", "record_covariances"]
 
 #: the falsifier of the model claims: GD one step short or long (whichever expectation is nearer the prediction)
 NEAR_STEP = "the construction one CoT step short or long ($K - 1$ or $K + 1$ GD steps), the nearer"
@@ -379,10 +379,47 @@ def condition_claim(row: dict) -> ClaimNumbers:
 
 
 
+def spectrum_lo_hi(name: str) -> str:
+    """A claim-id part ``0p5_1p5`` (:func:`spectrum_name`) as the parameter writes it: ``0.5:1.5``."""
+    return name.replace("_", ":").replace("p", ".")
+
+
 def spectrum_text(name: str) -> str:
     r"""A test covariance as the page writes it: the claim-id part ``0p5_1p5`` (:func:`spectrum_name`) ->
     ``$\Sigma$ 0.5:1.5``."""
-    return r"$\Sigma$ " + name.replace("_", ":").replace("p", ".")
+    return r"$\Sigma$ " + spectrum_lo_hi(name)
+
+
+#: the keys of :func:`prose_numbers`
+PROSE_KEYS = ("h_sigma", "h_gap", "h_stated", "h_cond", "b_sigma", "b_unstable", "b_model", "b_law", "b_model_med",
+              "b_law_med")
+
+
+def prose_numbers(rows: dict) -> dict[str, str]:
+    r"""The numbers of the page's prose after the verdict, as text (``"—"`` where no covariance qualifies), from
+    ``rows`` (name -> :func:`ood_row`): for the first covariance inside the boundary (:func:`regime`) its spectrum
+    ``h_sigma``, the distance ``h_gap`` of the competitor one CoT step away from the prediction (:func:`model_claim`),
+    the stated bound :math:`d\,\E\max_j|1-\eta\lambda_j|^{2K}` over the theorem's mean error ``h_stated`` and the
+    sufficient condition's bound over the model's median ``h_cond`` (:func:`condition_claim`); for the covariance
+    farthest beyond the boundary its spectrum ``b_sigma``, its share of divergent spectra ``b_unstable``, the model's
+    and the law's growth fractions ``b_model``, ``b_law`` and median errors ``b_model_med``, ``b_law_med``."""
+    inside = [nm for nm, r in rows.items() if regime(r) == "inside"]
+    beyond = sorted((nm for nm, r in rows.items() if r["unstable"] > 0), key=lambda nm: rows[nm]["unstable"])
+    text = dict.fromkeys(PROSE_KEYS, "—")
+    if inside:
+        r = rows[inside[0]]
+        model, cond = model_claim(r), condition_claim(r)
+        text.update(h_sigma=spectrum_lo_hi(inside[0]),
+                    h_gap=f"{100 * abs(model.falsifier_value / model.predicted - 1):.1f} %",
+                    h_stated=f"{r['stated'] / r['mean']['pred']:.3g}",
+                    h_cond=f"{cond.predicted / cond.measured:.3g}" if cond.applicable else "—")
+    if beyond:
+        r = rows[beyond[-1]]
+        g = r["growth"]
+        text.update(b_sigma=spectrum_lo_hi(beyond[-1]), b_unstable=f"{r['unstable']:.0%}",
+                    b_model=f"{g['model']:.3f}", b_law=f"{g['law']:.3f}", b_model_med=f"{g['model_median']:.3g}",
+                    b_law_med=f"{g['law_median']:.3g}")
+    return text
 
 
 def record_covariances(v, rows: dict, id_growth: float, *, num_mc: int) -> None:
