@@ -210,21 +210,34 @@ class ClaimCalibration:
         """The mean normal score in units of its standard error."""
         return self.mean / self.mean_se if self.mean_se > 0 else (0.0 if self.mean == 0 else math.inf)
 
+    def _flags(self) -> list[tuple[str, str]]:
+        """The limits this claim breaks, each as (word, message); staleness last."""
+        out = []
+        if self.n >= 2:
+            if abs(self.bias) > BIAS_LIMIT:
+                out.append(("biased", f"mean z {self.mean:+.2f} is {self.bias:+.1f} SE from 0 (limit {BIAS_LIMIT:g})"))
+            if self.rms > RMS_HIGH:
+                out.append(("too wide", f"root-mean-square z {self.rms:.2f} > {RMS_HIGH:g} (the SE understates the "
+                                        "noise)"))
+            if self.rms < RMS_LOW:
+                out.append(("too narrow", f"root-mean-square z {self.rms:.2f} < {RMS_LOW:g} (the band hides "
+                                          "deviations)"))
+        if self.stale:
+            out.append(("stale", "the claim's code changed since it was calibrated"))
+        return out
+
     def problems(self) -> list[str]:
         """What breaks the calibration rules (empty: calibrated); staleness included."""
-        out = []
         if self.n < 2:
-            out.append(f"only {self.n} seed(s) with a score")
-            return out
-        if abs(self.bias) > BIAS_LIMIT:
-            out.append(f"biased: mean z {self.mean:+.2f} is {self.bias:+.1f} SE from 0 (limit {BIAS_LIMIT:g})")
-        if self.rms > RMS_HIGH:
-            out.append(f"too wide: root-mean-square z {self.rms:.2f} > {RMS_HIGH:g} (the SE understates the noise)")
-        if self.rms < RMS_LOW:
-            out.append(f"too narrow: root-mean-square z {self.rms:.2f} < {RMS_LOW:g} (the band hides deviations)")
+            return [f"only {self.n} seed(s) with a score"]
+        return [f"{word}: {message}" for word, message in self._flags()]
+
+    @property
+    def verdict(self) -> str:
+        """``"calibrated"``, ``"stale"``, or the limits it breaks in words (``"biased, too wide"``)."""
         if self.stale:
-            out.append("stale: the claim's code changed since it was calibrated")
-        return out
+            return "stale"
+        return ", ".join(word for word, _ in self._flags()) or "calibrated"
 
 
 def claim_summaries(data: Mapping, current_version: str | None = None) -> list[ClaimCalibration]:

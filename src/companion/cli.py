@@ -249,6 +249,7 @@ def cmd_book(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .calibration import FIRST_SEED
     from .run.grid import MAX_POINTS
     from .threads import available_cores
 
@@ -318,7 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--point", default="smoke",
                    help="smoke (default), domain:I, domain (every domain point) or paper (the defaults)")
     p.add_argument("--seeds", type=int, default=100, help="how many seeds (default 100)")
-    p.add_argument("--first-seed", type=int, default=1000, help="the first seed (default 1000)")
+    p.add_argument("--first-seed", type=int, default=FIRST_SEED, help=f"the first seed (default {FIRST_SEED})")
     p.add_argument("--workers", type=int, default=2, help="local worker processes (default 2)")
     p.add_argument("--scheduler", metavar="ADDRESS", help="use a running Dask scheduler instead of a local cluster")
     p.add_argument("--resume", action="store_true", help="keep the seeds already finished")

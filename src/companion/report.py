@@ -22,7 +22,7 @@ from collections import Counter
 from . import plotting
 from .claims import EVIDENCE_KINDS, KINDS, STATUSES, TARGETS, ResultSpec
 from .registry import PAPERS
-from .stats import detectable
+from .stats import POWER, detectable
 from .text import label, math_html, plain_text, short_number, slug
 
 __all__ = ["verdict_label", "verdict_table_markdown", "verdict_table_html", "dashboard_markdown", "counts",
@@ -413,7 +413,7 @@ def is_close_competitor(r: dict) -> bool:
 
 
 def detectable_of(r: dict) -> float | None:
-    """The deviation from the prediction a statistical record detects with probability 0.99
+    """The deviation from the prediction a statistical record detects with probability :data:`~companion.stats.POWER`
     (:func:`companion.stats.detectable`): its ``detectable`` field, or from its band for a record made before it."""
     if r.get("detectable") is not None:
         return float(r["detectable"])
@@ -489,7 +489,7 @@ def _glance_row(spec: ResultSpec, records: list[dict]) -> str:
         elif (r.get("target") == "trained" and st == "passed" and is_close_competitor(r) and not is_powered(r)
               and detectable_of(r) is not None and p):
             why += (f" (its falsifier lies {abs(f - p) / abs(p):.1%} from the prediction, inside the "
-                    f"{detectable_of(r) / abs(p):.1%} the band detects with probability 0.99: not rejected with "
+                    f"{detectable_of(r) / abs(p):.1%} the band detects with probability {POWER:g}: not rejected with "
                     "power)")
         claim += f"<br><em class='cv-glance-none'>{why}</em>"
     measured = fmt_number(r.get("measured"))
@@ -533,7 +533,7 @@ def glance_markdown(results: tuple[ResultSpec, ...] | list[ResultSpec], records:
     lines = [f"**{n_decisive} of {len(numbered)} results** have a decisive claim on a trained model in this build: a "
              "headline statistical claim on a trained transformer that passed with a band of at most 8 SE and "
              f"rejected a close competitor (a falsifier within {CLOSE:.0%} of the prediction) with power: the "
-             "falsifier lies beyond the deviation the band detects with probability 0.99 (\"detects\", as a share "
+             f"falsifier lies beyond the deviation the band detects with probability {POWER:g} (\"detects\", as a share "
              "of the prediction, under the verdict). Of several, the one that beats the closest falsifier."]
     settings = [s for s in results if s.setting]
     if settings:

@@ -30,9 +30,9 @@ def committed():
 
 # ------------------------------------------------------------------------------- the committed set
 def test_every_statistical_claim_of_the_registries_has_a_calibration_entry(committed):
-    assert committed, "no calibration file is committed: run `make calibrate`"
     """... or is listed in calibration/open.yaml (not_calibrated) with the reason; a listed claim that has an entry
     now must leave the list."""
+    assert committed, "no calibration file is committed: run `make calibrate`"
     missing = set(page.uncalibrated(committed))
     listed = set(page.not_calibrated())
     assert not missing - listed, f"statistical claims without a calibration entry: {sorted(missing - listed)}"
@@ -81,6 +81,7 @@ def test_the_limits_find_bias_and_spread(shift, scale, words):
     z = shift + scale * np.random.default_rng(1).standard_normal(200)
     [s] = cal.claim_summaries(_data(z))
     assert [p.split(":")[0] for p in s.problems()] == words
+    assert s.verdict == (", ".join(words) or "calibrated")
     assert s.mean == pytest.approx(np.mean(z)) and s.mean_se == pytest.approx(np.std(z, ddof=1) / np.sqrt(200))
     assert s.max_abs == pytest.approx(np.max(np.abs(z)))
 
@@ -113,9 +114,25 @@ def test_signed_z_keeps_the_sign_and_reads_old_records():
     assert cal.signed_z(dict(rec, kind="bound")) is None and cal.signed_z(dict(rec, status="not_applicable")) is None
 
 
-def test_the_code_version_follows_the_claims_code_and_not_the_prose(tmp_path, monkeypatch):
+def test_the_code_version_follows_the_claims_code_and_not_the_prose(monkeypatch):
+    """A changed code cell of the notebook changes the version; a changed prose cell does not (the package's files
+    go through code_text, tested below)."""
     v = cal.code_version("mesa/setup")
     assert v == cal.code_version("mesa/setup") and v != cal.code_version("cot/setup")
+    load = cal.nbs.load
+
+    def edited(kind, text):
+        def fake(name):
+            nb = load(name)
+            [cell] = [c for c in nb.cells if c.cell_type == kind][-1:]
+            cell.source += text
+            return nb
+        return fake
+
+    monkeypatch.setattr(cal.nbs, "load", edited("markdown", "\nMore words.\n"))
+    assert cal.code_version("mesa/setup") == v
+    monkeypatch.setattr(cal.nbs, "load", edited("code", "\nx = 1\n"))
+    assert cal.code_version("mesa/setup") != v
 
 
 # ------------------------------------------------------------------------------- the command

@@ -189,7 +189,7 @@ def _execute(input_path: Path, executed: Path, path: Path, name: str, params: di
 
 
 def _set_status(result: RunResult, error: Exception | None) -> None:
-    """ok (every claim passed), failed (a claim failed: the notebook's VerdictError, or a record not passed) or
+    """ok (no claim failed), failed (a claim failed: the notebook's VerdictError, or a record whose status is failed) or
     error (anything else), with the error's one line."""
     if error is None:
         result.status = "failed" if [r for r in result.records if r.get("status") == "failed"] else "ok"

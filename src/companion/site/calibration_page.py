@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import html
+import inspect
 import io
 import math
 from pathlib import Path
@@ -33,9 +34,10 @@ from ..calibration import (
     read_all,
 )
 from ..registry import all_results
+from ..verdict import Verdict
 
 __all__ = ["CALIBRATION_PAGE", "OPEN_FILE", "summaries", "open_defects", "not_calibrated", "uncalibrated", "calibration_markdown",
-           "write_calibration_page", "strip_figure"]
+           "write_calibration_page", "strip_figure", "band_z"]
 
 CALIBRATION_PAGE = "calibration.md"  # included by book/calibration.md from ../_build/calibration.md
 OPEN_FILE = "open.yaml"  # claims outside the limits, each with what is known of its cause
@@ -87,19 +89,6 @@ def uncalibrated(sums: list[ClaimCalibration]) -> list[str]:
     return out
 
 
-def _verdict(s: ClaimCalibration) -> str:
-    if s.stale:
-        return "stale"
-    words = []
-    if s.n >= 2 and abs(s.bias) > BIAS_LIMIT:
-        words.append("biased")
-    if s.rms > RMS_HIGH:
-        words.append("too wide")
-    if s.rms < RMS_LOW:
-        words.append("too narrow")
-    return ", ".join(words) or "calibrated"
-
-
 def _pct(p: float) -> str:
     if not math.isfinite(p):
         return "—"
@@ -124,8 +113,8 @@ def strip_figure(rows: list[ClaimCalibration]) -> str:
     lim = 5.0
     for i, s in enumerate(rows):
         y = n - 1 - i
-        bad = _verdict(s) != "calibrated"
-        color = "#d62728" if bad else "#1f77b4"
+        bad = s.verdict != "calibrated"
+        color = plotting.STATUS_STYLE["failed"][1] if bad else plotting.COLORS[0]
         u = [max(-lim, min(lim, x)) for x in s.scores]
         jitter = [((j * 0.618) % 1 - 0.5) * 0.36 for j in range(len(u))]
         ax.scatter(u, [y + t for t in jitter], s=4, color=color, alpha=0.35, linewidths=0, rasterized=True)
@@ -133,7 +122,8 @@ def strip_figure(rows: list[ClaimCalibration]) -> str:
             ax.errorbar([s.mean], [y], xerr=[[2 * s.mean_se], [2 * s.mean_se]], fmt="D", ms=4, color="black",
                         capsize=2, lw=1)
     ax.axvline(0, color="black", lw=0.8)
-    for x in (-1.96, 1.96):
+    q95 = NormalDist().inv_cdf(0.975)
+    for x in (-q95, q95):
         ax.axvline(x, color="black", lw=0.8, ls="--")
     ax.set_yticks(range(n), [f"{s.claim} ({s.point})" if s.point != "smoke" else s.claim for s in rows][::-1])
     ax.set_xlim(-lim, lim)
@@ -146,9 +136,9 @@ def strip_figure(rows: list[ClaimCalibration]) -> str:
     plt.close(fig)
     data = base64.b64encode(buf.getvalue().encode()).decode()
     alt = "Normal scores per claim: " + "; ".join(
-        f"{s.claim} ({s.point}) mean {s.mean:+.2f}, rms {s.rms:.2f}, {_verdict(s)}" for s in rows) + "."
-    caption = ("Each dot is one seed's score (clipped at ±5); ◆ the mean with two standard errors. A calibrated claim "
-               "keeps 95 % of its dots between the dashed lines and its ◆ bar across 0; red: outside the limits.")
+        f"{s.claim} ({s.point}) mean {s.mean:+.2f}, rms {s.rms:.2f}, {s.verdict}" for s in rows) + "."
+    caption = (f"Each dot is one seed's score (clipped at ±{lim:g}); ◆ the mean with two standard errors. A calibrated "
+               "claim keeps 95 % of its dots between the dashed lines and its ◆ bar across 0; red: outside the limits.")
     return (f"<figure class='cv-forest cv-calibration'><img src='data:image/svg+xml;base64,{data}' alt='{alt}' "
             f"style='width: {round(width_in * 96 * 1.25)}px'><figcaption>{caption}</figcaption></figure>")
 
@@ -163,13 +153,14 @@ def calibration_markdown(directory: Path | None = None, figures: bool = True) ->
     out = []
     seeds = sum(len(d["seeds"]) for d in files)
     commits = sorted({d.get("commit", "?")[:10] for d in files})
-    verdicts = [_verdict(s) for s in sums]
+    verdicts = [s.verdict for s in sums]
     count = {w: sum(1 for v in verdicts if v == w) for w in dict.fromkeys(verdicts)}
     walls = [(d["wall_seconds"], len(d["seeds"]), d.get("workers")) for d in files if d.get("wall_seconds")]
-    level = 2 * NormalDist().cdf(-4.0)
+    z = band_z()
+    level = 2 * NormalDist().cdf(-z)
     out.append(f"**The limits**: a mean normal score more than {BIAS_LIMIT:g} of its standard errors from 0; a "
                f"root-mean-square normal score above {RMS_HIGH:g} or below {RMS_LOW:g}. Seeds start at {FIRST_SEED}. A "
-               f"calibrated normal band of 4 standard errors misses {_pct(level)} of runs. "
+               f"calibrated normal band of {z:g} standard errors misses {_pct(level)} of runs. "
                + (f"Cost: {sum(n for _, n, _ in walls)} page runs in {sum(w for w, _, _ in walls) / 60:.0f} min of "
                   f"wall time with {max((k or 1) for _, _, k in walls)} local workers ({len(walls)} of {len(files)} "
                   "files timed in one go)." if walls else "") + "\n")
@@ -192,13 +183,13 @@ def calibration_markdown(directory: Path | None = None, figures: bool = True) ->
         f"**Error budget.** At the smoke points, {budget['misses']} of {budget['runs']} claim runs left their band "
         f"({budget['failures']} failed; {hidden} were made `not_resolvable` by a gate that turns a miss into an "
         f"undecided claim): a false-alarm rate per claim and run of {_pct(budget['rate'])} (95 % upper limit "
-        f"{_pct(budget['rate_high'])}), against the {_pct(2 * NormalDist().cdf(-4.0))} of a calibrated 4-SE band. "
+        f"{_pct(budget['rate_high'])}), against the {_pct(level)} of a calibrated {z:g}-SE band. "
         f"With the {budget['claims']} statistical claims of the smoke points run once each, as in one build, the "
         f"chance of at least one false alarm is {_pct(budget['build'])} (at most {_pct(budget['build_high'])}); "
         f"for a 100-point sweep of every page, {_pct(sweep['build'])} (at most {_pct(sweep['build_high'])}), "
         f"about {100 * budget['claims'] * budget['rate']:.3g} expected false alarms (at most "
         f"{100 * budget['claims'] * budget['rate_high']:.3g}).\n")
-    bad = [s for s in sums if _verdict(s) != "calibrated"]
+    bad = [s for s in sums if s.verdict != "calibrated"]
     if bad:
         floored = sum(1 for s in bad if s.floor_se > 0.5)
         out.append(f"**Open defects.** {len(bad)} entries are outside the limits; {floored} of them have a band with a "
@@ -209,7 +200,7 @@ def calibration_markdown(directory: Path | None = None, figures: bool = True) ->
             if s.floor_se > 0.5:
                 why = (f"Its band adds a floor of {s.floor_se:.2g} SE (median) for a systematic term it does not "
                        "correct. " + why)
-            out.append(f"- `{s.claim}` ({s.notebook}, {s.point}): {_verdict(s)} — mean z {s.mean:+.2f} ± "
+            out.append(f"- `{s.claim}` ({s.notebook}, {s.point}): {s.verdict} — mean z {s.mean:+.2f} ± "
                        f"{s.mean_se:.2f}, rms {s.rms:.2f}. {why}")
         out.append("")
     by_nb: dict[str, list[ClaimCalibration]] = {}
@@ -235,13 +226,19 @@ def calibration_markdown(directory: Path | None = None, figures: bool = True) ->
                 f"<td class='cv-num'>{s.n}</td><td class='cv-num'>{s.mean:+.2f} ± {s.mean_se:.2f}</td>"
                 f"<td class='cv-num'>{s.rms:.2f}</td><td class='cv-num'>{s.max_abs:.2f}</td>"
                 f"<td class='cv-num'>{html.escape(_misses(s))}</td><td class='cv-num'>{s.ks_p:.2g}</td>"
-                f"<td class='{'' if _verdict(s) == 'calibrated' else 'cv-fail'}'>{_verdict(s)}</td></tr>"
+                f"<td class='{'' if s.verdict == 'calibrated' else 'cv-fail'}'>{s.verdict}</td></tr>"
                 for s in rows if s.point == point)
             out.append("<div class='cv-wrap cv-wrap-summary'><table class='cv-summary cv-calibration'><thead><tr>"
                        + "".join(f"<th scope='col'>{html.escape(h)}</th>" for h in heads)
                        + f"</tr></thead><tbody>{body}</tbody></table></div>")
             out.append("")
     return "\n".join(out) + "\n"
+
+
+def band_z() -> float:
+    """The level of the statistical claims' bands in normal standard errors: the default ``z`` of
+    :meth:`companion.verdict.Verdict.statistical`."""
+    return float(inspect.signature(Verdict.statistical).parameters["z"].default)
 
 
 def files_version(files: list[dict], notebook: str) -> str:
