@@ -135,6 +135,12 @@ def test_the_whole_book_builds_strictly(smoke_site, tmp_path):
 
     glance = (html / "book" / "glance.html").read_text()
     assert glance.count("cv-glance-result") == len(all_results()) and "no records in this build" not in glance
+    # the numbers of the book's own pages are the package's (MyST substitutions, companion.site.sphinx_ext)
+    from companion.site.sphinx_ext import book_numbers
+
+    assert f"with probability\n{book_numbers()['power']}, shown" in glance or \
+        f"with probability {book_numbers()['power']}, shown" in glance, "the glance page's power is not substituted"
+    assert "{{" not in glance
     # the build's results are published with the site, where the dashboard links them
     assert (html / "results" / "all.jsonl").is_file() and (html / "results" / "summary.json").is_file()
     for name in ("CITATION.cff", "LICENSE"):
@@ -401,15 +407,18 @@ def test_glance_shows_each_results_decisive_claim_or_says_there_is_none():
 
 
 def test_a_decisive_claim_rejects_its_falsifier_with_power_and_the_closest_falsifier_wins():
-    """A falsifier inside the deviation the band detects with probability 0.99 ((4 + 2.33) SE) is not rejected with
-    power: such a claim does not decide, and its row says why; of two powered claims, the closer falsifier wins."""
+    """A falsifier inside the deviation the band detects with probability POWER ((4 + q_POWER) SE) is not rejected
+    with power: such a claim does not decide, and its row says why; of two powered claims, the closer falsifier wins."""
+    from statistics import NormalDist
+
     from companion.report import decisive_claim, detectable_of, glance_markdown, is_powered
+    from companion.stats import POWER
 
     # prediction 0.25, falsifier 0.2: 0.05 apart; at se 0.009 the band detects 6.33 * 0.009 = 0.057
     weak = _stat("mesa/a", "weak", 5.9, se=0.009)
-    assert detectable_of(weak) == pytest.approx((4 + 2.3263) * 0.009, rel=1e-4) and not is_powered(weak)
+    assert detectable_of(weak) == pytest.approx((4 + NormalDist().inv_cdf(POWER)) * 0.009) and not is_powered(weak)
     assert decisive_claim([weak]) == (weak, False)
-    assert "inside the 22.8% the band detects with probability 0.99: not rejected with power" in \
+    assert f"inside the 22.8% the band detects with probability {POWER:g}: not rejected with power" in \
         glance_markdown(_glance_specs(), [weak])
     far = _stat("mesa/a", "far", 200.0, falsifier_value=0.15)  # 40 % away, rejected far out
     near = _stat("mesa/a", "near", 40.0, falsifier_value=0.22)  # 12 % away, (0.03 > 0.0063): powered

@@ -323,8 +323,25 @@ def _build_finished(app, exc) -> None:
             shutil.copyfile(src, Path(app.outdir) / name)
 
 
+def book_numbers() -> dict[str, str]:
+    """The package's numbers that the book's own pages state, as MyST substitutions (``{{ power }}`` in a page):
+    the power at which a band's detectable deviation is stated (:data:`companion.stats.POWER`), the level of the
+    statistical bands in normal standard errors (:func:`companion.site.calibration_page.band_z`), the widest band
+    a passing claim may have (:data:`companion.verdict.MAX_CRIT`)."""
+    from ..stats import POWER
+    from ..verdict import MAX_CRIT
+    from .calibration_page import band_z
+
+    return {"power": f"{POWER:g}", "band_z": f"{band_z():g}", "max_crit": f"{MAX_CRIT:g}"}
+
+
+def _substitutions(app, config) -> None:
+    config.myst_substitutions = {**(getattr(config, "myst_substitutions", None) or {}), **book_numbers()}
+
+
 def setup(app):
     encrypted_kernels()
+    app.connect("config-inited", _substitutions)
     app.connect("builder-inited", _builder_inited)
     app.connect("env-before-read-docs", _restore_book_numbers)
     app.connect("env-get-updated", _renumber, priority=900)
