@@ -35,9 +35,10 @@ from pathlib import Path
 
 from docutils import nodes
 
+from ..stats import POWER
 from ..text import plain_text
-from ..verdict import METADATA_KEY
-from .calibration_page import write_calibration_page
+from ..verdict import MAX_CRIT, METADATA_KEY
+from .calibration_page import band_z, write_calibration_page
 from .where import where_markdown
 
 __all__ = []
@@ -328,10 +329,6 @@ def book_numbers() -> dict[str, str]:
     the power at which a band's detectable deviation is stated (:data:`companion.stats.POWER`), the level of the
     statistical bands in normal standard errors (:func:`companion.site.calibration_page.band_z`), the widest band
     a passing claim may have (:data:`companion.verdict.MAX_CRIT`)."""
-    from ..stats import POWER
-    from ..verdict import MAX_CRIT
-    from .calibration_page import band_z
-
     return {"power": f"{POWER:g}", "band_z": f"{band_z():g}", "max_crit": f"{MAX_CRIT:g}"}
 
 
