@@ -204,7 +204,7 @@ def cmd_results(args) -> int:
 
 def cmd_calibrate(args) -> int:
     from . import notebooks as nbs
-    from .calibration import claim_summaries, read
+    from .calibration import FIRST_SEED, claim_summaries, read
     from .run.calibrate import calibrate, domain_points
     from .run.inputs import SweepError
     from .run.sweep import worker_count
@@ -216,6 +216,8 @@ def cmd_calibrate(args) -> int:
     workers, note = worker_count(args.workers)
     if note and not args.scheduler:
         print(f"companion: {note}", file=sys.stderr, flush=True)
+    if args.first_seed is None:
+        args.first_seed = FIRST_SEED
     print(f"companion: {len(jobs)} calibration(s) of {args.seeds} seeds from {args.first_seed}", flush=True)
     bad = 0
 
@@ -249,7 +251,6 @@ def cmd_book(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .calibration import FIRST_SEED
     from .run.grid import MAX_POINTS
     from .threads import available_cores
 
@@ -319,7 +320,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--point", default="smoke",
                    help="smoke (default), domain:I, domain (every domain point) or paper (the defaults)")
     p.add_argument("--seeds", type=int, default=100, help="how many seeds (default 100)")
-    p.add_argument("--first-seed", type=int, default=FIRST_SEED, help=f"the first seed (default {FIRST_SEED})")
+    # its default is read when the command runs: companion.calibration imports the registries (torch, matplotlib,
+    # 3 s), which `companion --help`, a refused argument and every sweep worker's `companion run` would pay
+    p.add_argument("--first-seed", type=int, help="the first seed (default: the calibration's first held-out seed, "
+                                                  "companion.calibration.FIRST_SEED)")
     p.add_argument("--workers", type=int, default=2, help="local worker processes (default 2)")
     p.add_argument("--scheduler", metavar="ADDRESS", help="use a running Dask scheduler instead of a local cluster")
     p.add_argument("--resume", action="store_true", help="keep the seeds already finished")

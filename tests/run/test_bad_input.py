@@ -240,3 +240,16 @@ def test_benchmark_and_tool_scripts_refuse_unknown_options():
         assert proc.returncode == 2, (s.name, proc.returncode, err[-500:])
         lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith(("usage:", " "))]
         assert len(lines) == 1 and "--no-such-option" in lines[0], (s.name, err)
+
+
+def test_the_command_line_is_parsed_before_torch_or_matplotlib_is_imported():
+    """`companion --help`, a refused argument and each sweep worker's `companion run` build the parser first: it
+    must not import the registries (torch and matplotlib, about 3 s a process; a default read from
+    companion.calibration did, and slowed every command-line test)."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom companion.cli import build_parser\nbuild_parser()\n"
+            "print(sorted(m for m in ('torch', 'matplotlib', 'companion.verdict') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", out

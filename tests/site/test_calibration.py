@@ -143,7 +143,7 @@ def test_calibrate_runs_seeds_through_the_sweep_runner_and_resumes(tmp_path):
     # exit 1 when an entry is outside the limits (likely at 2 seeds), 0 otherwise
     assert first.returncode in (0, 1) and "mesa/setup smoke -> " in first.stdout, first.stderr
     data = cal.read(out / "mesa__setup__smoke.json")
-    assert data["seeds"] == [1000, 1001] and data["code_version"] == cal.code_version("mesa/setup")
+    assert data["seeds"] == [cal.FIRST_SEED, cal.FIRST_SEED + 1] and data["code_version"] == cal.code_version("mesa/setup")
     assert set(data["claims"]) == {"grad_formula", "loss_formula"}
     rows = [json.loads(line) for line in (out / "runs" / "mesa__setup__smoke" / "results.jsonl").read_text().splitlines()]
     for col_claim, col in data["claims"].items():
@@ -155,7 +155,7 @@ def test_calibrate_runs_seeds_through_the_sweep_runner_and_resumes(tmp_path):
     assert refused.returncode == 2 and "--resume" in refused.stderr
     more = run_cli("calibrate", "mesa/setup", "--seeds", "3", "-o", str(out), "--quiet", "--resume")
     assert more.returncode in (0, 1) and "mesa/setup smoke -> " in more.stdout, more.stderr
-    assert cal.read(out / "mesa__setup__smoke.json")["seeds"] == [1000, 1001, 1002]
+    assert cal.read(out / "mesa__setup__smoke.json")["seeds"] == [cal.FIRST_SEED + i for i in range(3)]
 
 
 @pytest.mark.parametrize("args, words", [(["--point", "domain:9"], "domain:0 ... domain:1"),
