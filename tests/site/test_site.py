@@ -102,27 +102,57 @@ _IMAGES_JS = """() => Array.from(document.querySelectorAll('article img')).map(i
   inFigure: !!i.closest('figure')}))"""
 
 
-@pytest.fixture(scope="module")
-def desktop(browser, smoke_site):
-    """Every page loaded once at 1280 px: what the tests below look at, per page."""
+_GLANCE_FOREST_JS = ("() => Array.from(document.querySelectorAll('figure.cv-forest-glance img'))"
+                     ".filter(i => i.naturalWidth > 0).length")
+
+
+def _visit_all(browser, smoke_site, viewport, extra) -> dict:
+    """Every page (:func:`_pages`, then "Results at a glance") loaded once at ``viewport``: per page, what
+    ``extra(page, path)`` reads, with the console errors, remote requests and the document's scroll width; the
+    forest-plot data of each notebook page (``_FOREST_JS``) and the glance page's count of decoded forest plots.
+    Each test below reads these instead of loading the pages again (a page load typesets its formulas: about a
+    second each)."""
+    from companion.report import verdict_label
+
     html = _site(smoke_site)
-    visit = Visit(browser, DESKTOP)
+    names = {html / "notebooks" / f"{n}.html": n for n in nbs.all_notebooks()}
+    glance = html / "book" / "glance.html"
+    visit = Visit(browser, viewport)
     seen = {}
     try:
-        for path in _pages(html):
+        for path in [*_pages(html), *([glance] if glance.is_file() else [])]:
             page = visit.open(path)
-            link = page.query_selector("a.companion-executed-download")
-            runtime = page.query_selector(".companion-runtime")
-            seen[path] = {
-                "errors": list(visit.errors), "remote": list(visit.remote),
-                "tables": page.evaluate(_TABLES_JS), "pres": page.evaluate(_PRE_JS),
-                "images": page.evaluate(_IMAGES_JS),
-                "download": link.get_attribute("href") if link else None,
-                "runtime": runtime.inner_text() if runtime else None,
-            }
+            got = {"errors": list(visit.errors), "remote": list(visit.remote),
+                   "width": page.evaluate("() => [document.documentElement.scrollWidth, "
+                                          "document.documentElement.clientWidth]"), **extra(page, path)}
+            if path in names:
+                got["forest"] = page.evaluate(_FOREST_JS, verdict_label(names[path]))
+            if path == glance:
+                got["glance_forests"] = page.evaluate(_GLANCE_FOREST_JS)
+            seen[path] = got
     finally:
         visit.close()
     return seen
+
+
+def _desktop_extra(page, path) -> dict:
+    link = page.query_selector("a.companion-executed-download")
+    runtime = page.query_selector(".companion-runtime")
+    return {"tables": page.evaluate(_TABLES_JS), "pres": page.evaluate(_PRE_JS), "images": page.evaluate(_IMAGES_JS),
+            "download": link.get_attribute("href") if link else None,
+            "runtime": runtime.inner_text() if runtime else None}
+
+
+@pytest.fixture(scope="module")
+def desktop(browser, smoke_site):
+    """Every page loaded once at 1280 px: what the tests below look at, per page."""
+    return _visit_all(browser, smoke_site, DESKTOP, _desktop_extra)
+
+
+@pytest.fixture(scope="module")
+def phone(browser, smoke_site):
+    """Every page loaded once at a phone's width."""
+    return _visit_all(browser, smoke_site, PHONE, lambda page, path: {})
 
 
 def test_pages_at_1280_px(desktop, smoke_site):
@@ -212,18 +242,10 @@ def test_the_notation_tables_fit_the_column_at_1280_px_and_scroll_in_their_box_o
         assert doc[0] <= doc[1] + 1, doc
 
 
-def test_pages_on_a_phone_do_not_scroll_sideways(browser, smoke_site):
-    html = _site(smoke_site)
-    visit = Visit(browser, PHONE)
-    wide = []
-    try:
-        for path in _pages(html):
-            page = visit.open(path)
-            w = page.evaluate("() => [document.documentElement.scrollWidth, document.documentElement.clientWidth]")
-            if w[0] > w[1] + 1:
-                wide.append(f"{path.relative_to(html).as_posix()}: {w[0]} px wide on a {w[1]} px screen")
-    finally:
-        visit.close()
+def test_pages_on_a_phone_do_not_scroll_sideways(phone, smoke_site):
+    html = smoke_site["html"]
+    wide = [f"{path.relative_to(html).as_posix()}: {w[0]} px wide on a {w[1]} px screen"
+            for path, got in phone.items() if (w := got["width"])[0] > w[1] + 1]
     assert not wide, "\n".join(wide)
 
 
@@ -345,37 +367,26 @@ _FOREST_JS = """(label) => {
 }"""
 
 
-@pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["1280px", "phone"])
-def test_each_result_page_shows_its_forest_plot_under_its_verdict_and_its_answer_first(browser, smoke_site, viewport):
+@pytest.mark.parametrize("viewport", ["desktop", "phone"], ids=["1280px", "phone"])
+def test_each_result_page_shows_its_forest_plot_under_its_verdict_and_its_answer_first(request, smoke_site, viewport):
     """Under each notebook's Verdict heading with a statistical claim a forest plot drawn from its records (decoded, with alt text, within
     the column at 1280 px and on a phone); the "In this book" box before the verdict section; no ASCII arrows or
     powers in the reasons and falsifiers; on "Results at a glance" the forest plot of the decisive claims."""
-    from companion.report import verdict_label
-
-    html = _site(smoke_site)
-    visit = Visit(browser, viewport)
+    seen_pages = request.getfixturevalue(viewport)  # every page loaded once at this width
+    html = smoke_site["html"]
     problems = []
-    try:
-        for name in nbs.all_notebooks():
-            page = visit.open(html / "notebooks" / f"{name}.html")
-            page.wait_for_timeout(500)
-            seen = page.evaluate(_FOREST_JS, verdict_label(name))
-            if not seen["inVerdict"]:
-                problems.append(f"{name}: no forest plot under the Verdict heading")
-            for p in seen["plots"]:
-                if p["natural"] <= 0 or p["width"] > p["column"] + 1 or "Forest plot" not in p["alt"]:
-                    problems.append(f"{name}: forest plot {p}")
-            if not seen["answer"] or not re.search(r"(Headline|Deciding) claim", seen["answer"]) or not seen["answerFirst"]:
-                problems.append(f"{name}: no 'In this book' box before the verdict ({seen['answer']!r})")
-            if seen["asciiInTables"]:
-                problems.append(f"{name}: {seen['asciiInTables']} reasons or falsifiers in ASCII maths")
-        glance = html / "book" / "glance.html"
-        if glance.is_file():
-            page = visit.open(glance)
-            n = page.evaluate("() => Array.from(document.querySelectorAll('figure.cv-forest-glance img'))"
-                              ".filter(i => i.naturalWidth > 0).length")
-            if n < 1:
-                problems.append("Results at a glance: no forest plot")
-    finally:
-        visit.close()
+    for name in nbs.all_notebooks():
+        seen = seen_pages[html / "notebooks" / f"{name}.html"]["forest"]
+        if not seen["inVerdict"]:
+            problems.append(f"{name}: no forest plot under the Verdict heading")
+        for p in seen["plots"]:
+            if p["natural"] <= 0 or p["width"] > p["column"] + 1 or "Forest plot" not in p["alt"]:
+                problems.append(f"{name}: forest plot {p}")
+        if not seen["answer"] or not re.search(r"(Headline|Deciding) claim", seen["answer"]) or not seen["answerFirst"]:
+            problems.append(f"{name}: no 'In this book' box before the verdict ({seen['answer']!r})")
+        if seen["asciiInTables"]:
+            problems.append(f"{name}: {seen['asciiInTables']} reasons or falsifiers in ASCII maths")
+    glance = seen_pages.get(html / "book" / "glance.html")
+    if glance is not None and glance["glance_forests"] < 1:
+        problems.append("Results at a glance: no forest plot")
     assert not problems, "\n".join(problems)

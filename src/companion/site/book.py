@@ -417,6 +417,7 @@ def _offline_page(browser: str):
             ctx = b.new_context()
             ctx.route("**/*", lambda r: r.continue_() if r.request.url.startswith(("file:", "data:", "blob:"))
                       else r.abort())
+            ctx.add_init_script(_SCRIPT_ERRORS)
             yield ctx.new_page()
         finally:
             b.close()
@@ -516,11 +517,22 @@ def check_math(html_dir: Path, pages: list[str] | None = None, browser: str | No
     return _own_thread(_check_math_one_browser, html_dir, files, browser)
 
 
-# "none": the page loads no MathJax; "done": typeset; "timeout": MathJax did not start within 20 s
+# run in every page before its own scripts: the script files that failed to load (a missing MathJax), so that a
+# page whose MathJax cannot load is reported at once, not after the 20 s that a slow start is given
+_SCRIPT_ERRORS = """window.__cvScriptErrors = [];
+window.addEventListener('error', e => {
+  if (e.target && e.target.tagName === 'SCRIPT') window.__cvScriptErrors.push(e.target.src);
+}, true);"""
+
+# "none": the page loads no MathJax; "done": typeset; "failed": its script did not load; "timeout": MathJax did not
+# start within 20 s
 _MATHJAX_DONE = """async () => {
-  if (!document.querySelector('script[src*="mathjax" i], script[src*="tex-" i]')) return "none";
-  for (let i = 0; i < 400 && !(window.MathJax && MathJax.startup && MathJax.startup.promise); i++)
+  const mj = document.querySelector('script[src*="mathjax" i], script[src*="tex-" i]');
+  if (!mj) return "none";
+  const failed = () => (window.__cvScriptErrors || []).includes(mj.src);
+  for (let i = 0; i < 400 && !failed() && !(window.MathJax && MathJax.startup && MathJax.startup.promise); i++)
     await new Promise(r => setTimeout(r, 50));
+  if (failed()) return "failed";
   if (!(window.MathJax && MathJax.startup && MathJax.startup.promise)) return "timeout";
   await MathJax.startup.promise;
   return "done";
@@ -541,7 +553,7 @@ def _check_math_one_browser(html_dir: Path, files: list[Path], browser: str) -> 
                 page.goto(f.as_uri(), wait_until="load", timeout=60_000)
                 state = page.evaluate(_MATHJAX_DONE)
                 found = page.eval_on_selector_all("[data-mjx-error]", "els => els.map(e => e.getAttribute('data-mjx-error'))")
-                if state == "timeout" or (page.locator("mjx-container").count() == 0 and 'class="math' in text):
+                if state in ("timeout", "failed") or (page.locator("mjx-container").count() == 0 and 'class="math' in text):
                     found.append(f"page did not render (MathJax: {state})")
             except Exception as exc:  # a page that does not load is an error of the site, reported per page
                 found.append(f"page did not render ({type(exc).__name__})")
