@@ -30,7 +30,9 @@ NOTEBOOK_FIXTURES = ("smoke_runs", "domain_runs", "smoke_site")
 # the book-build tests (and the Sweeps page's strict build) join the notebook runs in `make test`'s first pytest process
 # (tools/run_suite.py), so that the two processes end together: with them in the other process the two took 826 s and
 # 1108 s (site/test_book.py, about 140 s of book builds) and 881 s and 1039 s (site/test_sweeps_page.py, 64 s)
-BOOK_PROCESS_FILES = ("test_book.py", "test_sweeps_page.py")  # tests/site/
+# (tests/run/test_cluster.py too: its real Dask clusters mostly wait, which the site phase's single thread leaves room
+# for; in the other process it made that process the longer by about a minute)
+BOOK_PROCESS_FILES = ("test_book.py", "test_sweeps_page.py", "test_cluster.py")  # tests/site/, tests/run/
 EDGE_TESTS_D = 8  # the d of the curvature and divergence tests in tests/mesa/test_step_sizes.py
 
 
