@@ -85,7 +85,7 @@ def slow_toy(folder):
     src = (FIXTURES / "toy.md").read_text()
     hold = "hold: float = 0.0  # seconds to sleep before the verdict\n"
     src = src.replace('results_dir: str = ""', hold + 'results_dir: str = ""')
-    src = src.replace("rng = seed_everything(seed)", "import time\ntime.sleep(hold)\nrng = seed_everything(seed)")
+    src = src.replace("rng = np.random.default_rng(seed)", "import time\ntime.sleep(hold)\nrng = np.random.default_rng(seed)")
     assert "time.sleep(hold)" in src and "hold: float" in src
     path = folder / "slow" / "toy.md"  # named toy, as its verdict records
     path.parent.mkdir(exist_ok=True)

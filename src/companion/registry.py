@@ -2,17 +2,32 @@
 
 from __future__ import annotations
 
+import importlib
+
 from .claims import ResultSpec
-from .cot import results as cot_results
-from .mesa import results as mesa_results
 
 __all__ = ["PAPERS", "all_results", "results_of", "result_modules"]
 
 
+class _Registry:
+    """A paper's registry (``companion.<paper>.results``), imported when one of its attributes is first read: the
+    paper's package imports torch (about a second), which a kernel that only judges records (a sweep's toy page,
+    ``companion.verdict`` imported for its vocabulary) never needs. ``__name__`` is the module's, without import."""
+
+    def __init__(self, module: str):
+        self.__name__ = module
+
+    def __getattr__(self, attr: str):
+        return getattr(importlib.import_module(self.__name__), attr)
+
+    def __repr__(self) -> str:
+        return f"<registry {self.__name__}>"
+
+
 #: the papers, in book order, with their registries and their titles on the page
 PAPERS = (
-    ("mesa", mesa_results, "Paper 1: mesa-optimization (Zheng et al., NeurIPS 2024)"),
-    ("cot", cot_results, "Paper 2: multi-step GD with chain of thought (Huang, Wang & Lee, ICLR 2025)"),
+    ("mesa", _Registry("companion.mesa.results"), "Paper 1: mesa-optimization (Zheng et al., NeurIPS 2024)"),
+    ("cot", _Registry("companion.cot.results"), "Paper 2: multi-step GD with chain of thought (Huang, Wang & Lee, ICLR 2025)"),
 )
 
 
