@@ -161,9 +161,11 @@ def test_the_whole_book_builds_strictly(smoke_site, tmp_path):
     # the one typesetting of the book reads each error's page from the anchors of the single-page build
     head = src[: src.index("<body")]
     math = '<p><span class="math notranslate nohighlight">\\({}\\)</span></p>'
-    seeded["zz_print"] = (head + "<body>" + math.format("a_1_2") + '<span id="document-notebooks/mesa/setup"></span>'
-                          + math.format("x^2") + '<span id="document-notebooks/cot/setup"></span>' + math.format("y^2^3")
-                          + "</body></html>")
+    # (with the printed copy's MathJax settings, companion.site.book._print_mathjax)
+    seeded["zz_print"] = book._print_mathjax(
+        head + "<body>" + math.format("a_1_2") + '<span id="document-notebooks/mesa/setup"></span>' + math.format("x^2")
+        + '<span id="document-notebooks/cot/setup"></span>' + math.format("y^2^3") + "</body></html>")
+    assert "enableAssistiveMml: false" in seeded["zz_print"]
     try:
         for name, text in seeded.items():
             (html / "notebooks" / "mesa" / f"{name}.html").write_text(text)

@@ -364,8 +364,22 @@ def _single_page(root: Path, jb_cmd: list[str] | None = None, out_dir: Path | No
     if proc.returncode != 0 or not page.is_file():
         raise RuntimeError(f"single-page build failed:\n{(proc.stdout + proc.stderr)[-3000:]}")
     index = single / "companion-print.html"
-    shutil.copyfile(page, index)
+    index.write_text(_print_mathjax(page.read_text()))
     return index
+
+
+# MathJax's settings for the printed copy only, before its script runs: no hidden MathML copy of each formula for
+# screen readers (the site keeps it; a PDF cannot use it) and no menu. The book's thousands of formulas then print
+# in 25 s instead of 33 s on a 2-core AMD EPYC, with the same pages
+_PRINT_MATHJAX = ("<script>window.MathJax = window.MathJax || {}; MathJax.options = Object.assign(MathJax.options || {}, "
+                  "{enableMenu: false, enableAssistiveMml: false, menuOptions: {settings: {assistiveMml: false}}});"
+                  "</script>")
+
+
+def _print_mathjax(html: str) -> str:
+    """``html`` with :data:`_PRINT_MATHJAX` just before its MathJax script (unchanged without one)."""
+    found = re.search(r"<script[^>]*src=\"[^\"]*tex-[a-z]+\.js", html)
+    return html if found is None else html[:found.start()] + _PRINT_MATHJAX + html[found.start():]
 
 
 # per formula with a TeX error, its message and the page it comes from in the single-page build: the nearest
