@@ -110,6 +110,19 @@ def _code_digest(path: Path, mtime_ns: int) -> bytes:
     return code_text(path.read_text()).encode()
 
 
+def _sources_stamp() -> tuple:
+    """(path, modification time) of every source file of the package: a closure computed under one stamp holds."""
+    return tuple(sorted((str(p), p.stat().st_mtime_ns) for p in Path(__file__).resolve().parent.rglob("*.py")))
+
+
+@functools.lru_cache(maxsize=None)
+def _closure(module: str, stamp: tuple) -> tuple[str, ...]:
+    """:func:`companion.cache.import_closure` of ``module``, computed once per process and state of the sources
+    (each walk parses every module of the closure: 0.4 s, and the Calibration page and its tests ask for the 15
+    notebooks' closures several times)."""
+    return import_closure(module)
+
+
 def code_version(notebook: str) -> str:
     """sha256 (16 hex digits) of the code that makes ``notebook``'s records: the code (:func:`code_text`) of its
     result module's import closure (:func:`companion.cache.import_closure`), of the judging modules (``verdict``,
@@ -117,7 +130,7 @@ def code_version(notebook: str) -> str:
     and Python versions neither."""
     spec = result_of(notebook)
     root = Path(__file__).resolve().parent
-    files = sorted(set(import_closure(spec.module) if spec is not None else ()) | set(_JUDGES))
+    files = sorted(set(_closure(spec.module, _sources_stamp()) if spec is not None else ()) | set(_JUDGES))
     h = hashlib.sha256()
     for rel in files:
         h.update(rel.encode())
