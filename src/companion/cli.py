@@ -320,8 +320,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--point", default="smoke",
                    help="smoke (default), domain:I, domain (every domain point) or paper (the defaults)")
     p.add_argument("--seeds", type=int, default=100, help="how many seeds (default 100)")
-    # its default is read when the command runs: companion.calibration imports the registries (torch, matplotlib,
-    # 3 s), which `companion --help`, a refused argument and every sweep worker's `companion run` would pay
+    # its default is read when the command runs: companion.calibration imports the verdict module (matplotlib,
+    # 0.4 s), which `companion --help`, a refused argument and every sweep worker's `companion run` would pay
     p.add_argument("--first-seed", type=int, help="the first seed (default: the calibration's first held-out seed, "
                                                   "companion.calibration.FIRST_SEED)")
     p.add_argument("--workers", type=int, default=2, help="local worker processes (default 2)")

@@ -244,8 +244,7 @@ def test_benchmark_and_tool_scripts_refuse_unknown_options():
 
 def test_the_command_line_is_parsed_before_torch_or_matplotlib_is_imported():
     """`companion --help`, a refused argument and each sweep worker's `companion run` build the parser first: it
-    must not import the registries (torch and matplotlib, about 3 s a process; a default read from
-    companion.calibration did, and slowed every command-line test)."""
+    imports neither the verdict module nor torch or matplotlib (a default read from companion.calibration would)."""
     import subprocess
     import sys
 
