@@ -27,9 +27,22 @@ def test_mp_limit_fit_recovers_the_integral_and_the_wishart_moments():
     rng = np.random.default_rng(3)
     f = thm3_2.mp_limit_fit(2, 0.4, 4, 8, 4, 8000, rng)
     assert abs(f["a"] - mp.gd_error_mp(2, 0.4, 0.5)) <= 4 * f["a_se"]
-    # the exact finite-d value (moments m_0..m_4) is a + b/d to O(1/d^2): the fitted line passes near it
+    # the exact finite-d value (moments m_0..m_4) is a + b/d + c/d^2 to O(1/d^3): the fitted curve passes near it
     exact = gd.gd_error_wishart(2, 0.4, 16, 32) / 16
-    assert abs(f["a"] + f["b"] / 16 - exact) <= 4 * f["a_se"] + 0.01 * exact
+    assert abs(f["a"] + f["b"] / 16 + f["c"] / 16**2 - exact) <= 4 * f["a_se"] + 0.01 * exact
+    assert f["dof"] == 1
+
+
+def test_the_inverse_d_fit_extrapolates_exact_wishart_values_to_the_marchenko_pastur_integral():
+    """Fed the exact finite-d errors at (d, n) = (4, 8) ... (32, 64), the fit a + b/d + c/d^2 lands on the
+    integral to O(1/d^3) (3e-5); a fit a + b/d (the 1/d^2 term left out) misses it by 7e-4, about the
+    intercept's Monte-Carlo standard error at the smoke point."""
+    k, eta, gamma = 3, 0.3, 0.5
+    ds = np.array([4, 8, 16, 32])
+    exact = np.array([gd.gd_error_wishart(k, eta, int(d), int(d / gamma)) / d for d in ds])
+    f = thm3_2.inverse_d_fit(ds, exact, np.full(4, 1e-3))
+    assert abs(f["a"] - mp.gd_error_mp(k, eta, gamma)) < 1e-4
+    assert (f["b"], f["c"]) != (0.0, 0.0) and f["dof"] == 1
 
 
 def test_neighbours_take_the_nearer_exact_value():

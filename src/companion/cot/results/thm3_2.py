@@ -32,7 +32,7 @@ from ..theory import gd, mp, no_cot, wishart
 from ..train import cached_train_full, threads1
 
 __all__ = ["CLAIMS", "RESULT", "NEIGHBOUR", "IDENTITY_LIMIT", "neighbours", "trained_cot", "learned_steps",
-           "construction_errors", "law_medians", "median_pair", "mp_quadrature_pair", "mp_limit_fit", "decay_curves",
+           "construction_errors", "law_medians", "median_pair", "mp_quadrature_pair", "mp_limit_fit", "inverse_d_fit", "decay_curves",
            "record_trained", "record_exact", "record_law", "record_mp", "record_decay", "figure", "figure_mp",
            "manifest"]
 
@@ -182,14 +182,18 @@ def decay_curves(d: int, ratios, eta: float, K: int, num: int, rng: np.random.Ge
 def mp_limit_fit(k: int, eta: float, d: int, n: int, levels: int, num: int, rng: np.random.Generator) -> dict:
     r"""Monte-Carlo :math:`\frac1d\E\tr(I-\eta S)^{2k}` at :math:`(2^j d, 2^j n)`, :math:`j <` ``levels``, from
     ``num / 4^j`` draws (so :math:`\gamma = d/n` is exact at every level), and the weighted least-squares fit
-    :math:`a + b/d` (the finite-d correction of a real Wishart linear statistic is :math:`O(1/d)`). The intercept
+    :math:`a + b/d + c/d^2`. The expectation of a linear spectral statistic of a real Wishart matrix has an
+    expansion in powers of :math:`1/d` at fixed :math:`\gamma` whose :math:`1/d` term does not vanish (it does for
+    complex matrices); the :math:`1/d^2` term is the next one, and a fit without it leaves a bias of the order of
+    the intercept's standard error at the sizes the pages run. The intercept
     :math:`a` estimates the Marchenko--Pastur limit of :prf:ref:`cot-thm-3-2`; its standard error propagates the
-    Monte-Carlo errors.
+    Monte-Carlo errors; ``dof`` = ``levels`` - 3 is the fit's residual degrees of freedom (0 at three levels: the
+    curve passes through the points).
 
     Returns
     -------
     dict
-        ``dict(ds, values, ses, a, a_se, b, chi2)``.
+        ``dict(ds, values, ses, a, a_se, b, c, chi2, dof)``.
     """
     ds, vals, ses = [], [], []
     for j in range(levels):
@@ -200,12 +204,21 @@ def mp_limit_fit(k: int, eta: float, d: int, n: int, levels: int, num: int, rng:
         vals.append(m / dj)
         ses.append(se / dj)
     ds, vals, ses = np.array(ds, float), np.array(vals), np.array(ses)
-    X = np.stack([np.ones_like(ds), 1 / ds], axis=1)
+    return dict(ds=ds, values=vals, ses=ses, **inverse_d_fit(ds, vals, ses))
+
+
+def inverse_d_fit(ds, values, ses) -> dict:
+    r"""The weighted least-squares fit :math:`a + b/d + c/d^2` of ``values`` (standard errors ``ses``) at the
+    dimensions ``ds`` (at least three): ``dict(a, a_se, b, c, chi2, dof)``, ``a_se`` the intercept's standard error
+    propagated from ``ses`` and ``dof`` the residual degrees of freedom."""
+    ds, values, ses = (np.asarray(x, dtype=float) for x in (ds, values, ses))
+    X = np.stack([np.ones_like(ds), 1 / ds, 1 / ds**2], axis=1)
     Wt = 1 / ses**2
     cov = np.linalg.inv(X.T @ (X * Wt[:, None]))
-    a, b = cov @ (X.T @ (Wt * vals))
-    chi2 = float(np.sum(Wt * (vals - a - b / ds) ** 2))
-    return dict(ds=ds, values=vals, ses=ses, a=float(a), a_se=float(np.sqrt(cov[0, 0])), b=float(b), chi2=chi2)
+    coef = cov @ (X.T @ (Wt * values))
+    chi2 = float(np.sum(Wt * (values - X @ coef) ** 2))
+    return dict(a=float(coef[0]), a_se=float(np.sqrt(cov[0, 0])), b=float(coef[1]), c=float(coef[2]), chi2=chi2,
+                dof=len(ds) - 3)
 
 
 # ------------------------------------------------------------------------------------------------ the verdict
@@ -344,7 +357,7 @@ def record_mp(v, mp_k2, fit: dict, mp_k: float, k: int, *, eta: float, gamma: fl
     fal = (1 - eta) ** (2 * k)
     v.statistical(
         "cot32_mp_limit",
-        quantity=rf"intercept of the fit $a + b/d$ of $\frac1d\E\tr(I - \eta S)^{{2k}}$, $k = {k}$, against the "
+        quantity=rf"intercept of the fit $a + b/d + c/d^2$ of $\frac1d\E\tr(I - \eta S)^{{2k}}$, $k = {k}$, against the "
                  "Marchenko–Pastur integral",
         predicted=mp_k, measured=fit["a"], se=fit["a_se"], z=4, floor=1e-9, falsifier=IDENTITY_LIMIT,
         falsifier_value=fal, headline=True,
@@ -352,10 +365,10 @@ def record_mp(v, mp_k2, fit: dict, mp_k: float, k: int, *, eta: float, gamma: fl
                "weighted least-squares intercept, plus the quadrature error",
         detail=rf"Monte Carlo of $\frac1d\E\tr(I-\eta S)^{{2k}}$ at $(2^j d, 2^j n)$, $j < {levels}$, with "
                rf"$\gamma = d/n = {gamma:.4g}$ fixed and 4 times fewer draws per doubling of $d$ (the variance falls "
-               r"like $1/d^2$), and the weighted least-squares fit $a + b/d$ (`mp_limit_fit`; the finite-$d$ "
-               r"correction of a real Wishart linear statistic is $O(1/d)$). Standard error "
+               r"like $1/d^2$), and the weighted least-squares fit $a + b/d + c/d^2$ (`mp_limit_fit`: the first three "
+               r"terms of the expansion of a real Wishart linear statistic in $1/d$). Standard error "
                rf"${tex_number(fit['a_se'], '.4g')}$ of the intercept from the Monte-Carlo errors, normal critical value 4; "
-               rf"$\chi^2 = {fit['chi2']:.3g}$ on {levels - 2} degrees of freedom. Floor $10^{{-9}}$, the quadrature "
+               rf"$\chi^2 = {fit['chi2']:.3g}$ on {fit['dof']} degrees of freedom. Floor $10^{{-9}}$, the quadrature "
                rf"error. Falsifier $(1-\eta)^{{2k}} = {tex_number(fal, '.4g')}$.")
 
 
@@ -412,11 +425,11 @@ def figure(err, k_list, med: dict, decay: dict, rho: float, eta: float, d: int, 
 
 def figure_mp(fit: dict, mp_k: float, k: int, ratio: float):
     r"""``fig_cot_thm32_mp``: the Monte-Carlo values of :math:`\E\tr(I-\eta S)^{2k}/d` against 1/d (``fit``:
-    :func:`mp_limit_fit`), the fit a + b/d and the Marchenko-Pastur integral at 1/d = 0."""
+    :func:`mp_limit_fit`), the fit a + b/d + c/d² and the Marchenko-Pastur integral at 1/d = 0."""
     fig, ax = new_figure(width=4.2, height=3.0)
     xs = np.linspace(0, 1.05 / fit["ds"][0], 50)
     ax.errorbar(1 / fit["ds"], fit["values"], yerr=2 * fit["ses"], fmt="o", ms=4, mfc="none", label="Monte Carlo (±2 SE)")
-    ax.plot(xs, fit["a"] + fit["b"] * xs, "-", lw=1, label="fit a + b/d")
+    ax.plot(xs, fit["a"] + fit["b"] * xs + fit["c"] * xs**2, "-", lw=1, label="fit a + b/d + c/d²")
     ax.plot([0], [mp_k], "k*", ms=10, label="Marchenko–Pastur integral")
     ax.set_xlabel("1 / d   (n/d fixed)")
     ax.set_ylabel(r"$E\,\mathrm{tr}(I-\eta S)^{2k}\,/\,d$")
