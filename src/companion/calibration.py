@@ -14,6 +14,9 @@ with the record's degrees of freedom. Each run's z is mapped to a normal score
   :math:`s_u/\sqrt{n}`;
 * **spread**: the root-mean-square of u is above :data:`RMS_HIGH` (the SE understates the noise) or below
   :data:`RMS_LOW` (the band hides real deviations);
+* **chance**: a calibrated claim breaks these limits by chance too, the more often the fewer its seeds
+  (:func:`limit_chance`: at most 6 % at 20 seeds, 0.4 % at 100, under normal scores); an entry's own
+  :attr:`ClaimCalibration.chance` is the probability of a deviation at least as large as the one it shows;
 * **misses**: the runs whose measurement left its band (a failure, or a ``not_resolvable`` that an undecided
   gate made of a miss), with the 95 % Clopper-Pearson interval of their rate: for a correct theorem, each is a
   false alarm that the band's level says is rarer than 1 in 10 000.
@@ -45,7 +48,7 @@ from .verdict import result_of
 
 __all__ = ["BIAS_LIMIT", "RMS_HIGH", "RMS_LOW", "FIRST_SEED", "DEGENERATE_SE", "ClaimCalibration", "code_version", "signed_z",
            "normal_score", "code_text", "collect", "claim_summaries", "read", "read_all", "calibration_dir", "file_name",
-           "build_false_fail_rate", "median"]
+           "build_false_fail_rate", "median", "limit_chance"]
 
 #: a claim is biased when its mean normal score is further than this many of its standard errors from 0
 BIAS_LIMIT = 3.0
@@ -223,6 +226,25 @@ class ClaimCalibration:
         """The mean normal score in units of its standard error."""
         return self.mean / self.mean_se if self.mean_se > 0 else (0.0 if self.mean == 0 else math.inf)
 
+    @property
+    def chance(self) -> float:
+        r"""The probability that a calibrated claim (normal scores i.i.d. N(0, 1)) at this many seeds breaks a limit
+        this entry breaks by at least as much: the smallest of the tail probabilities of its broken limits (the
+        bias: :math:`P(|t_{n-1}| \ge |\text{bias}|)`, the mean over its standard error being Student's t; the spread:
+        :math:`P(\chi^2_n \ge n\,\text{rms}^2)`, or :math:`\le` for a narrow one); 1 when it breaks none."""
+        from scipy import stats as st
+
+        if self.n < 2:
+            return 1.0
+        p = [1.0]
+        if abs(self.bias) > BIAS_LIMIT:
+            p.append(2 * float(st.t.sf(abs(self.bias), self.n - 1)))
+        if self.rms > RMS_HIGH:
+            p.append(float(st.chi2.sf(self.n * self.rms**2, self.n)))
+        if self.rms < RMS_LOW:
+            p.append(float(st.chi2.cdf(self.n * self.rms**2, self.n)))
+        return min(p)
+
     def _flags(self) -> list[tuple[str, str]]:
         """The limits this claim breaks, each as (word, message); staleness last."""
         out = []
@@ -290,6 +312,17 @@ def claim_summaries(data: Mapping, current_version: str | None = None) -> list[C
             fail_high=hi, ks=float(ks.statistic) if ks else math.nan, ks_p=float(ks.pvalue) if ks else math.nan,
             law=law, scores=tuple(u), floor_se=median(col.get("floor_se") or []), stale=stale))
     return out
+
+
+def limit_chance(n: int) -> float:
+    r"""An upper bound on the probability that a calibrated claim (normal scores i.i.d. N(0, 1)) breaks a limit at
+    ``n`` seeds: :math:`P(|t_{n-1}| > ` :data:`BIAS_LIMIT` :math:`) + P(\chi^2_n > n\,` :data:`RMS_HIGH`
+    :math:`^2) + P(\chi^2_n < n\,` :data:`RMS_LOW` :math:`^2)` (the union bound of the three limits)."""
+    from scipy import stats as st
+
+    if n < 2:
+        return 0.0
+    return float(2 * st.t.sf(BIAS_LIMIT, n - 1) + st.chi2.sf(n * RMS_HIGH**2, n) + st.chi2.cdf(n * RMS_LOW**2, n))
 
 
 def median(values) -> float:

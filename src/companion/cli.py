@@ -216,9 +216,12 @@ def cmd_calibrate(args) -> int:
     workers, note = worker_count(args.workers)
     if note and not args.scheduler:
         print(f"companion: {note}", file=sys.stderr, flush=True)
+    if args.extend and args.first_seed is not None:
+        raise SweepError("--extend runs the seeds after the calibration file's last one: leave out --first-seed")
     if args.first_seed is None:
         args.first_seed = FIRST_SEED
-    print(f"companion: {len(jobs)} calibration(s) of {args.seeds} seeds from {args.first_seed}", flush=True)
+    print(f"companion: {len(jobs)} calibration(s) " + (f"grown to {args.seeds} seeds" if args.extend else
+                                                        f"of {args.seeds} seeds from {args.first_seed}"), flush=True)
     bad = 0
 
     def stop(signum, frame):
@@ -228,7 +231,7 @@ def cmd_calibrate(args) -> int:
     try:
         for name, point in jobs:
             path = calibrate(name, point, args.seeds, args.first_seed, workers=workers, scheduler=args.scheduler,
-                             resume=args.resume, progress=not args.quiet, out=args.out,
+                             resume=args.resume, progress=not args.quiet, out=args.out, extend=args.extend,
                              log=lambda msg: print(f"companion: {msg}", file=sys.stderr, flush=True))
             for s in claim_summaries(read(path)):
                 problems = s.problems() + ([f"{s.failed} of {s.runs} runs failed"] if s.failed else [])
@@ -327,6 +330,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=2, help="local worker processes (default 2)")
     p.add_argument("--scheduler", metavar="ADDRESS", help="use a running Dask scheduler instead of a local cluster")
     p.add_argument("--resume", action="store_true", help="keep the seeds already finished")
+    p.add_argument("--extend", action="store_true",
+                   help="grow the calibration file already there (same code, same point) to --seeds seeds: run only "
+                        "the seeds after its last one")
     p.add_argument("-o", "--out", metavar="DIR", help="where the calibration files go (default calibration/)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_calibrate)

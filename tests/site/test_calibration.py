@@ -156,14 +156,64 @@ def test_calibrate_runs_seeds_through_the_sweep_runner_and_resumes(tmp_path):
     more = run_cli("calibrate", "mesa/setup", "--seeds", "3", "-o", str(out), "--quiet", "--resume")
     assert more.returncode in (0, 1) and "mesa/setup smoke -> " in more.stdout, more.stderr
     assert cal.read(out / "mesa__setup__smoke.json")["seeds"] == [cal.FIRST_SEED + i for i in range(3)]
+    before = cal.read(out / "mesa__setup__smoke.json")
+    grown = run_cli("calibrate", "mesa/setup", "--seeds", "4", "-o", str(out), "--quiet", "--extend")
+    assert grown.returncode in (0, 1) and "grown to 4 seeds" in grown.stdout, grown.stderr
+    after = cal.read(out / "mesa__setup__smoke.json")
+    assert after["seeds"] == [cal.FIRST_SEED + i for i in range(4)] and after["runs"]["total"] == 4
+    for claim, col in before["claims"].items():  # the three seeds it held are kept as they were, one more follows
+        assert all(after["claims"][claim][k][:3] == col[k] for k in col) and after["claims"][claim]["z"][3] is not None
 
 
 @pytest.mark.parametrize("args, words", [(["--point", "domain:9"], "domain:0 ... domain:1"),
                                          (["--point", "huge"], "smoke, paper or domain:I"),
-                                         (["--seeds", "1"], "--seeds must be >= 2")])
+                                         (["--seeds", "1"], "--seeds must be >= 2"),
+                                         (["--extend"], "does not exist; run the calibration without --extend"),
+                                         (["--extend", "--first-seed", "5"], "leave out --first-seed")])
 def test_bad_calibration_input_is_one_line(tmp_path, args, words):
     proc = run_cli("calibrate", "mesa/setup", "-o", str(tmp_path), *args)
     assert proc.returncode == 2 and words in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_extending_a_calibration_appends_seeds_and_columns():
+    from companion.run.calibrate import extend_data
+
+    a = dict(_data([0.5, -1.0]), created="t0", commit="c1", runs={"total": 2, "ok": 2, "failed": 0, "error": 0},
+             seconds_per_run=2.0, wall_seconds=10.0, workers=2)
+    b = dict(_data([2.0, 0.1, 0.3]), created="t1", commit="c2", runs={"total": 3, "ok": 2, "failed": 1, "error": 0},
+             seconds_per_run=4.0, wall_seconds=20.0, workers=2)
+    b["seeds"] = [1002, 1003, 1004]
+    b["claims"]["new"] = b["claims"].pop("c")
+    out = extend_data(a, b)
+    assert out["seeds"] == [1000, 1001, 1002, 1003, 1004] and out["commit"] == "c1" and out["commits"] == ["c2"]
+    assert out["claims"]["c"]["z"] == [0.5, -1.0, None, None, None]
+    assert out["claims"]["new"]["z"] == [None, None, 2.0, 0.1, 0.3]
+    assert out["runs"] == {"total": 5, "ok": 4, "failed": 1, "error": 0} and out["wall_seconds"] == 30.0
+    assert out["seconds_per_run"] == pytest.approx((2 * 2 + 4 * 3) / 5) and out["created"] == "t1"
+    with pytest.raises(ValueError, match="share seeds"):
+        extend_data(a, a)
+
+
+def test_the_limits_break_by_chance_at_the_rate_limit_chance_bounds():
+    """Over 20000 synthetic calibrated claims (normal scores) at 20 seeds, the share outside the limits (the rules of
+    ClaimCalibration, applied to the same statistics) is at most limit_chance(20), a union bound, within its
+    Monte-Carlo error, and not far below it; a flagged entry's chance is the tail probability of its own statistic."""
+    import dataclasses
+
+    from scipy import stats as st
+
+    u = np.random.default_rng(7).standard_normal((20000, 20))
+    mean, se, rms = u.mean(1), u.std(1, ddof=1) / np.sqrt(20), np.sqrt((u**2).mean(1))
+    out = (np.abs(mean / se) > cal.BIAS_LIMIT) | (rms > cal.RMS_HIGH) | (rms < cal.RMS_LOW)
+    p = cal.limit_chance(20)
+    assert 0.85 * p < out.mean() <= p + 4 * np.sqrt(p * (1 - p) / 20000)
+    assert cal.limit_chance(100) < cal.limit_chance(20) / 10
+    [s] = cal.claim_summaries(_data(np.zeros(20) + [1, -1] * 10))
+    assert s.verdict == "calibrated" and s.chance == 1.0
+    wide = dataclasses.replace(s, rms=1.4)
+    assert wide.verdict == "too wide" and wide.chance == pytest.approx(st.chi2.sf(20 * 1.4**2, 20))
+    biased = dataclasses.replace(s, mean=0.9, mean_se=0.25)
+    assert biased.verdict == "biased" and biased.chance == pytest.approx(2 * st.t.sf(3.6, 19))
 
 
 def test_the_page_shows_every_entry_and_the_error_budget(committed):

@@ -4,7 +4,8 @@ The seeds' runs go to a sweep folder (``_build/calibration/<notebook>__<point>``
 locked while it runs, local or on a Dask scheduler); when they are done, their statistical records are reduced to
 a calibration file (``calibration/<notebook>__<point>.json``, :mod:`companion.calibration`) stamped with the code
 version of the notebook's claims and the commit. A folder whose runs were made by other code is refused instead
-of mixed.
+of mixed. ``--extend`` adds seeds to a current calibration file: the seeds after its last one are run and their
+columns appended (:func:`extend_data`), so that a point goes from 20 seeds to 50 without rerunning the 20.
 
 Points: ``smoke`` (``tests/smoke/<paper>.yaml``, what the tests run), ``domain:I`` (the I-th point of
 ``tests/domain/<paper>.yaml``) and ``paper`` (the notebook's defaults, the paper's settings).
@@ -30,7 +31,7 @@ from .inputs import SweepError
 from .store import read_results
 from .sweep import run_sweep
 
-__all__ = ["POINTS", "point_parameters", "domain_points", "calibrate", "runs_dir", "dumps"]
+__all__ = ["POINTS", "point_parameters", "domain_points", "calibrate", "runs_dir", "dumps", "extend_data"]
 
 #: the kinds of point a calibration runs at
 POINTS = ("smoke", "domain:I", "paper")
@@ -88,9 +89,11 @@ def _commit() -> str:
 
 def calibrate(notebook: str, point: str = "smoke", seeds: int = 100, first_seed: int = FIRST_SEED, *,
               workers: int = 2, scheduler: str | None = None, resume: bool = False, progress: bool = True,
-              out: str | Path | None = None, log=None) -> Path:
+              out: str | Path | None = None, log=None, extend: bool = False) -> Path:
     """Run ``notebook`` at ``point`` for seeds ``first_seed ... first_seed + seeds - 1`` and write its calibration
-    file (into ``out``, default the committed set); returns the file's path."""
+    file (into ``out``, default the committed set); returns the file's path. With ``extend``, the calibration file
+    already there (at the current code version and the same parameters) grows to ``seeds`` seeds: the seeds after
+    its last one are run (``first_seed`` is then not used) and appended (:func:`extend_data`)."""
     log = log or (lambda msg: None)
     name = nbs.name_of(nbs.resolve(notebook))
     if seeds < 2:
@@ -99,7 +102,18 @@ def calibrate(notebook: str, point: str = "smoke", seeds: int = 100, first_seed:
         raise SweepError(f"--first-seed must be >= 0; got {first_seed}")
     params = point_parameters(name, point)
     params.pop("seed", None)  # a domain point's own seed: a calibration varies it
+    target = Path(out) if out is not None else calibration_dir()
+    path = target / file_name(name, point)
+    if extend and not path.is_file():
+        raise SweepError(f"--extend: {path} does not exist; run the calibration without --extend first")
     version = code_version(name)
+    base = _extendable(path, version, params) if extend else None
+    if base is not None:
+        if len(base["seeds"]) >= seeds:
+            log(f"{path.name} holds {len(base['seeds'])} seeds already (--seeds {seeds}): nothing to add")
+            return path
+        first_seed, seeds = max(base["seeds"]) + 1, seeds - len(base["seeds"])
+        resume = True  # the runs folder may hold this file's runs (same code): they are kept, not refused
     folder = runs_dir(name, point, out)
     stamp = folder / "calibration.json"
     if resume and stamp.is_file():
@@ -121,9 +135,7 @@ def calibrate(notebook: str, point: str = "smoke", seeds: int = 100, first_seed:
     if summary["skipped"] == 0:  # one uninterrupted run of every seed: its wall time is the cost
         meta.update(wall_seconds=round(time.perf_counter() - t0, 1), workers=workers if scheduler is None else None)
         stamp.write_text(json.dumps(meta))
-    target = Path(out) if out is not None else calibration_dir()
-    path = target / file_name(name, point)
-    if "wall_seconds" not in meta and path.is_file():  # runs made before the stamp kept it: the file did
+    if "wall_seconds" not in meta and base is None and path.is_file():  # runs made before the stamp kept it: the file did
         earlier = json.loads(path.read_text())
         if earlier.get("code_version") == version and earlier.get("wall_seconds"):
             meta.update(wall_seconds=earlier["wall_seconds"], workers=earlier.get("workers"))
@@ -138,11 +150,50 @@ def calibrate(notebook: str, point: str = "smoke", seeds: int = 100, first_seed:
         "wall_seconds": meta.get("wall_seconds"), "workers": meta.get("workers"),
         **collect(finished),
     }
+    if base is not None:
+        data = extend_data(base, data)
     target.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(dumps(data))
     os.replace(tmp, path)
     return path
+
+
+def _extendable(path: Path, version: str, params: dict) -> dict:
+    """The calibration file ``path`` that ``--extend`` grows; one line naming what is wrong otherwise."""
+    data = json.loads(path.read_text())
+    if data.get("code_version") != version:
+        raise SweepError(f"--extend: {path.name} was made by other code (version {data.get('code_version')}, now "
+                         f"{version}); rerun it without --extend")
+    if (data.get("parameters") or {}) != params:
+        raise SweepError(f"--extend: {path.name} was made at other parameters than the point's now; rerun it without "
+                         "--extend")
+    return data
+
+
+def extend_data(base: dict, more: dict) -> dict:
+    """A calibration file's data ``base`` followed by ``more`` (the same notebook, point and code, later seeds):
+    the seeds and every claim's columns appended (a claim missing from one side is None there), the run counts and
+    wall times added, the median seconds per run weighted by the runs, the commits of both kept."""
+    if (base["notebook"], base["point"], base["code_version"]) != (more["notebook"], more["point"], more["code_version"]):
+        raise ValueError("extend_data: the two calibrations are of different notebooks, points or code")
+    if set(base["seeds"]) & set(more["seeds"]):
+        raise ValueError("extend_data: the two calibrations share seeds")
+    nb, nm = len(base["seeds"]), len(more["seeds"])
+    claims = {}
+    for claim in sorted(set(base["claims"]) | set(more["claims"])):
+        a, b = base["claims"].get(claim, {}), more["claims"].get(claim, {})
+        claims[claim] = {k: list(a.get(k) or [None] * nb) + list(b.get(k) or [None] * nm)
+                         for k in dict.fromkeys([*a, *b])}
+    runs = {k: base["runs"].get(k, 0) + more["runs"].get(k, 0) for k in ("total", "ok", "failed", "error")}
+    spr = [(x, n) for x, n in ((base.get("seconds_per_run"), nb), (more.get("seconds_per_run"), nm)) if x is not None]
+    walls = [base.get("wall_seconds"), more.get("wall_seconds")]
+    later = [c for c in dict.fromkeys((*base.get("commits", []), more.get("commit"))) if c and c != base.get("commit")]
+    return dict(base, created=more["created"], runs=runs, **({"commits": later} if later else {}),
+                seconds_per_run=_rounded(sum(x * n for x, n in spr) / sum(n for _, n in spr)) if spr else None,
+                wall_seconds=round(sum(walls), 1) if None not in walls else None,
+                workers=base.get("workers") if base.get("workers") == more.get("workers") else None,
+                seeds=base["seeds"] + more["seeds"], claims=claims)
 
 
 def dumps(data: dict) -> str:

@@ -31,6 +31,7 @@ from ..calibration import (
     calibration_dir,
     claim_summaries,
     code_version,
+    limit_chance,
     read_all,
 )
 from ..registry import all_results
@@ -95,6 +96,11 @@ def _pct(p: float) -> str:
     return f"{100 * p:.3g} %" if p >= 0.01 else (f"{100 * p:.2g} %" if p >= 0.001 else f"{100 * p:.1g} %")
 
 
+def _chance(p: float) -> str:
+    """A chance probability (:attr:`companion.calibration.ClaimCalibration.chance`) in words: ``3 %``, ``2e-05``."""
+    return _pct(p) if p >= 1e-3 else f"{p:.1g}"
+
+
 def _misses(s: ClaimCalibration) -> str:
     """``0/100 (≤ 3.6 %)`` or ``3/100, 1 failed (0.6–8.5 %)``: the misses with their 95 % interval."""
     failed = f", {s.failed} failed" if s.failed else ""
@@ -152,7 +158,7 @@ def calibration_markdown(directory: Path | None = None, figures: bool = True) ->
     defects = open_defects(directory)
     out = []
     seeds = sum(len(d["seeds"]) for d in files)
-    commits = sorted({d.get("commit", "?")[:10] for d in files})
+    commits = sorted({c[:10] for d in files for c in (d.get("commit", "?"), *d.get("commits", []))})
     verdicts = [s.verdict for s in sums]
     count = {w: sum(1 for v in verdicts if v == w) for w in dict.fromkeys(verdicts)}
     walls = [(d["wall_seconds"], len(d["seeds"]), d.get("workers")) for d in files if d.get("wall_seconds")]
@@ -192,16 +198,25 @@ def calibration_markdown(directory: Path | None = None, figures: bool = True) ->
     bad = [s for s in sums if s.verdict != "calibrated"]
     if bad:
         floored = sum(1 for s in bad if s.floor_se > 0.5)
+        ns = sorted({len(d["seeds"]) for d in files})
+        expected = sum(limit_chance(s.n) for s in sums)
+        flukes = sum(1 for s in bad if s.chance >= 0.01)
         out.append(f"**Open defects.** {len(bad)} entries are outside the limits; {floored} of them have a band with a "
-                   "floor of more than half a standard error, which absorbs their bias. Each, with what is known of "
-                   "its cause (`calibration/open.yaml`):\n")
+                   "floor of more than half a standard error, which absorbs their bias. A calibrated claim breaks a "
+                   "limit by chance too, the more often the fewer its seeds: with probability at most "
+                   + ", ".join(f"{_pct(limit_chance(n))} at {n} seeds" for n in ns)
+                   + f" (`companion.calibration.limit_chance`), so that at most {expected:.2g} of the {len(sums)} "
+                   f"entries are expected outside the limits by chance alone. After each entry, *chance*: the "
+                   "probability that a calibrated claim at its number of seeds deviates at least as much "
+                   f"({flukes} of the {len(bad)} have a chance of 1 % or more). Each, with what is known of its "
+                   "cause (`calibration/open.yaml`):\n")
         for s in bad:
             why = defects.get(key(s), "Not yet explained.")
             if s.floor_se > 0.5:
                 why = (f"Its band adds a floor of {s.floor_se:.2g} SE (median) for a systematic term it does not "
                        "correct. " + why)
             out.append(f"- `{s.claim}` ({s.notebook}, {s.point}): {s.verdict} — mean z {s.mean:+.2f} ± "
-                       f"{s.mean_se:.2f}, rms {s.rms:.2f}. {why}")
+                       f"{s.mean_se:.2f}, rms {s.rms:.2f} over {s.n} seeds; chance {_chance(s.chance)}. {why}")
         out.append("")
     by_nb: dict[str, list[ClaimCalibration]] = {}
     for s in sums:
