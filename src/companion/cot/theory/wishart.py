@@ -214,7 +214,8 @@ def wishart_is_sample(d: int, n: int, num: int, rng: np.random.Generator, tau: f
     d, n : int
         Dimension and examples per prompt.
     num : int
-        Number of spectra (half of them, rounded down, from the wide component).
+        Number of spectra: the first ``num - num // 2`` from :math:`W(I)`, the other ``num // 2`` from the wide
+        component (a stratified sample: :func:`companion.cot.theory.loops.is_mean_se` gives its standard errors).
     rng : numpy.random.Generator
         The source of randomness.
     tau : float
