@@ -114,6 +114,8 @@ def test_ood_row_mean_against_exact_wishart_moments_and_growth_beyond_the_bounda
     assert thm4_2.regime(row) == "beyond" and 0.5 < g["law"] < 1
     assert abs(g["model"] - g["law"]) <= 4 * math.hypot(g["se"], g["law_se"])
     assert g["model"] > thm4_2.in_distribution_growth(3, 9, 6, 0.3, 4000, rng) + 0.3
+    # the pilot sample of the growth rule is a second, independent sample of the same law
+    assert g["pilot"] != g["law"] and abs(g["pilot"] - g["law"]) <= 4 * math.sqrt(2) * g["law_se"]
 
 
 # ----------------------------------------------------------------------------- the claims
@@ -134,7 +136,8 @@ def test_nearer_neighbour_ties_go_to_k_plus_1_and_never_below_0():
 def _row(unstable=0.0, cond=1.5, K=4):
     return dict(K=K, R=10, d=5, unstable=unstable, cond=cond, rho=0.6,
                 median=dict(model=(1.2, 0.02, 9.0), law=(1.19, 0.01), prev=1.5, next=1.1),
-                growth=dict(model=0.3, se=0.02, dof=9.0, law=0.28, law_se=0.005))
+                growth=dict(model=0.3, se=0.02, dof=9.0, law=0.28, law_se=0.005, prompts=2000, spectra=5000,
+                            pilot=0.28))
 
 
 @pytest.mark.parametrize("unstable", [0.0, 0.2])
@@ -190,6 +193,25 @@ def test_model_claim_beyond_the_boundary_is_not_applicable_and_growth_claims_onl
     g = thm4_2.growth_claim(_row(0.5), 0.01)
     assert g.form == "fraction" and (g.predicted, g.measured, g.falsifier_value) == (0.28, 0.3, 0.01)
     assert (g.se, g.dof) == welch((0.005, math.inf), (0.02, 9.0))
+
+
+@pytest.mark.parametrize("law, prompts, spectra, few", [(0.28, 2000, 5000, []), (0.0008, 2000, 5000, ["prompts", "spectra"]),
+                                                          (0.002, 2000, 5000, ["prompts"]), (0.9996, 20000, 5000, ["spectra"]),
+                                                          (0.0, 2000, 5000, ["prompts", "spectra"])])
+def test_growth_claims_need_five_expected_counts_from_the_law_alone(law, prompts, spectra, few):
+    """Where the law's fraction p on the pilot sample predicts fewer than MIN_EXPECTED grown (or not grown) prompts
+    among the model's test prompts or the law's spectra, the growth claim is not applicable, whatever the model and
+    the prediction's sample say (the smoke point's 0.5:1.5 expected about one grown prompt among 2000, and its
+    normal band was skewed: mean z -0.53)."""
+    for model, predicted in ((law, law), (0.5, 0.3)):  # the rule reads the pilot and the sizes, nothing compared
+        r = _row(0.1)
+        r["growth"].update(pilot=law, law=predicted, model=model, prompts=prompts, spectra=spectra)
+        g = thm4_2.growth_claim(r, 0.01)
+        assert g.applicable == (not few)
+        assert ("among the model's test prompts" in g.why_not) == ("prompts" in few)
+        assert ("among the law's independent spectra" in g.why_not) == ("spectra" in few)
+        if few:
+            assert f"fewer than the {thm4_2.MIN_EXPECTED}" in g.why_not
 
 
 def test_condition_claim_is_the_geometric_bound_where_the_condition_holds():
