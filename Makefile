@@ -54,10 +54,11 @@ results: $(STAMP)
 	$(PY) tools/results_map.py
 
 # The committed calibration set (calibration/*.json): every notebook's smoke point over 100 seeds and each domain
-# point over 20, through the sweep runner (resumable: rerun to continue). Hours on two cores; not part of book/test.
+# point over 50 (companion.calibration.SMOKE_SEEDS, DOMAIN_SEEDS), through the sweep runner (resumable: rerun to
+# continue). Hours on two cores; not part of book/test.
 calibrate: $(STAMP)
 	$(PY) -m companion calibrate all --seeds 100 --resume
-	$(PY) -m companion calibrate all --point domain --seeds 20 --resume
+	$(PY) -m companion calibrate all --point domain --seeds 50 --resume
 
 # Seeded bugs, one at a time in a copy of the package: how many does the fast suite kill?
 mutants: $(STAMP)

@@ -56,11 +56,21 @@ def test_entries_outside_the_limits_are_exactly_the_listed_open_defects(committe
 def test_every_calibration_file_is_complete_and_current_in_form(committed):
     for data in cal.read_all():
         n = len(data["seeds"])
-        assert n >= (100 if data["point"] == "smoke" else 20), (data["notebook"], data["point"], n)
+        assert n >= (cal.SMOKE_SEEDS if data["point"] == "smoke" else cal.DOMAIN_SEEDS), (data["notebook"], data["point"], n)
         assert data["seeds"] == sorted(set(data["seeds"])) and min(data["seeds"]) >= cal.FIRST_SEED
         assert data["runs"]["error"] == 0, (data["notebook"], data["point"], data["runs"])
         for claim, col in data["claims"].items():
             assert {len(col[k]) for k in ("z", "dof", "status", "crit", "in_band", "floor_se")} == {n}, claim
+
+
+def test_make_calibrate_runs_the_seeds_the_committed_set_must_hold():
+    import re
+
+    from companion.paths import repo_root
+
+    recipe = (repo_root() / "Makefile").read_text().split("\ncalibrate:", 1)[1].split("\n\n", 1)[0]
+    seeds = re.findall(r"calibrate all( --point domain)? --seeds (\d+)", recipe)
+    assert sorted(seeds) == sorted([("", str(cal.SMOKE_SEEDS)), (" --point domain", str(cal.DOMAIN_SEEDS))]), recipe
 
 
 # ------------------------------------------------------------------------------- the statistics
@@ -219,6 +229,9 @@ def test_the_limits_break_by_chance_at_the_rate_limit_chance_bounds():
 def test_the_page_shows_every_entry_and_the_error_budget(committed):
     text = page.calibration_markdown(figures=False)
     assert "Error budget" in text
+    if any(s.verdict != "calibrated" for s in committed):  # the limits' own false alarms, and each entry's chance
+        assert f"{100 * cal.limit_chance(cal.DOMAIN_SEEDS):.3g} % at {cal.DOMAIN_SEEDS} seeds" in text
+        assert all(f"over {s.n} seeds; chance " in text for s in committed if s.verdict not in ("calibrated", "stale"))
     for s in committed:
         assert f"<tr><td><code>{s.claim}</code></td><td class='cv-num'>{s.law}</td><td class='cv-num'>{s.n}</td>" in text
     assert math.isfinite(cal.build_false_fail_rate(committed)["rate"])

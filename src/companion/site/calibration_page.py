@@ -200,7 +200,7 @@ def calibration_markdown(directory: Path | None = None, figures: bool = True) ->
         floored = sum(1 for s in bad if s.floor_se > 0.5)
         ns = sorted({len(d["seeds"]) for d in files})
         expected = sum(limit_chance(s.n) for s in sums)
-        flukes = sum(1 for s in bad if s.chance >= 0.01)
+        flukes = sum(1 for s in bad if not s.stale and s.chance >= 0.01)
         out.append(f"**Open defects.** {len(bad)} entries are outside the limits; {floored} of them have a band with a "
                    "floor of more than half a standard error, which absorbs their bias. A calibrated claim breaks a "
                    "limit by chance too, the more often the fewer its seeds: with probability at most "
@@ -216,7 +216,8 @@ def calibration_markdown(directory: Path | None = None, figures: bool = True) ->
                 why = (f"Its band adds a floor of {s.floor_se:.2g} SE (median) for a systematic term it does not "
                        "correct. " + why)
             out.append(f"- `{s.claim}` ({s.notebook}, {s.point}): {s.verdict} — mean z {s.mean:+.2f} ± "
-                       f"{s.mean_se:.2f}, rms {s.rms:.2f} over {s.n} seeds; chance {_chance(s.chance)}. {why}")
+                       f"{s.mean_se:.2f}, rms {s.rms:.2f} over {s.n} seeds"
+                       + ("" if s.stale else f"; chance {_chance(s.chance)}") + f". {why}")
         out.append("")
     by_nb: dict[str, list[ClaimCalibration]] = {}
     for s in sums:

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from docutils import nodes
 
+from ..calibration import DOMAIN_SEEDS, SMOKE_SEEDS
 from ..stats import POWER
 from ..text import plain_text
 from ..verdict import MAX_CRIT, METADATA_KEY
@@ -328,8 +329,10 @@ def book_numbers() -> dict[str, str]:
     """The package's numbers that the book's own pages state, as MyST substitutions (``{{ power }}`` in a page):
     the power at which a band's detectable deviation is stated (:data:`companion.stats.POWER`), the level of the
     statistical bands in normal standard errors (:func:`companion.site.calibration_page.band_z`), the widest band
-    a passing claim may have (:data:`companion.verdict.MAX_CRIT`)."""
-    return {"power": f"{POWER:g}", "band_z": f"{band_z():g}", "max_crit": f"{MAX_CRIT:g}"}
+    a passing claim may have (:data:`companion.verdict.MAX_CRIT`), the seeds of the committed calibration at a
+    smoke point and at a domain point (:data:`companion.calibration.SMOKE_SEEDS`, ``DOMAIN_SEEDS``)."""
+    return {"power": f"{POWER:g}", "band_z": f"{band_z():g}", "max_crit": f"{MAX_CRIT:g}",
+            "smoke_seeds": f"{SMOKE_SEEDS}", "domain_seeds": f"{DOMAIN_SEEDS}"}
 
 
 def _substitutions(app, config) -> None:
