@@ -83,7 +83,7 @@ def code_text(text: str) -> str:
     source with its comments and the docstrings of the module, its classes and functions cut out, trailing spaces
     and blank lines dropped, indentation kept (it is code). Two sources that differ only in prose give the same
     text; any change of code gives a different one."""
-    lines = text.splitlines(keepends=True)
+    lines = io.StringIO(text).readlines()  # the lines of ast and tokenize: str.splitlines also breaks at \f, \v, ...
     starts = [0]
     for line in lines:
         starts.append(starts[-1] + len(line))
@@ -103,7 +103,7 @@ def code_text(text: str) -> str:
             out.append(text[at:a])
             at = b
     out.append(text[at:])
-    return "\n".join(line.rstrip() for line in "".join(out).splitlines() if line.strip())
+    return "\n".join(line.rstrip() for line in "".join(out).split("\n") if line.strip())
 
 
 def _byte_col(line: str, col: int) -> int:

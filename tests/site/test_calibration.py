@@ -255,3 +255,6 @@ def test_code_text_drops_prose_keeps_code_and_its_indentation():
     assert cal.code_text(src.replace("return a", "return -a")) != cal.code_text(src)
     moved = src.replace("    return a\n", "return a\n")  # out of the function: the same tokens, another program
     assert cal.code_text(moved) != cal.code_text(src)
+    # a form feed or a tab in a docstring is prose too (str.splitlines breaks lines at a form feed, tokenize does not)
+    odd = src.replace("Doc.", "Doc: $\\frac12$ \f and \t here.")
+    assert cal.code_text(odd) == cal.code_text(src)

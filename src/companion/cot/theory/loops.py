@@ -33,10 +33,10 @@ __all__ = ["looped_loss", "looped_optimum", "looped_optimum_exact_k2", "looped_o
 def is_mean_se(values) -> tuple[float, float]:
     r"""The mean of per-spectrum values on an importance-weighted sample of
     :func:`companion.cot.theory.wishart.wishart_is_sample` (weights applied), and its standard error as the sample
-    was drawn: stratified, the first :math:`N_1 = N - \lfloor N/2floor` spectra from :math:`W(I)` and the other
-    :math:`N_2` from :math:`W(	au I)`, so that
+    was drawn: stratified, the first :math:`N_1 = N - \lfloor N/2\rfloor` spectra from :math:`W(I)` and the other
+    :math:`N_2` from :math:`W(\tau I)`, so that
 
-    .. math:: \mathrm{SE}^2 = \sum_{h=1,2}\Bigl(rac{N_h}{N}\Bigr)^2rac{s_h^2}{N_h},
+    .. math:: \mathrm{SE}^2 = \sum_{h=1,2}\Bigl(\frac{N_h}{N}\Bigr)^2\frac{s_h^2}{N_h},
 
     with :math:`s_h` the spread within stratum h. The i.i.d. formula would add the spread *between* the two
     components' means, which a fixed half-and-half draw does not have (at :math:`d = 6`, :math:`n = 12` it is 1.8
