@@ -320,8 +320,10 @@ def claim_summaries(data: Mapping, current_version: str | None = None) -> list[C
 
 def limit_chance(n: int) -> float:
     r"""An upper bound on the probability that a calibrated claim (normal scores i.i.d. N(0, 1)) breaks a limit at
-    ``n`` seeds: :math:`P(|t_{n-1}| > ` :data:`BIAS_LIMIT` :math:`) + P(\chi^2_n > n\,` :data:`RMS_HIGH`
-    :math:`^2) + P(\chi^2_n < n\,` :data:`RMS_LOW` :math:`^2)` (the union bound of the three limits)."""
+    ``n`` seeds, the union bound of the three limits (:data:`BIAS_LIMIT` b, :data:`RMS_HIGH` h, :data:`RMS_LOW` l):
+
+    .. math:: P(|t_{n-1}| > b) + P(\chi^2_n > n h^2) + P(\chi^2_n < n l^2).
+    """
     from scipy import stats as st
 
     if n < 2:

@@ -178,11 +178,21 @@ def test_calibrate_runs_seeds_through_the_sweep_runner_and_resumes(tmp_path):
 @pytest.mark.parametrize("args, words", [(["--point", "domain:9"], "domain:0 ... domain:1"),
                                          (["--point", "huge"], "smoke, paper or domain:I"),
                                          (["--seeds", "1"], "--seeds must be >= 2"),
-                                         (["--extend"], "does not exist; run the calibration without --extend"),
                                          (["--extend", "--first-seed", "5"], "leave out --first-seed")])
 def test_bad_calibration_input_is_one_line(tmp_path, args, words):
     proc = run_cli("calibrate", "mesa/setup", "-o", str(tmp_path), *args)
     assert proc.returncode == 2 and words in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_extend_refuses_a_file_that_is_not_there_or_not_current(tmp_path):
+    from companion.run.calibrate import calibrate
+    from companion.run.inputs import SweepError
+
+    with pytest.raises(SweepError, match="does not exist; run the calibration without --extend"):
+        calibrate("mesa/setup", seeds=3, out=tmp_path, extend=True)
+    (tmp_path / "mesa__setup__smoke.json").write_text(json.dumps(dict(_data([0.1, 0.2]), parameters={})))
+    with pytest.raises(SweepError, match="made by other code"):
+        calibrate("mesa/setup", seeds=3, out=tmp_path, extend=True)
 
 
 def test_extending_a_calibration_appends_seeds_and_columns():
