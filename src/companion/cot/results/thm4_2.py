@@ -370,19 +370,19 @@ def growth_claim(row: dict, id_growth: float) -> ClaimNumbers:
     (:func:`in_distribution_growth`). Where no spectrum is beyond the boundary, not applicable; and where the law's
     fraction p on the pilot sample (``pilot``, independent of both compared numbers) predicts fewer than
     :data:`MIN_EXPECTED` grown or not grown prompts among the model's test prompts or the law's sample
-    (:math:`\min(p, 1-p)N`), not applicable either, with ``why_not``: a normal band on so few counts is skewed. The
-    rule reads neither the model's fraction nor the prediction's sample: one read from the prediction's sample keeps
-    the seeds whose sample over-counts (at the smoke point's 1.5:1.5, mean z -0.56 over the 32 seeds it kept)."""
+    (:math:`\min(p, 1-p)N`), not applicable either, with ``why_not`` (the smaller count): a normal band on so few
+    counts is skewed. The rule reads neither the model's fraction nor the prediction's sample: one read from the
+    prediction's sample would keep the seeds whose sample over-counts, and bias the comparison."""
     if row["unstable"] > 0:
         g = row["growth"]
         p = min(g["pilot"], 1 - g["pilot"])
-        few = [(what, p * n) for what, n in (("the model's test prompts", g["prompts"]),
-                                             ("the law's independent spectra", g["spectra"])) if p * n < MIN_EXPECTED]
+        few = [(what, p * n) for what, n in ((f"the model's {g['prompts']} test prompts", g["prompts"]),
+                                             (f"the law's {g['spectra']} spectra", g["spectra"])) if p * n < MIN_EXPECTED]
         if few:
-            return ClaimNumbers("", why_not="; ".join(
-                f"the law's fraction {g['pilot']:.3g} (a pilot sample) predicts {e:.2g} grown or not grown prompts "
-                f"among {what}" for what, e in few) + f", fewer than the {MIN_EXPECTED} a normal band on a fraction "
-                "needs")
+            what, e = min(few, key=lambda t: t[1])
+            return ClaimNumbers("", why_not=f"a pilot sample of the GD law gives a fraction {g['pilot']:.2g}: {e:.2g} "
+                                            f"grown or not grown prompts expected among {what}, fewer than the "
+                                            f"{MIN_EXPECTED} a normal band needs")
         se, dof = welch((g["law_se"], math.inf), (g["se"], g["dof"]))
         return ClaimNumbers("fraction", predicted=g["law"], measured=g["model"], se=se, dof=dof,
                             falsifier_value=id_growth)
