@@ -14,7 +14,7 @@ import warnings
 import numpy as np
 import pytest
 
-from companion.cot.theory import gd, wishart
+from companion.cot.theory import gd, no_cot, wishart
 
 
 def test_residual_power_is_the_power_for_every_exponent_and_step_shape():
@@ -74,18 +74,25 @@ def test_argmin_se_is_the_delta_method_of_the_ratio_of_means_at_k_1():
     assert gd.argmin_se(first, second) == pytest.approx(ratio_se, rel=1e-10)
 
 
-def test_argmin_se_covers_the_spread_of_the_argmin_over_independent_samples():
+# (3, 8): a mid-sized sample; (4, 4): n = d, where tr S^2 is heaviest-tailed, at the num_mc of the Theorem 3.1
+# page's second domain point
+@pytest.mark.parametrize("d,n,num", [(3, 8, 400), pytest.param(4, 4, 4000, marks=pytest.mark.slow)])
+def test_argmin_se_covers_the_spread_of_the_argmin_over_independent_samples(d, n, num):
     rng = np.random.default_rng(4)
     argmins, ses = [], []
     for _ in range(200):
-        eigs = wishart.sample_S_eigs(3, 8, 400, rng)
+        eigs = wishart.sample_S_eigs(d, n, num, rng)
         c = eigs.sum(axis=1).mean() / (eigs**2).sum(axis=1).mean()  # the argmin at k = 1
         argmins.append(c)
         ses.append(gd.argmin_se(*gd.gd_trace_derivatives(c, eigs, 1)))
     # the spread of the argmins against the typical standard error: a sample SD on n - 1 dof, relative SE
     # 1/sqrt(2(n - 1)) (0.05 here); accepted within 4 of them
-    n = len(argmins)
-    assert np.std(argmins, ddof=1) / np.mean(ses) == pytest.approx(1.0, abs=4 / np.sqrt(2 * (n - 1)))
+    k = len(argmins)
+    assert np.std(argmins, ddof=1) / np.mean(ses) == pytest.approx(1.0, abs=4 / np.sqrt(2 * (k - 1)))
+    # and the z of each sample against the exact argmin: root-mean-square 1 (chi-square over k), mean 0
+    z = (np.array(argmins) - no_cot.eta_star(d, n)) / np.array(ses)
+    assert np.sqrt(np.mean(z**2)) == pytest.approx(1.0, abs=4 / np.sqrt(2 * k))
+    assert abs(z.mean()) <= 4 / np.sqrt(k)
 
 
 def test_per_prompt_error_law_has_the_mean_of_the_trace():
