@@ -64,8 +64,7 @@ def test_unit_weights_give_the_plain_optimum_and_a_standard_error_near_the_plain
 def test_the_importance_sample_is_stratified_and_its_standard_error_says_so():
     """Over repeated samples of wishart_is_sample at d = 6, n = 12 the weighted mean of tr(I - c S)^4 scatters as
     is_mean_se says; the i.i.d. formula, which adds the spread between the two components' means that a
-    half-and-half draw does not have, says about 1.8 times more (the too narrow calibration of cotloop_L2 at the
-    looped page's second domain point: root-mean-square z 0.50)."""
+    half-and-half draw does not have, says more."""
     rng = np.random.default_rng(3)
     c2, _ = loops.looped_optimum_exact_k2(6, 12)
     est = [loops.looped_is_loss(c2, 2, *wishart.wishart_is_sample(6, 12, 2000, rng)) for _ in range(150)]

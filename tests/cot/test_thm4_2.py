@@ -201,8 +201,7 @@ def test_model_claim_beyond_the_boundary_is_not_applicable_and_growth_claims_onl
 def test_growth_claims_need_five_expected_counts_from_the_law_alone(law, prompts, spectra, few):
     """Where the law's fraction p on the pilot sample predicts fewer than MIN_EXPECTED grown (or not grown) prompts
     among the model's test prompts or the law's spectra, the growth claim is not applicable, whatever the model and
-    the prediction's sample say (the smoke point's 0.5:1.5 expected about one grown prompt among 2000, and its
-    normal band was skewed: mean z -0.53)."""
+    the prediction's sample say."""
     for model, predicted in ((law, law), (0.5, 0.3)):  # the rule reads the pilot and the sizes, nothing compared
         r = _row(0.1)
         r["growth"].update(pilot=law, law=predicted, model=model, prompts=prompts, spectra=spectra)

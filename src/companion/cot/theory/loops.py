@@ -38,9 +38,8 @@ def is_mean_se(values) -> tuple[float, float]:
 
     .. math:: \mathrm{SE}^2 = \sum_{h=1,2}\Bigl(\frac{N_h}{N}\Bigr)^2\frac{s_h^2}{N_h},
 
-    with :math:`s_h` the spread within stratum h. The i.i.d. formula would add the spread *between* the two
-    components' means, which a fixed half-and-half draw does not have (at :math:`d = 6`, :math:`n = 12` it is 1.8
-    times the spread of the estimate over repeated samples; the stratified one 1.1 times)."""
+    with :math:`s_h` the spread within stratum h (a fixed half-and-half draw has no spread between the two
+    components' means, which the i.i.d. formula would add)."""
     v = np.asarray(values, dtype=float)
     N = v.shape[-1]
     n1 = N - N // 2

@@ -1,0 +1,75 @@
+"""How the off-manifold feedback of trained mesa models scales with the training-set size m.
+
+A trained model's ab at the last epoch differs from the GD restricted to the diagonal manifold on the same
+training set by its off-manifold feedback ``off`` (companion.mesa.evidence.ab_evidence). The replicate claims
+extrapolate ab to m -> infinity with a 1/m model (companion.stats.richardson); the model holds where ``m * off``
+no longer depends on m. This script trains ``--reps`` independent sets at every m of ``--m`` (diagonal init)
+and prints, per m, the mean of ``off`` with its standard error, ``m * off``, the mean deviation of ab from
+population GD with its spread, and for each pair (m, 4m) of the ladder the Richardson extrapolation of ``off``
+(0 where the 1/m model holds)::
+
+    python tools/offmanifold_scaling.py                                  # the Theorem 4.1 smoke point, sigma = 1
+    python tools/offmanifold_scaling.py --T 100 --epochs 200 --m 625 2500 10000 --reps 10
+
+Not a test: minutes of training, and its purpose is to measure where the extrapolation's model holds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--law", default="gaussian", help="data law (default gaussian)")
+    ap.add_argument("--scale", type=float, default=1.0, help="its scale (default 1)")
+    ap.add_argument("--d", type=int, default=5, help="token dimension (default 5)")
+    ap.add_argument("--T", type=int, default=12, help="sequence length (default 12)")
+    ap.add_argument("--lr", type=float, default=1e-4, help="GD step size (default 1e-4)")
+    ap.add_argument("--epochs", type=int, default=30, help="GD epochs (default 30)")
+    ap.add_argument("--init", type=float, nargs=2, default=[0.5, 1.5], metavar=("A0", "B0"),
+                    help="diagonal init (default 0.5 1.5)")
+    ap.add_argument("--m", type=int, nargs="+", default=[100, 400, 1600, 6400], help="training-set sizes")
+    ap.add_argument("--reps", type=int, default=16, help="independent training sets per size (default 16)")
+    ap.add_argument("--seed", type=int, default=5000, help="first seed of the training sets (default 5000)")
+    args = ap.parse_args()
+
+    import numpy as np
+
+    from companion import params
+    from companion.mesa.evidence import population_ab, restricted_ab
+    from companion.mesa.train import run
+    from companion.stats import richardson
+
+    try:
+        sizes = [params.integer("--m", m, min=1) for m in args.m]
+        reps = params.integer("--reps", args.reps, min=2)
+        pop = population_ab(args.law, args.scale, args.d, args.T, *args.init, args.lr, args.epochs)[-1]
+        kw = dict(law=args.law, scale=args.scale, d=args.d, T=args.T, m_test=10, a0=args.init[0], b0=args.init[1],
+                  lr=args.lr, epochs=args.epochs)
+        off, dev = {}, {}
+        for m in sizes:
+            rs = [run(**kw, m=m, seed=args.seed + k) for k in range(reps)]
+            off[m] = np.array([r.ab[-1] - restricted_ab(r) for r in rs])
+            dev[m] = np.array([r.ab[-1] - pop for r in rs])
+    except params.ParameterError as exc:
+        print(f"offmanifold_scaling: {exc}", file=sys.stderr)
+        return 2
+    print(f"population-GD ab {pop:.6g} ({args.law}, scale {args.scale:g}, d = {args.d}, T = {args.T}, "
+          f"lr = {args.lr:g}, {args.epochs} epochs, init {args.init[0]:g} {args.init[1]:g}; {reps} sets per m)")
+    print(f"{'m':>8} {'mean off':>11} {'+-':>9} {'m*off':>8} {'mean dev':>11} {'+-':>9} {'sd dev':>9}")
+    se = {m: off[m].std(ddof=1) / np.sqrt(reps) for m in sizes}
+    for m in sizes:
+        print(f"{m:8d} {off[m].mean():11.4e} {se[m]:9.2e} {m * off[m].mean():8.3f} {dev[m].mean():11.4e} "
+              f"{dev[m].std(ddof=1) / np.sqrt(reps):9.2e} {dev[m].std(ddof=1):9.2e}")
+    for m in sizes:
+        if 4 * m in off:
+            r = richardson(off[4 * m], off[m])
+            print(f"Richardson of off over (m, m/4) = ({4 * m}, {m}): {r['measured']:.3e} +- {r['se']:.1e} "
+                  f"({r['measured'] / off[4 * m].mean():+.0%} of off at {4 * m})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
