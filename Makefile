@@ -9,6 +9,15 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.companion-installed
 BROWSER := $(VENV)/.browser-checked
 
+# The compiled mesa kernels (companion.mesa.lanes.jit, keyed by their IR, the CPU and the LLVM version) in a
+# per-user cache, as pip keeps wheels: a second clone on this machine compiles nothing. Only where the folder can be
+# made and written; else (and when you set NUMBA_CACHE_DIR yourself) the kernels go where jit._cache_dir says.
+ifndef NUMBA_CACHE_DIR
+NUMBA_CACHE_DIR := $(shell d="$${XDG_CACHE_HOME:-$$HOME/.cache}/companion/kernels"; \
+                     mkdir -p "$$d" 2>/dev/null && [ -w "$$d" ] && echo "$$d")
+endif
+export NUMBA_CACHE_DIR
+
 .PHONY: book test test-fast lint mutants install setup clean benchmark results calibrate
 
 install: $(STAMP)
