@@ -85,8 +85,8 @@ def test_argmin_se_covers_the_spread_of_the_argmin_over_independent_samples(d, n
         c = eigs.sum(axis=1).mean() / (eigs**2).sum(axis=1).mean()  # the argmin at k = 1
         argmins.append(c)
         ses.append(gd.argmin_se(*gd.gd_trace_derivatives(c, eigs, 1)))
-    # the spread of the argmins against the typical standard error: a sample SD on n - 1 dof, relative SE
-    # 1/sqrt(2(n - 1)) (0.05 here); accepted within 4 of them
+    # the spread of the argmins against the typical standard error: a sample SD on k - 1 dof, relative SE
+    # 1/sqrt(2(k - 1)) (0.05 here); accepted within 4 of them
     k = len(argmins)
     assert np.std(argmins, ddof=1) / np.mean(ses) == pytest.approx(1.0, abs=4 / np.sqrt(2 * (k - 1)))
     # and the z of each sample against the exact argmin: root-mean-square 1 (chi-square over k), mean 0
