@@ -15,7 +15,7 @@ with the record's degrees of freedom. Each run's z is mapped to a normal score
 * **spread**: the root-mean-square of u is above :data:`RMS_HIGH` (the SE understates the noise) or below
   :data:`RMS_LOW` (the band hides real deviations);
 * **chance**: a calibrated claim breaks these limits by chance too, the more often the fewer its seeds
-  (:func:`limit_chance`: at most 6 % at 20 seeds, 1.1 % at 50, 0.4 % at 100, under normal scores); an entry's own
+  (:func:`limit_chance`, under normal scores; the Calibration page states it at the committed seeds); an entry's own
   :attr:`ClaimCalibration.chance` is the probability of a deviation at least as large as the one it shows;
 * **misses**: the runs whose measurement left its band (a failure, or a ``not_resolvable`` that an undecided
   gate made of a miss), with the 95 % Clopper-Pearson interval of their rate: for a correct theorem, each is a
@@ -59,8 +59,7 @@ RMS_LOW = 0.5
 #: calibration seeds start here, away from the seeds the book and the tests run (1, 2, ...)
 FIRST_SEED = 1000
 #: the seeds of the committed calibration at a smoke point, and at a domain point: the fewer the seeds, the more
-#: often a calibrated claim breaks the limits by chance (:func:`limit_chance`: at most 6 % of the entries at 20
-#: seeds, 1.1 % at 50, 0.4 % at 100)
+#: often a calibrated claim breaks the limits by chance (:func:`limit_chance`)
 SMOKE_SEEDS, DOMAIN_SEEDS = 100, 50
 #: an SE below this, relative to the prediction, is round-off: the quantity has no noise at that point
 DEGENERATE_SE = 1e-12
