@@ -6,10 +6,12 @@ extrapolate ab to m -> infinity with a 1/m model (companion.stats.richardson); t
 no longer depends on m. This script trains ``--reps`` independent sets at every m of ``--m`` (diagonal init)
 and prints, per m, the mean of ``off`` with its standard error, ``m * off``, the mean deviation of ab from
 population GD with its spread, and for each pair (m, 4m) of the ladder the Richardson extrapolation of ``off``
-(0 where the 1/m model holds)::
+(0 where the 1/m model holds). The sizes, epochs and step size are those of a point of the Theorem 4.1 page
+(``--point``: its smoke point by default, ``domain:I`` or ``paper``, as ``companion calibrate`` reads them; the
+Gaussian law at ``--scale``, the page's middle diagonal init); an option given overrides the point::
 
     python tools/offmanifold_scaling.py                                  # the Theorem 4.1 smoke point, sigma = 1
-    python tools/offmanifold_scaling.py --T 100 --epochs 200 --m 625 2500 10000 --reps 10
+    python tools/offmanifold_scaling.py --point paper --m 625 2500 10000 --reps 10
 
 Not a test: minutes of training, and its purpose is to measure where the extrapolation's model holds.
 """
@@ -19,17 +21,38 @@ from __future__ import annotations
 import argparse
 import sys
 
+NOTEBOOK = "mesa/thm4_1_emergence"
+
+
+def _point(point: str, law: str, scale: float) -> dict:
+    """d, T, epochs, the step size of ``law`` at ``scale`` and the middle diagonal init of the Theorem 4.1 page at
+    ``point`` (the notebook's defaults, :mod:`companion.mesa.paper`, overridden by the point's parameters; a step
+    size the point leaves to the stability bound comes from it, as the page computes it)."""
+    from companion.mesa import paper, stability
+    from companion.mesa.domain import diagonal_inits
+    from companion.run.calibrate import point_parameters
+
+    key, table = ("sigmas", "lrs_gauss") if law == "gaussian" else ("cs", "lrs_sparse")
+    p = {**paper.COMMON, "a0s": [a for a, _ in paper.INITS], "b0s": [b for _, b in paper.INITS],
+         key: [x for x, _ in paper.TABLE1.get(law, [])], table: [lr for _, lr in paper.TABLE1.get(law, [])],
+         **point_parameters(NOTEBOOK, point)}
+    inits = diagonal_inits(p["a0s"], p["b0s"])
+    lr = (dict(zip(p[key], p[table])).get(scale)
+          or stability.stable_lr(law, scale, p["d"], p["T"], inits, paper.KAPPA, p["seed"]))
+    return dict(d=p["d"], T=p["T"], epochs=p["epochs"], lr=lr, init=inits[len(inits) // 2])
+
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--point", default="smoke", help="point of the Theorem 4.1 page: smoke (default), domain:I, paper")
     ap.add_argument("--law", default="gaussian", help="data law (default gaussian)")
     ap.add_argument("--scale", type=float, default=1.0, help="its scale (default 1)")
-    ap.add_argument("--d", type=int, default=5, help="token dimension (default 5)")
-    ap.add_argument("--T", type=int, default=12, help="sequence length (default 12)")
-    ap.add_argument("--lr", type=float, default=1e-4, help="GD step size (default 1e-4)")
-    ap.add_argument("--epochs", type=int, default=30, help="GD epochs (default 30)")
-    ap.add_argument("--init", type=float, nargs=2, default=[0.5, 1.5], metavar=("A0", "B0"),
-                    help="diagonal init (default 0.5 1.5)")
+    ap.add_argument("--d", type=int, help="token dimension (default: the point's)")
+    ap.add_argument("--T", type=int, help="sequence length (default: the point's)")
+    ap.add_argument("--lr", type=float, help="GD step size (default: the point's for this scale)")
+    ap.add_argument("--epochs", type=int, help="GD epochs (default: the point's)")
+    ap.add_argument("--init", type=float, nargs=2, metavar=("A0", "B0"), help="diagonal init (default: the page's "
+                    "middle init at the point)")
     ap.add_argument("--m", type=int, nargs="+", default=[100, 400, 1600, 6400], help="training-set sizes")
     ap.add_argument("--reps", type=int, default=16, help="independent training sets per size (default 16)")
     ap.add_argument("--seed", type=int, default=5000, help="first seed of the training sets (default 5000)")
@@ -40,25 +63,29 @@ def main() -> int:
     from companion import params
     from companion.mesa.evidence import population_ab, restricted_ab
     from companion.mesa.train import run
+    from companion.run.inputs import SweepError
     from companion.stats import richardson
 
     np.seterr(over="ignore", invalid="ignore")  # a step beyond the bound overflows the prediction; run() refuses it
     try:
+        pt = _point(args.point, args.law, args.scale)
+        d, T, lr, epochs = (pt[k] if v is None else v for k, v in
+                            (("d", args.d), ("T", args.T), ("lr", args.lr), ("epochs", args.epochs)))
+        a0, b0 = pt["init"] if args.init is None else args.init
         sizes = [params.integer("--m", m, min=1) for m in args.m]
         reps = params.integer("--reps", args.reps, min=2)
-        pop = population_ab(args.law, args.scale, args.d, args.T, *args.init, args.lr, args.epochs)[-1]
-        kw = dict(law=args.law, scale=args.scale, d=args.d, T=args.T, m_test=10, a0=args.init[0], b0=args.init[1],
-                  lr=args.lr, epochs=args.epochs)
+        pop = population_ab(args.law, args.scale, d, T, a0, b0, lr, epochs)[-1]
+        kw = dict(law=args.law, scale=args.scale, d=d, T=T, m_test=10, a0=a0, b0=b0, lr=lr, epochs=epochs)
         off, dev = {}, {}
         for m in sizes:
             rs = [run(**kw, m=m, seed=args.seed + k) for k in range(reps)]
             off[m] = np.array([r.ab[-1] - restricted_ab(r) for r in rs])
             dev[m] = np.array([r.ab[-1] - pop for r in rs])
-    except params.ParameterError as exc:
+    except (params.ParameterError, SweepError) as exc:
         print(f"offmanifold_scaling: {exc}", file=sys.stderr)
         return 2
-    print(f"population-GD ab {pop:.6g} ({args.law}, scale {args.scale:g}, d = {args.d}, T = {args.T}, "
-          f"lr = {args.lr:g}, {args.epochs} epochs, init {args.init[0]:g} {args.init[1]:g}; {reps} sets per m)")
+    print(f"population-GD ab {pop:.6g} ({args.law}, scale {args.scale:g}, d = {d}, T = {T}, lr = {lr:g}, "
+          f"{epochs} epochs, init {a0:g} {b0:g}; {reps} sets per m)")
     print(f"{'m':>8} {'mean off':>11} {'+-':>9} {'m*off':>8} {'mean dev':>11} {'+-':>9} {'sd dev':>9}")
     se = {m: off[m].std(ddof=1) / np.sqrt(reps) for m in sizes}
     for m in sizes:
