@@ -205,7 +205,7 @@ def cmd_results(args) -> int:
 def cmd_calibrate(args) -> int:
     from . import notebooks as nbs
     from .calibration import FIRST_SEED, claim_summaries, read
-    from .run.calibrate import calibrate, domain_points
+    from .run.calibrate import calibrate, domain_points, restamp
     from .run.inputs import SweepError
     from .run.sweep import worker_count
 
@@ -218,6 +218,11 @@ def cmd_calibrate(args) -> int:
         print(f"companion: {note}", file=sys.stderr, flush=True)
     if args.extend and args.first_seed is not None:
         raise SweepError("--extend runs the seeds after the calibration file's last one: leave out --first-seed")
+    if args.restamp is not None and (args.extend or args.resume or args.first_seed is not None):
+        raise SweepError("--restamp reruns the calibration file's first seeds: leave out --extend, --resume and "
+                         "--first-seed")
+    if args.restamp is not None:
+        return _restamp(jobs, args, workers, restamp)
     if args.first_seed is None:
         args.first_seed = FIRST_SEED
     print(f"companion: {len(jobs)} calibration(s) " + (f"grown to {args.seeds} seeds" if args.extend else
@@ -244,6 +249,26 @@ def cmd_calibrate(args) -> int:
         return 130
     finally:
         signal.signal(signal.SIGTERM, old)
+    return 1 if bad else 0
+
+
+def _restamp(jobs, args, workers, restamp) -> int:
+    """``companion calibrate --restamp K``: each calibration file carried over to the current code if its first K seeds
+    give the same columns again (:func:`companion.run.calibrate.restamp`); exit 1 if any does not."""
+    print(f"companion: {len(jobs)} calibration(s): the first {args.restamp} seeds of each run again and compared",
+          flush=True)
+    bad = 0
+    for name, point in jobs:
+        path, diffs = restamp(name, point, args.restamp, workers=workers, scheduler=args.scheduler,
+                              progress=not args.quiet, out=args.out,
+                              log=lambda msg: print(f"companion: {msg}", file=sys.stderr, flush=True))
+        if diffs:
+            bad += 1
+            print(f"{name} {point}: not restamped, the current code records other numbers ({len(diffs)} claim(s)): "
+                  + "; ".join(diffs[:5]) + (" ..." if len(diffs) > 5 else "") + f"; recalibrate: companion calibrate "
+                  f"{name} --point {point}", flush=True)
+        else:
+            print(f"{name} {point} -> {path} (restamped)", flush=True)
     return 1 if bad else 0
 
 
@@ -333,6 +358,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--extend", action="store_true",
                    help="grow the calibration file already there (same code, same point) to --seeds seeds: run only "
                         "the seeds after its last one")
+    p.add_argument("--restamp", type=int, metavar="K",
+                   help="carry the calibration file over to changed code that should record the same numbers: rerun "
+                        "its first K seeds, and stamp it with the current code only if every claim's columns agree")
     p.add_argument("-o", "--out", metavar="DIR", help="where the calibration files go (default calibration/)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_calibrate)

@@ -175,10 +175,74 @@ def test_calibrate_runs_seeds_through_the_sweep_runner_and_resumes(tmp_path):
         assert all(after["claims"][claim][k][:3] == col[k] for k in col) and after["claims"][claim]["z"][3] is not None
 
 
+def test_restamp_compares_every_column_at_the_rerun_seeds():
+    from companion.run.calibrate import compare_columns
+
+    old = dict(_data([0.5, -1.25, 2.0]), seeds=[1000, 1001, 1002])
+    same = json.loads(json.dumps(old))
+    same["claims"]["c"]["z"][1] = -1.25001  # the file's 6 significant digits: the same number
+    assert compare_columns(old, same, [1000, 1001]) == []
+    moved = json.loads(json.dumps(old))
+    moved["claims"]["c"]["z"][1] = -1.2503  # a record that moved by 2e-4 of its z
+    assert compare_columns(old, moved, [1000, 1001]) == ["c: z at seed 1001 was -1.25, now -1.2503"]
+    assert compare_columns(old, moved, [1000, 1002]) == []  # only the compared seeds count
+    flipped = json.loads(json.dumps(old))
+    flipped["claims"]["c"]["status"][0] = "not_resolvable"
+    assert compare_columns(old, flipped, [1000]) == ["c: status at seed 1000 was 'passed', now 'not_resolvable'"]
+    extra = json.loads(json.dumps(old))
+    extra["claims"]["new"] = {"z": [0.1, None, None], "status": ["passed", None, None]}
+    assert compare_columns(old, extra, [1000]) == ["new: recorded only by the current code"]
+    assert compare_columns(old, extra, [1001]) == []  # not recorded at that seed: nothing to compare
+    # a rerun holds its own seeds: compared seed by seed, not by position
+    sub = {"seeds": [1001], "claims": {"c": {k: [v[1]] for k, v in old["claims"]["c"].items()}}}
+    assert compare_columns(old, sub, [1001]) == []
+
+
+def test_the_page_says_which_files_were_restamped():
+    files = [_data([0.1, 0.2]), dict(_data([0.3, 0.4]), restamped=[{"from": "a", "commit": "0123456789abc", "seeds": 7},
+                                                                  {"from": "b", "commit": "fedcba9876543", "seeds": 5}])]
+    words = page._restamp_words(files)
+    assert "1 of the files" in words and "at least 5" in words and "`fedcba9876`" in words and "0123" not in words
+    assert page._restamp_words(files[:1]) == ""
+
+
+@pytest.mark.slow
+def test_restamp_carries_a_file_over_only_when_the_rerun_seeds_agree(tmp_path):
+    """A calibration of other code (its version changed in the file) is carried over when its first seeds give the
+    same columns again, with the check written into it; a file whose numbers the current code does not give again
+    (a z changed in the file, as a change of the computation would) is left as it was and the claim named."""
+    from companion.run.calibrate import calibrate, restamp
+    from companion.run.inputs import SweepError
+
+    path = calibrate("mesa/setup", seeds=3, out=tmp_path, progress=False)
+    good = cal.read(path)
+    old = dict(good, code_version="0123456789abcdef")
+    path.write_text(json.dumps(old))
+    assert restamp("mesa/setup", seeds=2, out=tmp_path, progress=False) == (path, [])
+    done = cal.read(path)
+    assert done["code_version"] == cal.code_version("mesa/setup") and done["claims"] == good["claims"]
+    assert [(e["from"], e["seeds"]) for e in done["restamped"]] == [("0123456789abcdef", 2)]
+    assert restamp("mesa/setup", seeds=2, out=tmp_path, progress=False) == (path, [])  # current: nothing to do
+    tampered = json.loads(json.dumps(old))
+    claim = sorted(tampered["claims"])[0]
+    tampered["claims"][claim]["z"][1] += 0.01
+    path.write_text(json.dumps(tampered))
+    _, diffs = restamp("mesa/setup", seeds=2, out=tmp_path, progress=False)
+    assert len(diffs) == 1 and diffs[0].startswith(f"{claim}: z at seed {good['seeds'][1]} was ")
+    assert cal.read(path) == tampered
+    path.write_text(json.dumps(dict(old, parameters={"T": 7})))
+    with pytest.raises(SweepError, match="made at other parameters"):
+        restamp("mesa/setup", seeds=2, out=tmp_path, progress=False)
+    with pytest.raises(SweepError, match="does not exist"):
+        restamp("mesa/setup", point="domain:0", seeds=2, out=tmp_path, progress=False)
+
+
 @pytest.mark.parametrize("args, words", [(["--point", "domain:9"], "domain:0 ... domain:1"),
                                          (["--point", "huge"], "smoke, paper or domain:I"),
                                          (["--seeds", "1"], "--seeds must be >= 2"),
-                                         (["--extend", "--first-seed", "5"], "leave out --first-seed")])
+                                         (["--extend", "--first-seed", "5"], "leave out --first-seed"),
+                                         (["--restamp", "3", "--extend"], "leave out --extend, --resume"),
+                                         (["--restamp", "0"], "--restamp must be >= 1")])
 def test_bad_calibration_input_is_one_line(tmp_path, args, words):
     proc = run_cli("calibrate", "mesa/setup", "-o", str(tmp_path), *args)
     assert proc.returncode == 2 and words in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr

@@ -6,6 +6,10 @@ a calibration file (``calibration/<notebook>__<point>.json``, :mod:`companion.ca
 version of the notebook's claims and the commit. A folder whose runs were made by other code is refused instead
 of mixed. ``--extend`` adds seeds to a current calibration file: the seeds after its last one are run and their
 columns appended (:func:`extend_data`), so that a point goes from 20 seeds to 50 without rerunning the 20.
+``--restamp K`` carries a calibration file over a change of code that should change no record (a refactor, a faster
+kernel): its first K seeds are run again with the current code and every column of every claim compared with the
+file's (:func:`compare_columns`); only if all agree is the file stamped with the current code version, the check
+written into it (``restamped``); else nothing is written and the differing claims are named (:func:`restamp`).
 
 Points: ``smoke`` (``tests/smoke/<paper>.yaml``, what the tests run), ``domain:I`` (the I-th point of
 ``tests/domain/<paper>.yaml``) and ``paper`` (the notebook's defaults, the paper's settings).
@@ -18,6 +22,7 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -31,7 +36,8 @@ from .inputs import SweepError
 from .store import read_results
 from .sweep import run_sweep
 
-__all__ = ["POINTS", "point_parameters", "domain_points", "calibrate", "runs_dir", "dumps", "extend_data"]
+__all__ = ["POINTS", "point_parameters", "domain_points", "calibrate", "runs_dir", "dumps", "extend_data", "restamp",
+           "compare_columns", "RESTAMP_RTOL"]
 
 #: the kinds of point a calibration runs at
 POINTS = ("smoke", "domain:I", "paper")
@@ -157,6 +163,94 @@ def calibrate(notebook: str, point: str = "smoke", seeds: int = 100, first_seed:
     tmp.write_text(dumps(data))
     os.replace(tmp, path)
     return path
+
+
+#: the relative agreement (of max(1, |value|)) of a rerun seed's numeric columns with the file's: the file keeps z to 6
+#: significant digits and floor/SE to 4, so an exact refactor agrees to their rounding; any change of what a record
+#: computes moves some column at some seed far more
+RESTAMP_RTOL = {"z": 2e-5, "floor_se": 2e-3, "crit": 1e-9, "dof": 1e-9}
+
+
+def compare_columns(old: dict, new: dict, seeds: list[int]) -> list[str]:
+    """The differences between two calibrations' data at ``seeds`` (each held by both): one line per claim whose
+    column differs at some seed beyond :data:`RESTAMP_RTOL` (status and in_band exactly), and per claim recorded
+    by one only. Empty when they agree."""
+    where_old = {s: i for i, s in enumerate(old["seeds"])}
+    where_new = {s: i for i, s in enumerate(new["seeds"])}
+    lines = []
+    for claim in sorted(set(old["claims"]) | set(new["claims"])):
+        a, b = old["claims"].get(claim), new["claims"].get(claim)
+        if a is None or b is None:  # a claim of one side only: a difference where that side recorded it
+            side, idx = (b, where_new) if a is None else (a, where_old)
+            if any(side["status"][idx[s]] is not None for s in seeds):
+                lines.append(f"{claim}: recorded only by the {'current' if a is None else 'earlier'} code")
+            continue
+        for key in dict.fromkeys([*a, *b]):
+            for s in seeds:
+                x = (a.get(key) or [None] * len(old["seeds"]))[where_old[s]]
+                y = (b.get(key) or [None] * len(new["seeds"]))[where_new[s]]
+                if _same(key, x, y):
+                    continue
+                lines.append(f"{claim}: {key} at seed {s} was {x!r}, now {y!r}")
+                break
+    return lines
+
+
+def _same(key: str, x, y) -> bool:
+    if x is None or y is None or isinstance(x, (str, bool)) or isinstance(y, (str, bool)) or key not in RESTAMP_RTOL:
+        return x == y
+    return abs(float(x) - float(y)) <= RESTAMP_RTOL[key] * max(1.0, abs(float(x)))
+
+
+def restamp(notebook: str, point: str = "smoke", seeds: int = 10, *, workers: int = 2, scheduler: str | None = None,
+            progress: bool = True, out: str | Path | None = None, log=None) -> tuple[Path, list[str]]:
+    """Carry the calibration file of ``notebook`` at ``point`` over to the current code: rerun its first ``seeds``
+    seeds (into ``runs_dir(...)`` + ``__restamp``, resumable at the same code), compare every claim's columns
+    (:func:`compare_columns`) and, if they all agree, write the file back with the current ``code_version``, the
+    commit and a ``restamped`` entry (from which version, at which commit and time, how many seeds were compared).
+    Returns the path and the differences (empty: restamped; else the file is left as it was). A file already at
+    the current code is left alone; one whose parameters are not the point's now is refused in one line."""
+    log = log or (lambda msg: None)
+    name = nbs.name_of(nbs.resolve(notebook))
+    if seeds < 1:
+        raise SweepError(f"--restamp must be >= 1 seed; got {seeds}")
+    params = point_parameters(name, point)
+    params.pop("seed", None)
+    path = (Path(out) if out is not None else calibration_dir()) / file_name(name, point)
+    if not path.is_file():
+        raise SweepError(f"--restamp: {path} does not exist; run the calibration without --restamp first")
+    data = json.loads(path.read_text())
+    version = code_version(name)
+    if data.get("code_version") == version:
+        log(f"{path.name} is at the current code already ({version}): nothing to restamp")
+        return path, []
+    if (data.get("parameters") or {}) != params:
+        raise SweepError(f"--restamp: {path.name} was made at other parameters than the point's now; rerun it "
+                         "without --restamp")
+    check = list(data["seeds"][:seeds])
+    folder = runs_dir(name, point, out).with_name(runs_dir(name, point, out).name + "__restamp")
+    stamp = folder / "calibration.json"
+    resume = stamp.is_file() and json.loads(stamp.read_text()).get("code_version") == version
+    if folder.exists() and not resume:
+        shutil.rmtree(folder)  # a check of other code: nothing in it is a result
+    folder.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(json.dumps(dict(notebook=name, point=point, code_version=version)))
+    run_sweep(name, [dict(params, seed=s) for s in check], folder, workers=workers, resume=resume,
+              scheduler=scheduler, progress=progress, swept=["seed"], log=log, max_points=None)
+    finished = [p for p in read_results(folder).values() if p.get("parameters", {}).get("seed") in check]
+    now = collect(finished)
+    missing = sorted(set(check) - set(now["seeds"]))
+    diffs = [f"seed {s}: no finished run (crashed or error)" for s in missing]
+    diffs += compare_columns(data, now, [s for s in check if s not in missing])
+    if diffs:
+        return path, diffs
+    entry = {"from": data["code_version"], "commit": _commit(), "seeds": len(check),
+             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+    data = dict(data, code_version=version, restamped=[*data.get("restamped", []), entry])
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(dumps(data))
+    os.replace(tmp, path)
+    return path, []
 
 
 def _extendable(path: Path, version: str, params: dict) -> dict:

@@ -149,6 +149,19 @@ def strip_figure(rows: list[ClaimCalibration]) -> str:
             f"style='width: {round(width_in * 96 * 1.25)}px'><figcaption>{caption}</figcaption></figure>")
 
 
+def _restamp_words(files: list[dict]) -> str:
+    """A sentence on the files carried over to later code by ``companion calibrate --restamp`` (empty if none)."""
+    done = [d for d in files if d.get("restamped")]
+    if not done:
+        return ""
+    last = [d["restamped"][-1] for d in done]
+    few = min(e["seeds"] for e in last)
+    return (f" {len(done)} of the files were made by earlier code that records the same numbers: each was carried over"
+            f" to the current code by `companion calibrate --restamp` when its first seeds (at least {few}), run again,"
+            " gave every column again (commit" + ("s " if len({e['commit'][:10] for e in last}) > 1 else " ")
+            + ", ".join(f"`{c}`" for c in sorted({e["commit"][:10] for e in last})) + ").")
+
+
 def calibration_markdown(directory: Path | None = None, figures: bool = True) -> str:
     """The page's generated part (see the module docstring)."""
     sums = summaries(directory)
@@ -174,7 +187,7 @@ def calibration_markdown(directory: Path | None = None, figures: bool = True) ->
                f"{len({s.notebook for s in sums})} notebooks at {len({(s.notebook, s.point) for s in sums})} points, "
                f"{seeds} page runs in all (commit{'s' if len(commits) > 1 else ''} "
                + ", ".join(f"`{c}`" for c in commits) + "). Of the entries: "
-               + ", ".join(f"**{n} {w}**" for w, n in count.items()) + ".\n")
+               + ", ".join(f"**{n} {w}**" for w, n in count.items()) + "." + _restamp_words(files) + "\n")
     missing = uncalibrated(sums)
     if missing:
         whys = not_calibrated(directory)

@@ -128,7 +128,7 @@ def gd_trace_derivatives(c: float, eigs, k: int) -> tuple[np.ndarray, np.ndarray
     return first, second
 
 
-def argmin_se(first, second) -> float:
+def argmin_se(first, second, mean_and_se=mean_se) -> float:
     r"""Delta-method standard error of the minimiser :math:`\hat c` of a Monte-Carlo mean
     :math:`\hat F(c) = \frac1N\sum_i f_i(c)`.
 
@@ -145,13 +145,17 @@ def argmin_se(first, second) -> float:
     ----------
     first, second : array_like
         :math:`f_i'(\hat c)` and :math:`f_i''(\hat c)`, one per sample.
+    mean_and_se : callable, optional
+        ``(mean, se)`` of a sample's values: :func:`companion.stats.mean_se` (i.i.d. samples, the default), or the
+        estimator of the sample's design (:func:`companion.cot.theory.loops.is_mean_se`, a stratified
+        importance-weighted sample, whose ``first`` and ``second`` then carry the weights).
 
     Returns
     -------
     float
         :math:`\mathrm{SE}(\hat c)`.
     """
-    return mean_se(first)[1] / np.mean(second)
+    return mean_and_se(first)[1] / np.mean(second)
 
 
 def gd_error_wishart(k: int, eta: float, d: int, n: int) -> float:

@@ -164,7 +164,7 @@ def looped_optimum_se(c: float, k: int, eigs: np.ndarray, weights=None) -> float
     if weights is None:
         return argmin_se(first, second)
     # the importance-weighted sample is stratified (is_mean_se): the standard error of the mean derivative is too
-    return is_mean_se(weights * first)[1] / float(np.mean(weights * second))
+    return float(argmin_se(weights * first, weights * second, is_mean_se))
 
 
 def looped_is_loss(c, k: int, eigs: np.ndarray, weights: np.ndarray) -> tuple[float, float]:
