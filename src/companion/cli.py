@@ -264,7 +264,7 @@ def _restamp(jobs, args, workers, restamp) -> int:
                               log=lambda msg: print(f"companion: {msg}", file=sys.stderr, flush=True))
         if diffs:
             bad += 1
-            print(f"{name} {point}: not restamped, the current code records other numbers ({len(diffs)} claim(s)): "
+            print(f"{name} {point}: not restamped, the current code records other numbers ({len(diffs)} column(s)): "
                   + "; ".join(diffs[:5]) + (" ..." if len(diffs) > 5 else "") + f"; recalibrate: companion calibrate "
                   f"{name} --point {point}", flush=True)
         else:

@@ -118,3 +118,36 @@ def test_replicate_median_is_the_mean_of_the_medians_with_the_seed_band_when_see
     assert se == pytest.approx(meds.std(ddof=1) / 2, rel=2e-2) and dof == 3  # the seeds dominate: t on 3 dof
     one = cot_stats.replicate_median(e[0])
     assert one[:2] == median_se(e[0]) and one[2] == math.inf
+
+
+def test_left_saddle_keeps_the_replicates_whose_teacher_forced_loss_left_the_zero_models():
+    """A model that applies the step s instead of the data's eta keeps (1 - s/eta)^2 of the zero model's teacher-forced
+    loss: the construction (ratio 0) and a step 0.6 eta (0.16) have left the saddle, the zero model (1) and a step
+    0.3 eta (0.49) have not; the kept result holds exactly those replicates, in order, with their curves."""
+    from companion.cot.model import construction
+    from companion.cot.train import TrainResult
+
+    d, n, k, eta = 3, 8, 4, 0.3
+    D = 2 * d + 2
+    zero = (torch.zeros(D, D, dtype=torch.float64), torch.zeros(D, D, dtype=torch.float64))
+    models = [construction(d, eta), zero, construction(d, 0.3 * eta), construction(d, 0.6 * eta)]
+    K, V = torch.stack([a for a, _ in models]), torch.stack([b for _, b in models])
+    curves = np.arange(12.0).reshape(3, 4)
+    res = TrainResult(K, V, np.arange(3), curves, np.zeros(5), [(K.numpy(), V.numpy())],
+                      dict(objective="cot", d=d, n=n, k=k, eta=eta, seed=3, replicates=4))
+    esc = cot_stats.left_saddle(res, eta, k, num=400)
+    assert esc.ratio == pytest.approx([0.0, 1.0, 0.49, 0.16], abs=1e-9)
+    assert esc.escaped.tolist() == [True, False, False, True] and esc.count == 2
+    assert esc.kept.replicates == 2 and esc.kept.config["replicates"] == 2
+    assert torch.equal(esc.kept.W_KQ, K[[0, 3]]) and torch.equal(esc.kept.W_PV, V[[0, 3]])
+    assert esc.kept.eval_loss.tolist() == curves[:, [0, 3]].tolist()
+    assert np.array_equal(esc.kept.snapshots[0][1], V.numpy()[[0, 3]])  # (W_KQ is the same in all four)
+    assert "2 of 4 replicates left the zero saddle" in esc.words()
+    # every replicate escaped (or none did): the result itself, so that the claims' numbers do not move
+    full = TrainResult(K[[0, 3]], V[[0, 3]], np.arange(3), curves[:, :2], np.zeros(5), [],
+                       dict(objective="cot", d=d, n=n, k=k, eta=eta, seed=3, replicates=2))
+    assert cot_stats.left_saddle(full, eta, k, num=400).kept is full
+    stuck = TrainResult(K[[1, 2]], V[[1, 2]], np.arange(3), curves[:, :2], np.zeros(5), [],
+                        dict(objective="cot", d=d, n=n, k=k, eta=eta, seed=3, replicates=2))
+    none = cot_stats.left_saddle(stuck, eta, k, num=400)
+    assert none.kept is stuck and none.count == 0 and "none did" in none.words()

@@ -71,15 +71,42 @@ def test_a_failing_verdict_fails_the_build_and_passing_results_are_collected(tmp
     assert "TeX checked and _build/html/companion.pdf printed" in out and "(beside the HTML build)" in out, out[-2000:]
     assert "(verdict tables changed)" not in out, out[-2000:]
     assert (root / "_build" / "html" / book.PDF_NAME).read_bytes().startswith(b"%PDF")
-    # the same cached verdicts, but the HTML build fails (a broken reference in the prose): the PDF printed beside
-    # it is not kept
-    (root / "_build" / "html" / book.PDF_NAME).unlink()
-    page = root / "notebooks" / "toy_pass.md"
-    page.write_text(page.read_text() + "\nSee {ref}`no-such-label`.\n")
+    # the same cached verdicts with an HTML build that fails: test_a_pdf_printed_beside_a_failing_html_build_is_not_kept
+
+
+@pytest.mark.parametrize("html_status", [1, 0])
+def test_a_pdf_printed_beside_a_failing_html_build_is_not_kept(tmp_path, monkeypatch, html_status):
+    """Every page cached with passing verdicts: `companion book` prints the PDF beside the HTML build (into
+    _build/print) and moves it to _build/html only when that build succeeds; when it fails (here its exit status
+    1, e.g. a broken reference in the prose), the printed PDF is not kept. The pages, Sphinx and Chromium are stood
+    in for: what is tested is the build's bookkeeping (the real builds: the test above)."""
+    root = tmp_path / "mini"
+    copy_book_frame(root, [], execute="cache")
+    (root / "_build" / "html").mkdir(parents=True)
+    printed = []
+
+    def fake_print(root_, browser, jb_cmd=None, out_dir=None):
+        out_dir.mkdir(parents=True, exist_ok=True)
+        printed.append(out_dir)
+        (out_dir / book.PDF_NAME).write_bytes(b"%PDF fake")
+        return out_dir / book.PDF_NAME, {}
+
+    monkeypatch.setattr(book, "_execute_pages", lambda root_, force: None)
+    monkeypatch.setattr(book, "_verdict_tables", lambda root_, names: ({}, ("verdicts", "glance")))
+    monkeypatch.setattr(book, "_tables", lambda root_: ("verdicts", "glance"))  # unchanged: no second pass
+    monkeypatch.setattr(book, "write_where_page", lambda root_: None)
+    monkeypatch.setattr(book, "find_browser", lambda: "chromium")
+    monkeypatch.setattr(book, "print_book", fake_print)
+    monkeypatch.setattr(book, "collect_results", lambda *a: {"claims": 0, "notebooks": {}, "missing": [], "failed": []})
+    monkeypatch.setattr(book, "mathjax_unreachable", lambda html: {})
+    monkeypatch.setattr(book.subprocess, "call", lambda cmd, cwd=None: html_status)
     status = book.build(root)
-    out, err = capfd.readouterr()
-    assert status != 0, (out + err)[-3000:]
-    assert not (root / "_build" / "html" / book.PDF_NAME).exists()
+    assert printed == [root / "_build" / "print"]  # printed beside the HTML build
+    pdf = root / "_build" / "html" / book.PDF_NAME
+    if html_status:
+        assert status != 0 and not pdf.exists()
+    else:
+        assert status == 0 and pdf.read_bytes() == b"%PDF fake"
 
 
 @pytest.mark.slow

@@ -13,24 +13,87 @@ with standard errors from :mod:`companion.stats`. The noise models:
 * *seeds*: independent training runs (:func:`companion.stats.replicate_se`), where a page trains replicates.
 
 The competitor of a claim at k CoT steps, one step short or long, is chosen the same way wherever it is used
-(:func:`nearer_neighbour`).
+(:func:`nearer_neighbour`). Randomly initialised CoT replicates can stay at the zero saddle of the loss (no
+:math:`V_{31}W_{13}`, no :math:`W_{24}`), where the theorems of Section 4, which start from Assumption 4.1, say
+nothing: :func:`left_saddle` tells them apart by their training objective alone.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 
 import numpy as np
 import torch
 
+from companion.seeds import COT_TRAIN_EVAL
 from companion.stats import band_words, combine, mean_se, median_se, replicate_se, welch, wider
 
 from .data import make_generator, sample_prompts
+from .grads import cot_step_grads
 from .model import cot_inference, looped_predict, no_cot_predict, per_prompt_error
-from .train import replicate_seed, threads1
+from .train import TrainResult, replicate_seed, threads1
 
-__all__ = ["model_errors", "replicate_errors", "trained_vs_prediction", "replicate_median", "nearer_neighbour"]
+__all__ = ["model_errors", "replicate_errors", "trained_vs_prediction", "replicate_median", "nearer_neighbour",
+           "SADDLE_RATIO", "Escape", "left_saddle"]
+
+#: a CoT replicate has left the zero saddle when its teacher-forced loss is below this fraction of the zero model's
+#: (:func:`left_saddle`)
+SADDLE_RATIO = 0.25
+
+
+@dataclasses.dataclass(frozen=True)
+class Escape:
+    """Which replicates of a CoT training left the zero saddle (:func:`left_saddle`): per replicate the ``ratio`` of
+    its teacher-forced loss to the zero model's and ``escaped`` (ratio below :data:`SADDLE_RATIO`); ``kept``, the
+    result of the escaped replicates only (all of them when none escaped, so that a claim still has a model: its
+    words say so)."""
+
+    ratio: np.ndarray
+    escaped: np.ndarray
+    kept: TrainResult
+
+    @property
+    def count(self) -> int:
+        return int(self.escaped.sum())
+
+    def words(self) -> str:
+        """The rule and its outcome, for a claim's detail."""
+        n = len(self.escaped)
+        out = (f"{self.count} of {n} replicates left the zero saddle and are counted (teacher-forced loss below "
+               f"{SADDLE_RATIO:g} of the zero model's, `companion.cot.stats.left_saddle`)")
+        return out + ("; none did: all are counted" if self.count == 0 else "")
+
+
+def left_saddle(res: TrainResult, eta: float, k: int, num: int = 2000) -> Escape:
+    r"""Which replicates of the CoT training ``res`` (objective ``"cot"``, data step ``eta``, ``k`` teacher-forced
+    positions) left the zero saddle: the ratio
+
+    .. math:: \rho_r = L_{\rm CoT}(W^{(r)}) / L_{\rm CoT}(0)
+
+    of replicate r's teacher-forced loss (6) to the zero model's, on ``num`` prompts of the training's own
+    evaluation stream (``COT_TRAIN_EVAL``, not the claims' test prompts), below :data:`SADDLE_RATIO`. The zero model
+    copies each token, so its loss is that of the GD steps themselves; the construction's is 0. A model that
+    applies a step s instead of the data's η keeps :math:`(1 - s/\eta)^2` of it on those steps: below a quarter,
+    it has learned at least half the step. The rule reads the training objective only, neither the claims'
+    predictions nor their test prompts. Returns an :class:`Escape`."""
+    d, n, seed = res.config["d"], res.config["n"], res.config["seed"]
+    prompts = sample_prompts(num, d, n, make_generator(COT_TRAIN_EVAL(seed)))
+    zero = torch.zeros_like(res.W_KQ[0] if res.W_KQ.dim() == 3 else res.W_KQ)
+    with threads1(), torch.no_grad():
+        base = float(cot_step_grads(prompts, eta, k, zero, zero)[0])
+        ratio = np.array([float(cot_step_grads(prompts, eta, k, m.W_KQ, m.W_PV)[0]) / base
+                          for m in (res.replicate(r) for r in range(res.replicates))])
+    escaped = ratio < SADDLE_RATIO
+    if escaped.all() or not escaped.any():
+        return Escape(ratio, escaped, res)
+    keep = np.flatnonzero(escaped)
+    idx = torch.as_tensor(keep)
+    kept = dataclasses.replace(res, W_KQ=res.W_KQ[idx], W_PV=res.W_PV[idx], eval_loss=res.eval_loss[:, keep],
+                               snapshots=[(a[keep], b[keep]) for a, b in res.snapshots],
+                               config=dict(res.config, replicates=len(keep)))
+    return Escape(ratio, escaped, kept)
 
 
 def model_errors(objective: str, res, prompts, k: int) -> np.ndarray:

@@ -10,6 +10,8 @@ columns appended (:func:`extend_data`), so that a point goes from 20 seeds to 50
 kernel): its first K seeds are run again with the current code and every column of every claim compared with the
 file's (:func:`compare_columns`); only if all agree is the file stamped with the current code version, the check
 written into it (``restamped``); else nothing is written and the differing claims are named (:func:`restamp`).
+It checks K seeds, not all: a change that acts at some seeds only (a gate, a rule that drops a replicate) may agree at
+the first K and move others; such a change is recalibrated.
 
 Points: ``smoke`` (``tests/smoke/<paper>.yaml``, what the tests run), ``domain:I`` (the I-th point of
 ``tests/domain/<paper>.yaml``) and ``paper`` (the notebook's defaults, the paper's settings).

@@ -23,7 +23,7 @@ from companion.stats import ROUNDOFF
 
 from ...text import tex_number
 from ..model import blocks, cot_effective_blocks
-from ..stats import replicate_errors, trained_vs_prediction
+from ..stats import left_saddle, replicate_errors, trained_vs_prediction
 from ..theory import dynamics, gd, mp, no_cot, wishart
 
 __all__ = ["CLAIMS", "RESULT", "PREV_STEP", "TOL", "MARGIN", "FIT", "separation_parameter", "stage_analysis", "matrix_flow", "regime_errors",
@@ -225,12 +225,15 @@ def regime_unresolved(regime: list[dict]) -> str | None:
             + " is within 4 SE of 0: a decay by more than 4 SE from it cannot be measured with this sample")
 
 
-def full_eval(runs, pred, k: int, eval_batch: int, seed: int) -> dict:
-    r"""The ``runs.replicates`` trained CoT models, each on its own ``eval_batch // replicates`` fresh prompts
-    (:func:`companion.cot.stats.replicate_errors`), against the Monte-Carlo k-step GD error ``pred``
-    (:func:`companion.cot.theory.gd.gd_error_mc`): :func:`companion.cot.stats.trained_vs_prediction`."""
-    errors = replicate_errors("cot", runs, k, eval_batch // runs.replicates, COT_EVAL(seed))
-    return trained_vs_prediction(errors, pred.mean, pred.se)
+def full_eval(runs, pred, k: int, eval_batch: int, seed: int, eta: float) -> dict:
+    r"""The ``runs.replicates`` trained CoT models that left the zero saddle (:func:`companion.cot.stats.left_saddle`;
+    the theorem starts from Assumption 4.1, not from the saddle), each on its own ``eval_batch // replicates`` fresh
+    prompts (:func:`companion.cot.stats.replicate_errors`; one model: its prompts), against the Monte-Carlo k-step
+    GD error ``pred`` (:func:`companion.cot.theory.gd.gd_error_mc`): :func:`companion.cot.stats.trained_vs_prediction`,
+    with ``escape`` (the :class:`companion.cot.stats.Escape`)."""
+    escape = left_saddle(runs, eta, k)
+    errors = replicate_errors("cot", escape.kept, k, eval_batch // runs.replicates, COT_EVAL(seed))
+    return dict(trained_vs_prediction(errors if len(errors) > 1 else errors[0], pred.mean, pred.se), escape=escape)
 
 
 def trained_weights(res, d: int, eta: float) -> dict:
@@ -345,7 +348,7 @@ def record_flows(v, fin: dict, flow: dict, *, d: int, n: int, d_flow: int) -> No
 
 def record_full_eval(v, model: dict, pred, prev, *, replicates: int, k: int, d: int) -> None:
     r"""``cot41_full_eval`` (the headline): the mean evaluation error of ``replicates`` independently seeded,
-    full-parameter trained models (``model``, :func:`full_eval`) against the k-step GD error
+    full-parameter trained models that left the zero saddle (``model``, :func:`full_eval`) against the k-step GD error
     :math:`\E\tr(I-\eta S)^{2k}` (``pred``, an independent Monte-Carlo sample of spectra); the falsifier is the
     construction one GD step short, :math:`\E\tr(I-\eta S)^{2(k-1)}` (``prev``, on the same sample). The band has
     the round-off floor ``ROUNDOFF * d``."""
@@ -357,7 +360,8 @@ def record_full_eval(v, model: dict, pred, prev, *, replicates: int, k: int, d: 
                   falsifier=PREV_STEP, falsifier_value=prev.mean, headline=True,
                   reason=rf"4 SE of the mean of {replicates} trained models, over training seeds or prompts (the "
                          "wider band), and of the independent Monte-Carlo prediction",
-                  detail=f"Level of 4 normal standard errors; the wider of two valid bands decided: {model['se_from']}, "
+                  detail=f"{model['escape'].words()}. Level of 4 normal standard errors; the wider of two valid bands "
+                         f"decided: {model['se_from']}, "
                          "combined (Welch) with the standard error of the independent Monte-Carlo sample of spectra "
                          rf"(`companion.cot.stats.trained_vs_prediction`); round-off floor ${tex_number(floor)}$ "
                          rf"(${tex_number(ROUNDOFF)}\,d$ with $d = {d}$).")
@@ -390,12 +394,13 @@ def record_regime(v, regime: list[dict]) -> None:
 
 
 def figures(ode: dict, fin: dict, flow: dict, runs, pred_mean: float, regime: list, *, eta_ode: float, k_ode: int,
-          eta: float, d: int, n: int, d_flow: int):
+          eta: float, d: int, n: int, d_flow: int, shown=None):
     r"""``fig_cot_thm41_ode``, ``_flow``, ``_weights``, ``_regime``: the four figures of :prf:ref:`cot-thm-4-1`.
 
     In order: the reduced flow and the distance to the construction; the restricted matrix flow and
-    full-parameter training (one line per seed); the trained weights of replicate 0, rescaled by
-    :math:`c = -W_{24}`; the regime :math:`n \sim d\log d`, :math:`k \sim \log d`.
+    full-parameter training (one line per seed); the trained weights of ``shown`` (default replicate 0; the page
+    passes a replicate that left the zero saddle, where :math:`W_{24} \ne 0`), rescaled by :math:`c = -W_{24}`; the
+    regime :math:`n \sim d\log d`, :math:`k \sim \log d`.
 
     Returns
     -------
@@ -444,7 +449,7 @@ def figures(ode: dict, fin: dict, flow: dict, runs, pred_mean: float, regime: li
     ax3.set_title("(b) full-parameter training")
     legend_outside(ax3, "below", ncol=1)
 
-    res = runs.replicate(0)
+    res = runs.replicate(0) if shown is None else shown
     c = float(-blocks(res.W_KQ, d)["24"][0, 0])
     fig3, axs = new_figure(ncols=2, width=3.4, height=3.1)
     for ax, M, title in ((axs[0], res.W_KQ.numpy() / c, r"(a) $W^{KQ}$ / c"), (axs[1], res.W_PV.numpy() * c, r"(b) $W^{PV}$ · c")):

@@ -448,7 +448,7 @@ def prose_numbers(rows: dict) -> dict[str, str]:
     return text
 
 
-def record_covariances(v, rows: dict, id_growth: float, *, num_mc: int) -> None:
+def record_covariances(v, rows: dict, id_growth: float, *, num_mc: int, escape: str = "") -> None:
     r"""The four claims of each test covariance (``rows``: name -> :func:`ood_row`), at :math:`K` = ``row["K"]``:
 
     * ``cot42_one_step_*``: the one-step error at :math:`V = -\eta^\star I` by Monte Carlo against the formula of
@@ -461,12 +461,14 @@ def record_covariances(v, rows: dict, id_growth: float, *, num_mc: int) -> None:
     * ``cot42_condition_*``: under the spectral sufficient condition, the model's median below
       :math:`d\rho_\Sigma^{2K}` (:func:`condition_claim`).
 
-    ``num_mc``: the size of the independent sample of spectra (the words of a not-applicable growth claim)."""
+    ``num_mc``: the size of the independent sample of spectra (the words of a not-applicable growth claim);
+    ``escape``: which replicates the rows count (:meth:`companion.cot.stats.Escape.words`), for the trained claims'
+    details."""
     for nm, r in rows.items():
         sig, floor = spectrum_text(nm), ROUNDOFF * r["d"]
         _record_one_step(v, nm, r, sig, floor, num_mc)
-        _record_model(v, nm, r, sig, floor)
-        _record_growth(v, nm, r, sig, id_growth, num_mc)
+        _record_model(v, nm, r, sig, floor, escape)
+        _record_growth(v, nm, r, sig, id_growth, num_mc, escape)
         _record_condition(v, nm, r, sig, floor)
 
 
@@ -481,7 +483,7 @@ def _record_one_step(v, nm: str, r: dict, sig: str, floor: float, num_mc: int) -
                          rf"`companion.cot.theory.ood.one_step_ood_error`; round-off floor ${tex_number(floor)}$.")
 
 
-def _record_model(v, nm: str, r: dict, sig: str, floor: float) -> None:
+def _record_model(v, nm: str, r: dict, sig: str, floor: float, escape: str = "") -> None:
     K, R = r["K"], r["R"]
     model = model_claim(r)
     if model.form == "median":
@@ -500,7 +502,8 @@ def _record_model(v, nm: str, r: dict, sig: str, floor: float) -> None:
                               "law's median cancels)" if paired else
                               "4 SE of the model's and the law's order statistics")
                              + f"; the competitor takes {model.falsifier_k} steps",
-                      detail=rf"Falsifier at {model.falsifier_k} steps (of $K \pm 1$, the nearer); level of 4 SE: "
+                      detail=(f"{escape}. " if escape else "")
+                             + rf"Falsifier at {model.falsifier_k} steps (of $K \pm 1$, the nearer); level of 4 SE: "
                              + (f"the spread of the {R} models' median differences to exact GD on their own prompts "
                                 "(measured minus predicted is that difference: the Monte-Carlo error of the law's "
                                 "median cancels)" if paired else
@@ -514,7 +517,7 @@ def _record_model(v, nm: str, r: dict, sig: str, floor: float) -> None:
                                 rf"the typical prompt diverges; what is measured there is `cot42_growth_{nm}`")
 
 
-def _record_growth(v, nm: str, r: dict, sig: str, id_growth: float, num_mc: int) -> None:
+def _record_growth(v, nm: str, r: dict, sig: str, id_growth: float, num_mc: int, escape: str = "") -> None:
     K, R, g = r["K"], r["R"], r["growth"]
     growth = growth_claim(r, id_growth)
     if growth.applicable:
@@ -527,7 +530,8 @@ def _record_growth(v, nm: str, r: dict, sig: str, id_growth: float, num_mc: int)
                       falsifier=NO_BOUNDARY, falsifier_value=growth.falsifier_value,
                       reason=rf"4 SE of the binomial error of the independent sample and of the {R} models' "
                              "fractions (their spread or the binomial error, the wider)",
-                      detail="Level of 4 SE: binomial error of the independent sample and, for the "
+                      detail=(f"{escape}. " if escape else "") + "Level of 4 SE: binomial error of the independent "
+                             "sample and, for the "
                              rf"{R} models, the wider band of their fractions' spread and the binomial error, "
                              f"combined by Welch ({band_words(growth.dof)}).")
     else:
