@@ -167,9 +167,9 @@ def calibrate(notebook: str, point: str = "smoke", seeds: int = 100, first_seed:
     return path
 
 
-#: the relative agreement (of max(1, |value|)) of a rerun seed's numeric columns with the file's: the file keeps z to 6
-#: significant digits and floor/SE to 4, so an exact refactor agrees to their rounding; any change of what a record
-#: computes moves some column at some seed far more
+#: the agreement of a rerun seed's numeric columns with the file's, relative to the larger of 1 and the value's size:
+#: the file keeps z to 6 significant digits and floor/SE to 4, so an exact refactor agrees to their rounding; any
+#: change of what a record computes moves some column at some seed far more
 RESTAMP_RTOL = {"z": 2e-5, "floor_se": 2e-3, "crit": 1e-9, "dof": 1e-9}
 
 
