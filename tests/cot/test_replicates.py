@@ -143,6 +143,11 @@ def test_left_saddle_keeps_the_replicates_whose_teacher_forced_loss_left_the_zer
     assert esc.kept.eval_loss.tolist() == curves[:, [0, 3]].tolist()
     assert np.array_equal(esc.kept.snapshots[0][1], V.numpy()[[0, 3]])  # (W_KQ is the same in all four)
     assert "2 of 4 replicates left the zero saddle" in esc.words()
+    # a single escaped replicate has no spread over seeds: all are kept, and the words say so
+    one = TrainResult(K[[0, 1, 2]], V[[0, 1, 2]], np.arange(3), curves[:, :3], np.zeros(5), [],
+                      dict(objective="cot", d=d, n=n, k=k, eta=eta, seed=3, replicates=3))
+    single = cot_stats.left_saddle(one, eta, k, num=400)
+    assert single.kept is one and single.count == 1 and "fewer than two did: all 3 are counted" in single.words()
     # every replicate escaped (or none did): the result itself, so that the claims' numbers do not move
     full = TrainResult(K[[0, 3]], V[[0, 3]], np.arange(3), curves[:, :2], np.zeros(5), [],
                        dict(objective="cot", d=d, n=n, k=k, eta=eta, seed=3, replicates=2))
@@ -150,4 +155,4 @@ def test_left_saddle_keeps_the_replicates_whose_teacher_forced_loss_left_the_zer
     stuck = TrainResult(K[[1, 2]], V[[1, 2]], np.arange(3), curves[:, :2], np.zeros(5), [],
                         dict(objective="cot", d=d, n=n, k=k, eta=eta, seed=3, replicates=2))
     none = cot_stats.left_saddle(stuck, eta, k, num=400)
-    assert none.kept is stuck and none.count == 0 and "none did" in none.words()
+    assert none.kept is stuck and none.count == 0 and "fewer than two did: all 2 are counted" in none.words()

@@ -47,8 +47,8 @@ SADDLE_RATIO = 0.25
 class Escape:
     """Which replicates of a CoT training left the zero saddle (:func:`left_saddle`): per replicate the ``ratio`` of
     its teacher-forced loss to the zero model's and ``escaped`` (ratio below :data:`SADDLE_RATIO`); ``kept``, the
-    result of the escaped replicates only (all of them when none escaped, so that a claim still has a model: its
-    words say so)."""
+    result of the escaped replicates only — or of all of them when fewer than two escaped (no spread over training
+    seeds could be measured: the claims then compare every replicate, its words say so)."""
 
     ratio: np.ndarray
     escaped: np.ndarray
@@ -63,7 +63,7 @@ class Escape:
         n = len(self.escaped)
         out = (f"{self.count} of {n} replicates left the zero saddle and are counted (teacher-forced loss below "
                f"{SADDLE_RATIO:g} of the zero model's, `companion.cot.stats.left_saddle`)")
-        return out + ("; none did: all are counted" if self.count == 0 else "")
+        return out + (f"; fewer than two did: all {n} are counted" if self.count < 2 <= n else "")
 
 
 def left_saddle(res: TrainResult, eta: float, k: int, num: int = 2000) -> Escape:
@@ -86,7 +86,7 @@ def left_saddle(res: TrainResult, eta: float, k: int, num: int = 2000) -> Escape
         ratio = np.array([float(cot_step_grads(prompts, eta, k, m.W_KQ, m.W_PV)[0]) / base
                           for m in (res.replicate(r) for r in range(res.replicates))])
     escaped = ratio < SADDLE_RATIO
-    if escaped.all() or not escaped.any():
+    if escaped.all() or escaped.sum() < 2:
         return Escape(ratio, escaped, res)
     keep = np.flatnonzero(escaped)
     idx = torch.as_tensor(keep)

@@ -228,12 +228,12 @@ def regime_unresolved(regime: list[dict]) -> str | None:
 def full_eval(runs, pred, k: int, eval_batch: int, seed: int, eta: float) -> dict:
     r"""The ``runs.replicates`` trained CoT models that left the zero saddle (:func:`companion.cot.stats.left_saddle`;
     the theorem starts from Assumption 4.1, not from the saddle), each on its own ``eval_batch // replicates`` fresh
-    prompts (:func:`companion.cot.stats.replicate_errors`; one model: its prompts), against the Monte-Carlo k-step
+    prompts (:func:`companion.cot.stats.replicate_errors`), against the Monte-Carlo k-step
     GD error ``pred`` (:func:`companion.cot.theory.gd.gd_error_mc`): :func:`companion.cot.stats.trained_vs_prediction`,
     with ``escape`` (the :class:`companion.cot.stats.Escape`)."""
     escape = left_saddle(runs, eta, k)
     errors = replicate_errors("cot", escape.kept, k, eval_batch // runs.replicates, COT_EVAL(seed))
-    return dict(trained_vs_prediction(errors if len(errors) > 1 else errors[0], pred.mean, pred.se), escape=escape)
+    return dict(trained_vs_prediction(errors, pred.mean, pred.se), escape=escape)
 
 
 def trained_weights(res, d: int, eta: float) -> dict:
@@ -358,7 +358,8 @@ def record_full_eval(v, model: dict, pred, prev, *, replicates: int, k: int, d: 
                            r"vs $\E\tr(I - \eta S)^{2k}$",
                   predicted=pred.mean, measured=model["mean"], se=model["se"], dof=model["dof"], z=4, floor=floor,
                   falsifier=PREV_STEP, falsifier_value=prev.mean, headline=True,
-                  reason=rf"4 SE of the mean of {replicates} trained models, over training seeds or prompts (the "
+                  reason=rf"4 SE of the mean of {model['escape'].kept.replicates} trained models, over training "
+                         "seeds or prompts (the "
                          "wider band), and of the independent Monte-Carlo prediction",
                   detail=f"{model['escape'].words()}. Level of 4 normal standard errors; the wider of two valid bands "
                          f"decided: {model['se_from']}, "
