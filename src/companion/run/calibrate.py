@@ -108,10 +108,7 @@ def calibrate(notebook: str, point: str = "smoke", seeds: int = 100, first_seed:
         raise SweepError(f"--seeds must be >= 2; got {seeds}")
     if first_seed < 0:
         raise SweepError(f"--first-seed must be >= 0; got {first_seed}")
-    params = point_parameters(name, point)
-    params.pop("seed", None)  # a domain point's own seed: a calibration varies it
-    target = Path(out) if out is not None else calibration_dir()
-    path = target / file_name(name, point)
+    params, path = _calibration_point(name, point, out)
     if extend and not path.is_file():
         raise SweepError(f"--extend: {path} does not exist; run the calibration without --extend first")
     version = code_version(name)
@@ -160,11 +157,24 @@ def calibrate(notebook: str, point: str = "smoke", seeds: int = 100, first_seed:
     }
     if base is not None:
         data = extend_data(base, data)
-    target.mkdir(parents=True, exist_ok=True)
+    _write(path, data)
+    return path
+
+
+def _calibration_point(name: str, point: str, out) -> tuple[dict, Path]:
+    """The parameters of ``name`` at ``point`` without its own seed (a calibration varies it) and the path of its
+    calibration file (in ``out``, default the committed set)."""
+    params = point_parameters(name, point)
+    params.pop("seed", None)
+    return params, (Path(out) if out is not None else calibration_dir()) / file_name(name, point)
+
+
+def _write(path: Path, data: dict) -> None:
+    """Write a calibration file whole or not at all (a temporary file, then a rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(dumps(data))
     os.replace(tmp, path)
-    return path
 
 
 #: the agreement of a rerun seed's numeric columns with the file's, relative to the larger of 1 and the value's size:
@@ -216,9 +226,7 @@ def restamp(notebook: str, point: str = "smoke", seeds: int = 10, *, workers: in
     name = nbs.name_of(nbs.resolve(notebook))
     if seeds < 1:
         raise SweepError(f"--restamp must be >= 1 seed; got {seeds}")
-    params = point_parameters(name, point)
-    params.pop("seed", None)
-    path = (Path(out) if out is not None else calibration_dir()) / file_name(name, point)
+    params, path = _calibration_point(name, point, out)
     if not path.is_file():
         raise SweepError(f"--restamp: {path} does not exist; run the calibration without --restamp first")
     data = json.loads(path.read_text())
@@ -248,10 +256,7 @@ def restamp(notebook: str, point: str = "smoke", seeds: int = 10, *, workers: in
         return path, diffs
     entry = {"from": data["code_version"], "commit": _commit(), "seeds": len(check),
              "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
-    data = dict(data, code_version=version, restamped=[*data.get("restamped", []), entry])
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(dumps(data))
-    os.replace(tmp, path)
+    _write(path, dict(data, code_version=version, restamped=[*data.get("restamped", []), entry]))
     return path, []
 
 
