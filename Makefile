@@ -62,12 +62,12 @@ lint: $(STAMP)
 results: $(STAMP)
 	$(PY) tools/results_map.py
 
-# The committed calibration set (calibration/*.json): every notebook's smoke point over 100 seeds and each domain
-# point over 50 (companion.calibration.SMOKE_SEEDS, DOMAIN_SEEDS), through the sweep runner (resumable: rerun to
-# continue). Hours on two cores; not part of book/test.
+# The committed calibration set (calibration/*.json): every notebook's smoke point and each domain point over the
+# command's default seeds (companion.calibration.default_seeds: 100 and 50), through the sweep runner (resumable:
+# rerun to continue). Hours on two cores; not part of book/test.
 calibrate: $(STAMP)
-	$(PY) -m companion calibrate all --seeds 100 --resume
-	$(PY) -m companion calibrate all --point domain --seeds 50 --resume
+	$(PY) -m companion calibrate all --resume
+	$(PY) -m companion calibrate all --point domain --resume
 
 # Seeded bugs, one at a time in a copy of the package: how many does the fast suite kill?
 mutants: $(STAMP)

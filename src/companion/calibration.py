@@ -46,8 +46,8 @@ from .paths import repo_root
 from .text import slug
 from .verdict import result_of
 
-__all__ = ["BIAS_LIMIT", "RMS_HIGH", "RMS_LOW", "FIRST_SEED", "SMOKE_SEEDS", "DOMAIN_SEEDS", "DEGENERATE_SE", "ClaimCalibration", "code_version", "signed_z",
-           "normal_score", "code_text", "collect", "claim_summaries", "read", "read_all", "calibration_dir", "file_name",
+__all__ = ["BIAS_LIMIT", "RMS_HIGH", "RMS_LOW", "FIRST_SEED", "SMOKE_SEEDS", "DOMAIN_SEEDS", "default_seeds", "DEGENERATE_SE", "ClaimCalibration",
+           "code_version", "signed_z", "normal_score", "code_text", "collect", "claim_summaries", "read", "read_all", "calibration_dir", "file_name",
            "build_false_fail_rate", "median", "limit_chance"]
 
 #: a claim is biased when its mean normal score is further than this many of its standard errors from 0
@@ -65,6 +65,12 @@ SMOKE_SEEDS, DOMAIN_SEEDS = 100, 50
 DEGENERATE_SE = 1e-12
 #: the package files outside a result's import closure whose code decides a record's status
 _JUDGES = ("verdict.py", "stats.py", "claims.py")
+
+
+def default_seeds(point: str) -> int:
+    """How many seeds a calibration at ``point`` runs unless told: :data:`SMOKE_SEEDS` at the smoke point,
+    :data:`DOMAIN_SEEDS` at a domain point or the paper's settings (whose pages run minutes per seed)."""
+    return SMOKE_SEEDS if point == "smoke" else DOMAIN_SEEDS
 
 
 def calibration_dir() -> Path:

@@ -204,7 +204,7 @@ def cmd_results(args) -> int:
 
 def cmd_calibrate(args) -> int:
     from . import notebooks as nbs
-    from .calibration import FIRST_SEED, claim_summaries, read
+    from .calibration import FIRST_SEED, claim_summaries, default_seeds, read
     from .run.calibrate import calibrate, domain_points, restamp
     from .run.inputs import SweepError
     from .run.sweep import worker_count
@@ -225,8 +225,10 @@ def cmd_calibrate(args) -> int:
         return _restamp(jobs, args, workers, restamp)
     if args.first_seed is None:
         args.first_seed = FIRST_SEED
-    print(f"companion: {len(jobs)} calibration(s) " + (f"grown to {args.seeds} seeds" if args.extend else
-                                                        f"of {args.seeds} seeds from {args.first_seed}"), flush=True)
+    counts = sorted({args.seeds or default_seeds(point) for _, point in jobs})
+    seeds = " or ".join(map(str, counts))
+    print(f"companion: {len(jobs)} calibration(s) " + (f"grown to {seeds} seeds" if args.extend else
+                                                        f"of {seeds} seeds from {args.first_seed}"), flush=True)
     bad = 0
 
     def stop(signum, frame):
@@ -235,7 +237,7 @@ def cmd_calibrate(args) -> int:
     old = signal.signal(signal.SIGTERM, stop)
     try:
         for name, point in jobs:
-            path = calibrate(name, point, args.seeds, args.first_seed, workers=workers, scheduler=args.scheduler,
+            path = calibrate(name, point, args.seeds or default_seeds(point), args.first_seed, workers=workers, scheduler=args.scheduler,
                              resume=args.resume, progress=not args.quiet, out=args.out, extend=args.extend,
                              log=lambda msg: print(f"companion: {msg}", file=sys.stderr, flush=True))
             for s in claim_summaries(read(path)):
@@ -347,8 +349,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("notebook", help="name (mesa/setup), path, or 'all'")
     p.add_argument("--point", default="smoke",
                    help="smoke (default), domain:I, domain (every domain point) or paper (the defaults)")
-    p.add_argument("--seeds", type=int, default=100, help="how many seeds (default 100)")
-    # its default is read when the command runs: companion.calibration imports the verdict module (matplotlib,
+    p.add_argument("--seeds", type=int, help="how many seeds (default: as many as the committed set holds at that "
+                                             "kind of point, companion.calibration.default_seeds)")
+    # its default and --first-seed's are read when the command runs: companion.calibration imports the verdict module (matplotlib,
     # 0.4 s), which `companion --help`, a refused argument and every sweep worker's `companion run` would pay
     p.add_argument("--first-seed", type=int, help="the first seed (default: the calibration's first held-out seed, "
                                                   "companion.calibration.FIRST_SEED)")

@@ -14,6 +14,7 @@ import html
 import inspect
 import io
 import math
+import re
 from pathlib import Path
 from statistics import NormalDist
 
@@ -37,7 +38,7 @@ from ..calibration import (
 from ..registry import all_results
 from ..verdict import Verdict
 
-__all__ = ["CALIBRATION_PAGE", "OPEN_FILE", "summaries", "open_defects", "not_calibrated", "uncalibrated", "calibration_markdown",
+__all__ = ["CALIBRATION_PAGE", "OPEN_FILE", "summaries", "open_defects", "typed_numbers", "not_calibrated", "uncalibrated", "calibration_markdown",
            "write_calibration_page", "strip_figure", "band_z"]
 
 CALIBRATION_PAGE = "calibration.md"  # included by book/calibration.md from ../_build/calibration.md
@@ -65,9 +66,23 @@ def _open(directory: Path | None = None) -> dict:
 
 
 def open_defects(directory: Path | None = None) -> dict[str, str]:
-    """``{"<notebook> <point> <claim>": what is known}``: the entries outside the limits listed in
-    ``calibration/open.yaml``."""
-    return {str(k): str(v).strip() for k, v in (_open(directory).get("outside_limits") or {}).items()}
+    """``{"<notebook> <point> <claim>": its cause}``: the entries outside the limits listed in
+    ``calibration/open.yaml``, each with the words the page shows (its ``cause``; an entry's ``measured`` notes
+    are not shown)."""
+    out = {}
+    for k, v in (_open(directory).get("outside_limits") or {}).items():
+        out[str(k)] = " ".join(str(v.get("cause", "") if isinstance(v, dict) else v).split())
+    return out
+
+
+# a number typed into a cause: a decimal, a ± or a percentage, a power of ten, a count ("24 of 80") or any number of
+# two or more digits; causes are words (the page prints the entry's computed statistics beside them)
+TYPED_NUMBER = re.compile(r"[+\-−]?\d+\.\d+|±|\d+\s?%|\d+e[+-]?\d+|\d+ of \d+|\b\d{2,}\b")
+
+
+def typed_numbers(text: str) -> list[str]:
+    """The numbers typed into ``text`` (``TYPED_NUMBER``): a cause shown in the book has none."""
+    return TYPED_NUMBER.findall(text)
 
 
 def not_calibrated(directory: Path | None = None) -> dict[str, str]:
@@ -222,7 +237,8 @@ def calibration_markdown(directory: Path | None = None, figures: bool = True) ->
                    f"entries are expected outside the limits by chance alone. After each entry, *chance*: the "
                    "probability that a calibrated claim at its number of seeds deviates at least as much "
                    f"({flukes} of the {len(bad)} have a chance of 1 % or more). Each, with what is known of its "
-                   "cause (`calibration/open.yaml`):\n")
+                   "cause, in words (`calibration/open.yaml`, where the investigations' measurements are kept beside "
+                   "them; they were made once, by hand, and are not typed into this page):\n")
         for s in bad:
             why = defects.get(key(s), "Not yet explained.")
             if s.floor_se > 0.5:
