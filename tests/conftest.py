@@ -82,7 +82,7 @@ class NotebookRuns:
 
     def _server(self):
         """This pool thread's run server (`companion run --serve`): the runs of one thread share a warm kernel,
-        as a sweep worker's points do (a new kernel when the notebook's folder changes)."""
+        as a sweep worker's points do (the kernel changes its directory to the next notebook's folder)."""
         from companion.run.server import RunServer
 
         server = getattr(self._local, "server", None)

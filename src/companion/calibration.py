@@ -40,14 +40,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping
 
+import numpy as np
+
 from . import notebooks as nbs
 from .cache import import_closure
 from .paths import repo_root
 from .text import slug
-from .verdict import result_of
 
 __all__ = ["BIAS_LIMIT", "RMS_HIGH", "RMS_LOW", "FIRST_SEED", "SMOKE_SEEDS", "DOMAIN_SEEDS", "default_seeds", "DEGENERATE_SE", "ClaimCalibration",
-           "code_version", "signed_z", "normal_score", "code_text", "collect", "claim_summaries", "read", "read_all", "calibration_dir", "file_name",
+           "code_version", "signed_z", "normal_score", "normal_scores", "clopper_pearson", "MissCount", "miss_counts",
+           "code_text", "collect", "claim_summaries", "read", "read_all", "calibration_dir", "file_name",
            "build_false_fail_rate", "median", "limit_chance"]
 
 #: a claim is biased when its mean normal score is further than this many of its standard errors from 0
@@ -140,6 +142,8 @@ def code_version(notebook: str) -> str:
     result module's import closure (:func:`companion.cache.import_closure`), of the judging modules (``verdict``,
     ``stats``, ``claims``), and of the notebook's code cells; docstrings, comments and prose do not count, library
     and Python versions neither."""
+    from .verdict import result_of  # here: the verdict module draws (matplotlib), which counting misses never needs
+
     spec = result_of(notebook)
     root = Path(__file__).resolve().parent
     files = sorted(set(_closure(spec.module, _sources_stamp()) if spec is not None else ()) | set(_JUDGES))
@@ -170,15 +174,38 @@ def signed_z(rec: Mapping) -> float | None:
     return float(z) if math.isfinite(z) else None
 
 
+def normal_scores(z, dof) -> np.ndarray:
+    """:math:`\\Phi^{-1}(F_t(z; \\nu))` element by element, the normal scores of Student-t scores (``z`` itself
+    where the dof is None or NaN); ``z`` and ``dof`` are sequences of one length. SciPy's ufuncs (``stdtr``,
+    ``ndtri``): a column at once, without importing ``scipy.stats``."""
+    from scipy import special
+
+    z = np.asarray(z, dtype=float)
+    nu = np.array([np.nan if d is None else d for d in dof], dtype=float)
+    t = np.isfinite(nu)
+    with np.errstate(divide="ignore"):
+        # by symmetry from the lower tail, where small probabilities keep their digits
+        tail = special.stdtr(np.where(t, nu, 1.0), -np.abs(z))
+        u = np.copysign(-special.ndtri(tail), z)
+    return np.where(t & (tail > 0), u, z)
+
+
 def normal_score(z: float, dof: float | None) -> float:
     """:math:`\\Phi^{-1}(F_t(z; \\nu))`, the normal score of a Student-t score (``z`` itself without ``dof``)."""
-    if dof is None:
-        return float(z)
-    from scipy import stats as st
+    return float(normal_scores([z], [dof])[0])
 
-    # by symmetry from the lower tail, where small probabilities keep their digits
-    tail = st.t.cdf(-abs(z), dof)
-    return float(math.copysign(-st.norm.ppf(tail), z)) if tail > 0 else float(z)
+
+def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    r"""The exact (Clopper-Pearson) interval of a binomial proportion, ``k`` successes in ``n`` trials: the
+    :math:`\alpha/2` quantile of :math:`\mathrm{Beta}(k, n - k + 1)` and the :math:`1 - \alpha/2` quantile of
+    :math:`\mathrm{Beta}(k + 1, n - k)` (0 at k = 0, 1 at k = n), :math:`\alpha = 1 - \text{level}`; what
+    ``scipy.stats.binomtest(k, n).proportion_ci(level, "exact")`` gives, from ``scipy.special`` alone."""
+    from scipy import special
+
+    a = 1 - level
+    low = float(special.betaincinv(k, n - k + 1, a / 2)) if k > 0 else 0.0
+    high = float(special.betaincinv(k + 1, n - k, 1 - a / 2)) if k < n else 1.0
+    return low, high
 
 
 def collect(points: Iterable[Mapping]) -> dict:
@@ -284,6 +311,34 @@ class ClaimCalibration:
         return ", ".join(word for word, _ in self._flags()) or "calibrated"
 
 
+@dataclass
+class MissCount:
+    """One claim's runs and misses at one point (what the false-alarm rate pools; :func:`miss_counts`)."""
+
+    notebook: str
+    point: str
+    claim: str
+    runs: int  # seeds at which the claim was recorded (applicable)
+    failed: int  # seeds at which it failed
+    misses: int  # seeds at which the measurement left its band (failed, or not_resolvable by an undecided gate)
+
+
+def miss_counts(data: Mapping) -> list[MissCount]:
+    """Every claim of one calibration file with a score at some seed (:class:`MissCount`, file order): the counts of
+    :func:`claim_summaries` without its statistics, for :func:`build_false_fail_rate` alone."""
+    out = []
+    for claim, col in data["claims"].items():
+        if all(z is None for z in col["z"]):  # not applicable at this point (or no SE): nothing to calibrate here
+            continue
+        runs = sum(1 for s in col["status"] if s is not None and s != "not_applicable")
+        failed = sum(1 for s in col["status"] if s == "failed")
+        # a miss: out of the band; files without the column count the failures only
+        misses = sum(1 for b, s in zip(col.get("in_band") or [None] * len(col["status"]), col["status"])
+                     if b is False or (b is None and s == "failed"))
+        out.append(MissCount(data["notebook"], data["point"], claim, runs, failed, misses))
+    return out
+
+
 def claim_summaries(data: Mapping, current_version: str | None = None) -> list[ClaimCalibration]:
     """Every claim of one calibration file, summarised (:class:`ClaimCalibration`); ``current_version``: the
     notebook's :func:`code_version` now (a different one marks every claim stale)."""
@@ -291,22 +346,13 @@ def claim_summaries(data: Mapping, current_version: str | None = None) -> list[C
 
     out = []
     stale = current_version is not None and current_version != data.get("code_version")
-    for claim, col in data["claims"].items():
+    for count in miss_counts(data):
+        claim, runs, failed, misses = count.claim, count.runs, count.failed, count.misses
+        col = data["claims"][claim]
         pairs = [(z, d) for z, d in zip(col["z"], col["dof"]) if z is not None]
-        if not pairs:  # not applicable at this point (or no SE): nothing to calibrate here
-            continue
-        u = [normal_score(z, d) for z, d in pairs]
+        u = normal_scores([z for z, _ in pairs], [d for _, d in pairs]).tolist()
         n = len(u)
-        runs = sum(1 for s in col["status"] if s is not None and s != "not_applicable")
-        failed = sum(1 for s in col["status"] if s == "failed")
-        # a miss: out of the band; files without the column count the failures only
-        misses = sum(1 for b, s in zip(col.get("in_band") or [None] * len(col["status"]), col["status"])
-                     if b is False or (b is None and s == "failed"))
-        if runs:
-            ci = st.binomtest(misses, runs).proportion_ci(0.95, method="exact")
-            lo, hi = float(ci.low), float(ci.high)
-        else:
-            lo, hi = 0.0, 1.0
+        lo, hi = clopper_pearson(misses, runs) if runs else (0.0, 1.0)
         mean = sum(u) / n if n else math.nan
         sd = math.sqrt(sum((x - mean) ** 2 for x in u) / (n - 1)) if n > 1 else math.nan
         rms = math.sqrt(sum(x * x for x in u) / n) if n else math.nan
@@ -353,15 +399,13 @@ def read_all(directory: str | Path | None = None) -> list[dict]:
     return [read(p) for p in sorted(d.glob("*.json"))]
 
 
-def build_false_fail_rate(summaries: Iterable[ClaimCalibration], points: int = 1) -> dict:
+def build_false_fail_rate(summaries: Iterable[ClaimCalibration | MissCount], points: int = 1) -> dict:
     r"""The false-alarm rate per claim and run, pooled over every calibrated claim (misses / claim-runs, a miss being
     a measurement outside its band, whether the claim failed or an undecided gate made it ``not_resolvable``), with
     its 95 % Clopper-Pearson interval, and what it gives for ``points`` runs of every claim once (one build:
     ``points=1``; a sweep of 100 points: 100): :math:`1 - (1 - p)^{K \cdot \text{points}}` with K claims, assuming
     independent claims. Returns ``{"misses", "failures", "runs", "rate", "rate_high", "claims", "build",
     "build_high"}``."""
-    from scipy import stats as st
-
     summaries = list(summaries)
     misses = sum(s.misses for s in summaries)
     runs = sum(s.runs for s in summaries)
@@ -369,7 +413,6 @@ def build_false_fail_rate(summaries: Iterable[ClaimCalibration], points: int = 1
     out = {"misses": misses, "failures": sum(s.failed for s in summaries), "runs": runs, "claims": claims}
     if not runs:
         return dict(out, rate=math.nan, rate_high=math.nan, build=math.nan, build_high=math.nan)
-    ci = st.binomtest(misses, runs).proportion_ci(0.95, method="exact")
-    rate, high = misses / runs, float(ci.high)
+    rate, high = misses / runs, clopper_pearson(misses, runs)[1]
     k = claims * points
     return dict(out, rate=rate, rate_high=high, build=1 - (1 - rate) ** k, build_high=1 - (1 - high) ** k)

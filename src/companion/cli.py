@@ -145,12 +145,12 @@ def cmd_sweep(args) -> int:
 def _expected_false_alarms(results: str) -> str:
     """One line: how many false alarms a sweep's statistical claim runs should give at the committed calibration
     set's pooled rate (the Calibration page), were every theorem right; "" without a calibration set."""
-    from .calibration import build_false_fail_rate
+    from .calibration import build_false_fail_rate, miss_counts, read_all
     from .run.store import scan_results
-    from .site.calibration_page import summaries
 
     try:
-        pooled = build_false_fail_rate(s for s in summaries(current=False) if s.point == "smoke")
+        # the counts alone (not the page's statistics of every claim): a sweep's last line costs no seconds
+        pooled = build_false_fail_rate(c for data in read_all() if data["point"] == "smoke" for c in miss_counts(data))
     except (OSError, ValueError, KeyError):
         return ""
     if not pooled["runs"]:
@@ -351,8 +351,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="smoke (default), domain:I, domain (every domain point) or paper (the defaults)")
     p.add_argument("--seeds", type=int, help="how many seeds (default: as many as the committed set holds at that "
                                              "kind of point, companion.calibration.default_seeds)")
-    # its default and --first-seed's are read when the command runs: companion.calibration imports the verdict module (matplotlib,
-    # 0.4 s), which `companion --help`, a refused argument and every sweep worker's `companion run` would pay
+    # its default and --first-seed's are read when the command runs: importing companion.calibration (nbformat, NumPy:
+    # 0.3 s) is what `companion --help`, a refused argument and every sweep worker's `companion run` would pay
     p.add_argument("--first-seed", type=int, help="the first seed (default: the calibration's first held-out seed, "
                                                   "companion.calibration.FIRST_SEED)")
     p.add_argument("--workers", type=int, default=2, help="local worker processes (default 2)")

@@ -316,6 +316,33 @@ def test_a_run_in_a_warm_kernel_records_what_a_run_in_a_new_one_records(name, tm
 
 
 @pytest.mark.slow
+def test_a_warm_kernel_runs_a_notebook_of_another_folder_in_that_folder(tmp_path):
+    """A notebook of another folder (cot after mesa, as `make test`'s notebook runs go) runs in the same kernel,
+    which changes its directory to that folder: no new kernel, imports and compiled kernels kept."""
+    from companion.run.execute import run_notebook
+    from companion.run.jupyter_kernel import WarmKernel
+
+    toy = Path(TOY).read_text()
+    cell = "```{code-cell} ipython3\nimport numpy as np\n"
+    paths = []
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        where = f"import os\nassert os.getcwd() == {str((tmp_path / folder).resolve())!r}, os.getcwd()\n"
+        paths.append(tmp_path / folder / "toy.md")
+        paths[-1].write_text(toy.replace(cell, cell + where, 1))
+    kernel = WarmKernel()
+    try:
+        pids = []
+        for path in (*paths, paths[0]):
+            run = run_notebook(str(path), {}, tmp_path / f"out{len(pids)}", kernel=kernel)
+            assert run.records and run.records[0]["status"] == "passed", run
+            pids.append(kernel.km.provisioner.process.pid)
+        assert kernel.runs == 3 and len(set(pids)) == 1
+    finally:
+        kernel.shutdown()
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("end", ["close", "kill"])
 def test_a_run_server_leaves_no_socket_folder_however_it_ends(end, tmp_path):
     """The warm kernel talks over IPC sockets in a folder the server's owner made: closed or killed, the server

@@ -127,6 +127,43 @@ def test_false_fails_get_an_exact_interval_and_pool_into_the_error_budget():
     assert cal.build_false_fail_rate([s, t], points=100)["build"] == pytest.approx(1 - 0.99 ** 200)
 
 
+def test_the_light_statistics_are_scipy_stats_own():
+    """The exact interval and the normal scores from scipy.special (a column at once, no scipy.stats import) equal
+    scipy.stats' binomtest interval and t/normal distributions, at the edges too (no miss, all misses, a tail that
+    underflows, no dof)."""
+    from scipy import stats as st
+
+    for k, n in [(0, 1), (0, 6941), (2, 6941), (1, 2), (7, 7), (3, 40)]:
+        ci = st.binomtest(k, n).proportion_ci(0.95, method="exact")
+        assert cal.clopper_pearson(k, n) == pytest.approx((ci.low, ci.high), rel=1e-9, abs=1e-15)
+    z = [-40.0, -3.0, -0.2, 0.0, 0.5, 2.776, 9.0, 1.5]
+    dof = [3.0, 4.0, 4.0, 10.0, 1.5, 4.0, 1e6, None]
+    u = cal.normal_scores(z, dof)
+    for zi, di, ui in zip(z, dof, u):
+        tail = st.t.cdf(-abs(zi), di) if di is not None else None
+        want = zi if tail is None or tail == 0 else float(np.copysign(-st.norm.ppf(tail), zi))
+        assert ui == pytest.approx(want, rel=1e-9, abs=1e-12), (zi, di)
+    assert cal.normal_score(1.5, None) == 1.5
+
+
+def test_a_sweeps_count_of_misses_is_the_calibration_pages():
+    """`companion sweep`'s last line pools the smoke points' misses from the counts alone (miss_counts): the same
+    misses, runs, claims and rate as the Calibration page's summaries."""
+    from companion.cli import _expected_false_alarms
+
+    data = cal.read_all()
+    counts = [c for d in data if d["point"] == "smoke" for c in cal.miss_counts(d)]
+    sums = [s for d in data if d["point"] == "smoke" for s in cal.claim_summaries(d)]
+    assert [(c.notebook, c.claim, c.runs, c.failed, c.misses) for c in counts] == \
+        [(s.notebook, s.claim, s.runs, s.failed, s.misses) for s in sums]
+    assert cal.build_false_fail_rate(counts) == cal.build_false_fail_rate(sums)
+    none = _data(np.zeros(3), status=["not_applicable"] * 3)
+    none["claims"]["c"]["z"] = [None] * 3  # not applicable at this point: no run to count
+    assert cal.miss_counts(none) == [] and cal.claim_summaries(none) == []
+    pooled = cal.build_false_fail_rate(sums)
+    assert f"({pooled['misses']} of {pooled['runs']} at the smoke points)" in _expected_false_alarms("/nonexistent")
+
+
 def test_a_changed_code_version_marks_every_claim_stale():
     data = _data(np.zeros(10))
     assert not cal.claim_summaries(data, "v")[0].stale and cal.claim_summaries(data, "w")[0].stale
@@ -166,7 +203,7 @@ def test_the_code_version_follows_the_claims_code_and_not_the_prose(monkeypatch)
 @pytest.mark.slow
 def test_calibrate_runs_seeds_through_the_sweep_runner_and_resumes(tmp_path):
     out = tmp_path / "cal"
-    first = run_cli("calibrate", "mesa/setup", "--seeds", "2", "-o", str(out), "--quiet")
+    first = run_cli("calibrate", "mesa/setup", "--seeds", "2", "-o", str(out), "--quiet", "--workers", "1")
     # exit 1 when an entry is outside the limits (likely at 2 seeds), 0 otherwise
     assert first.returncode in (0, 1) and "mesa/setup smoke -> " in first.stdout, first.stderr
     data = cal.read(out / "mesa__setup__smoke.json")
@@ -178,13 +215,13 @@ def test_calibrate_runs_seeds_through_the_sweep_runner_and_resumes(tmp_path):
             [point] = [r for r in rows if r["parameters"]["seed"] == seed]
             [rec] = [r for r in point["records"] if r["claim"] == col_claim]
             assert col["z"][i] == pytest.approx((rec["measured"] - rec["predicted"]) / rec["se"], rel=1e-5)
-    refused = run_cli("calibrate", "mesa/setup", "--seeds", "2", "-o", str(out), "--quiet")
+    refused = run_cli("calibrate", "mesa/setup", "--seeds", "2", "-o", str(out), "--quiet", "--workers", "1")
     assert refused.returncode == 2 and "--resume" in refused.stderr
-    more = run_cli("calibrate", "mesa/setup", "--seeds", "3", "-o", str(out), "--quiet", "--resume")
+    more = run_cli("calibrate", "mesa/setup", "--seeds", "3", "-o", str(out), "--quiet", "--workers", "1", "--resume")
     assert more.returncode in (0, 1) and "mesa/setup smoke -> " in more.stdout, more.stderr
     assert cal.read(out / "mesa__setup__smoke.json")["seeds"] == [cal.FIRST_SEED + i for i in range(3)]
     before = cal.read(out / "mesa__setup__smoke.json")
-    grown = run_cli("calibrate", "mesa/setup", "--seeds", "4", "-o", str(out), "--quiet", "--extend")
+    grown = run_cli("calibrate", "mesa/setup", "--seeds", "4", "-o", str(out), "--quiet", "--workers", "1", "--extend")
     assert grown.returncode in (0, 1) and "grown to 4 seeds" in grown.stdout, grown.stderr
     after = cal.read(out / "mesa__setup__smoke.json")
     assert after["seeds"] == [cal.FIRST_SEED + i for i in range(4)] and after["runs"]["total"] == 4
@@ -231,25 +268,25 @@ def test_restamp_carries_a_file_over_only_when_the_rerun_seeds_agree(tmp_path):
     from companion.run.calibrate import calibrate, restamp
     from companion.run.inputs import SweepError
 
-    path = calibrate("mesa/setup", seeds=3, out=tmp_path, progress=False)
+    path = calibrate("mesa/setup", seeds=3, out=tmp_path, progress=False, workers=1)
     good = cal.read(path)
     old = dict(good, code_version="0123456789abcdef")
     path.write_text(json.dumps(old))
-    assert restamp("mesa/setup", seeds=2, out=tmp_path, progress=False) == (path, [])
+    assert restamp("mesa/setup", seeds=2, out=tmp_path, progress=False, workers=1) == (path, [])
     done = cal.read(path)
     assert done["code_version"] == cal.code_version("mesa/setup") and done["claims"] == good["claims"]
     assert [(e["from"], e["seeds"]) for e in done["restamped"]] == [("0123456789abcdef", 2)]
-    assert restamp("mesa/setup", seeds=2, out=tmp_path, progress=False) == (path, [])  # current: nothing to do
+    assert restamp("mesa/setup", seeds=2, out=tmp_path, progress=False, workers=1) == (path, [])  # current: nothing to do
     tampered = json.loads(json.dumps(old))
     claim = sorted(tampered["claims"])[0]
     tampered["claims"][claim]["z"][1] += 0.01
     path.write_text(json.dumps(tampered))
-    _, diffs = restamp("mesa/setup", seeds=2, out=tmp_path, progress=False)
+    _, diffs = restamp("mesa/setup", seeds=2, out=tmp_path, progress=False, workers=1)
     assert len(diffs) == 1 and diffs[0].startswith(f"{claim}: z at seed {good['seeds'][1]} was ")
     assert cal.read(path) == tampered
     path.write_text(json.dumps(dict(old, parameters={"T": 7})))
     with pytest.raises(SweepError, match="made at other parameters"):
-        restamp("mesa/setup", seeds=2, out=tmp_path, progress=False)
+        restamp("mesa/setup", seeds=2, out=tmp_path, progress=False, workers=1)
     with pytest.raises(SweepError, match="does not exist"):
         restamp("mesa/setup", point="domain:0", seeds=2, out=tmp_path, progress=False)
 

@@ -32,9 +32,9 @@ SOCKETS_ENV = "COMPANION_KERNEL_SOCKETS"
 class WarmKernel:
     """A Jupyter kernel kept alive between notebook runs in one process (a sweep worker's run server).
 
-    :meth:`ready` returns the kernel manager of a live kernel started in ``cwd`` (a new one if there is none,
-    if it died, or if ``cwd`` changed), after running ``RESET_CODE`` in it: ``%reset -f`` and every
-    figure closed, so a run sees none of the previous run's names. What stays is what makes the next run
+    :meth:`ready` returns the kernel manager of a live kernel in ``cwd`` (a new one if there is none or if it
+    died; a kernel whose previous run was in another folder changes its directory), after running ``RESET_CODE``
+    in it: ``%reset -f`` and every figure closed, so a run sees none of the previous run's names. What stays is what makes the next run
     cheap: imported modules, compiled kernels, the run cache's memory. Every notebook seeds its own
     generators from its parameters, so a run in a warm kernel records what a run in a new one records
     (checked by ``benchmarks/bench_sweep.py`` and ``tests/run/test_sweep.py``).
@@ -55,7 +55,7 @@ class WarmKernel:
     def ready(self, cwd: str):
         from jupyter_client.manager import KernelManager
 
-        if self.km is not None and (cwd != self.cwd or not self.km.is_alive()):
+        if self.km is not None and not self.km.is_alive():
             self.shutdown()
         if self.km is None:
             # IPC sockets in a folder of this kernel's own: kernels started at the same moment on one host (a
@@ -74,8 +74,11 @@ class WarmKernel:
                 raise
             self.kc.allow_stdin = False
         else:
-            reply = self.kc.execute_interactive(RESET_CODE, store_history=False, timeout=60,
+            # another folder's notebook: the kernel changes its directory (its imports and compiled kernels stay)
+            move = f"import os as _o\n_o.chdir({cwd!r})\n" if cwd != self.cwd else ""
+            reply = self.kc.execute_interactive(move + RESET_CODE, store_history=False, timeout=60,
                                                 output_hook=lambda m: None)
+            self.cwd = cwd
             if reply["content"].get("status") != "ok":  # pragma: no cover - a kernel that cannot reset
                 self.shutdown()
                 return self.ready(cwd)
