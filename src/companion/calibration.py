@@ -46,6 +46,7 @@ from . import notebooks as nbs
 from .cache import import_closure
 from .paths import repo_root
 from .text import slug
+from .verdict import result_of
 
 __all__ = ["BIAS_LIMIT", "RMS_HIGH", "RMS_LOW", "FIRST_SEED", "SMOKE_SEEDS", "DOMAIN_SEEDS", "default_seeds", "DEGENERATE_SE", "ClaimCalibration",
            "code_version", "signed_z", "normal_score", "normal_scores", "clopper_pearson", "MissCount", "miss_counts",
@@ -142,8 +143,6 @@ def code_version(notebook: str) -> str:
     result module's import closure (:func:`companion.cache.import_closure`), of the judging modules (``verdict``,
     ``stats``, ``claims``), and of the notebook's code cells; docstrings, comments and prose do not count, library
     and Python versions neither."""
-    from .verdict import result_of  # here: the verdict module draws (matplotlib), which counting misses never needs
-
     spec = result_of(notebook)
     root = Path(__file__).resolve().parent
     files = sorted(set(_closure(spec.module, _sources_stamp()) if spec is not None else ()) | set(_JUDGES))

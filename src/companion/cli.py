@@ -351,8 +351,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="smoke (default), domain:I, domain (every domain point) or paper (the defaults)")
     p.add_argument("--seeds", type=int, help="how many seeds (default: as many as the committed set holds at that "
                                              "kind of point, companion.calibration.default_seeds)")
-    # its default and --first-seed's are read when the command runs: importing companion.calibration (nbformat, NumPy:
-    # 0.3 s) is what `companion --help`, a refused argument and every sweep worker's `companion run` would pay
+    # its default and --first-seed's are read when the command runs: companion.calibration imports the verdict module (matplotlib,
+    # 0.4 s), which `companion --help`, a refused argument and every sweep worker's `companion run` would pay
     p.add_argument("--first-seed", type=int, help="the first seed (default: the calibration's first held-out seed, "
                                                   "companion.calibration.FIRST_SEED)")
     p.add_argument("--workers", type=int, default=2, help="local worker processes (default 2)")
