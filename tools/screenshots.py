@@ -19,16 +19,17 @@ WIDTHS = {"1280": {"width": 1280, "height": 900}, "390": {"width": 390, "height"
 
 
 def main(argv=None) -> int:
-    from playwright.sync_api import sync_playwright
-
-    from companion.site import book
-
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("pages", nargs="*", help="pages relative to the site, without .html (default: every page)")
     ap.add_argument("--html", default=str(ROOT / "_build" / "html"), help="the built site")
     ap.add_argument("--out", default=str(ROOT / "_build" / "screenshots"), help="where the PNGs go")
     ap.add_argument("--figures", action="store_true", help="one screenshot per figure at 1280 px instead")
     args = ap.parse_args(argv)
+    # after the options: a refused one costs no import of the browser driver and the book (3 s)
+    from playwright.sync_api import sync_playwright
+
+    from companion.site import book
+
     html, out = Path(args.html), Path(args.out)
     if not html.is_dir():
         print(f"screenshots: --html '{html}': not a built site (run make book)", file=sys.stderr)
