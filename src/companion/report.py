@@ -597,7 +597,7 @@ def forest_html(records: list[dict], *, title: str | None = None, caption: str =
     if fig is None:
         return ""
     buf = io.StringIO()
-    fig.savefig(buf, format="svg", bbox_inches="tight", pad_inches=0.05)
+    fig.savefig(buf, format="svg", bbox_inches="tight", pad_inches=0.05, metadata={"Date": None})  # no build date: the same SVG each build
     width_in = fig.get_tightbbox(fig.canvas.get_renderer()).width + 0.1
     plt.close(fig)
     data = base64.b64encode(buf.getvalue().encode()).decode()

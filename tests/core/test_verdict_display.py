@@ -78,6 +78,7 @@ def test_the_forest_html_embeds_the_plot_with_alt_text_and_a_caption(tmp_path):
     alt = re.search(r"alt='([^']*)'", html).group(1)
     assert all(w in alt for w in ("h passed", "s1 FAILED", "s2 not resolvable")), alt
     assert "<figcaption>" in html
+    assert forest_html(_records(_verdict(tmp_path))) == html and "<dc:date>" not in svg  # no build date: each build the same
 
 
 def test_the_verdict_cell_shows_the_plot_above_the_table(tmp_path):

@@ -127,6 +127,13 @@ def test_false_fails_get_an_exact_interval_and_pool_into_the_error_budget():
     assert cal.build_false_fail_rate([s, t], points=100)["build"] == pytest.approx(1 - 0.99 ** 200)
 
 
+def test_a_strip_figure_is_the_same_svg_each_build():
+    """The Calibration page's figures carry no build date: a build that changed nothing writes the same page."""
+    rows = cal.claim_summaries(_data(np.random.default_rng(2).standard_normal(50)))
+    one = page.strip_figure(rows)
+    assert one == page.strip_figure(rows) and "base64," in one
+
+
 def test_the_light_statistics_are_scipy_stats_own():
     """The exact interval and the normal scores from scipy.special (a column at once, no scipy.stats import) equal
     scipy.stats' binomtest interval and t/normal distributions, at the edges too (no miss, all misses, a tail that

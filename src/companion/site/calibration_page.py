@@ -152,7 +152,7 @@ def strip_figure(rows: list[ClaimCalibration]) -> str:
     ax.set_xlabel("normal score of z = (measured − predicted) / SE")
     ax.grid(axis="y", visible=False)
     buf = io.StringIO()
-    fig.savefig(buf, format="svg", bbox_inches="tight", pad_inches=0.05)
+    fig.savefig(buf, format="svg", bbox_inches="tight", pad_inches=0.05, metadata={"Date": None})  # no build date: the same SVG each build
     width_in = fig.get_tightbbox(fig.canvas.get_renderer()).width + 0.1
     plt.close(fig)
     data = base64.b64encode(buf.getvalue().encode()).decode()
