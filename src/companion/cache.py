@@ -127,6 +127,13 @@ def module_imports(path: Path, module: str):
             yield base, [a.name for a in node.names], node.lineno, id(node) in inside
 
 
+@functools.lru_cache(maxsize=None)
+def _imports_of(path: Path, module: str, mtime_ns: int) -> tuple:
+    """:func:`module_imports` of one file, read once per process and modification (the closures of the book's
+    results share most of their files)."""
+    return tuple(module_imports(path, module))
+
+
 def import_closure(module: str) -> tuple[str, ...]:
     """The package source files that ``module`` (e.g. ``"companion.mesa.train"``) imports, directly or
     through other package modules, itself included: paths relative to the package, sorted.
@@ -167,7 +174,7 @@ def import_closure(module: str) -> tuple[str, ...]:
         parts = here.split(".")
         for i in range(1, len(parts)):
             todo.append(path_of(".".join(parts[:i])))
-        for base, names, _, _ in module_imports(f, here):
+        for base, names, _, _ in _imports_of(f, here, f.stat().st_mtime_ns):
             for n in [base] + [f"{base}.{a}" for a in names]:
                 todo.append(path_of(n))
     return tuple(sorted(str(p.relative_to(root)) for p in seen))

@@ -115,7 +115,8 @@ def _register_formatter() -> None:
     ip = get_ipython()
     if ip is None:
         return
-    set_matplotlib_formats(FORMAT, bbox_inches="tight", pad_inches=PAD)
+    # no build date in the SVG: a run that changed nothing draws the same figure
+    set_matplotlib_formats(FORMAT, bbox_inches="tight", pad_inches=PAD, metadata={"Date": None})
     formatter = ip.display_formatter.formatters["image/svg+xml"]
     render = formatter.lookup_by_type(Figure)
     if getattr(render, "_companion_standard", False):

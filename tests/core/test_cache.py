@@ -55,6 +55,24 @@ def test_import_closure_follows_relative_and_absolute_imports():
         assert f in book_closure, f
 
 
+def test_a_files_imports_are_read_once_per_modification(tmp_path, monkeypatch):
+    """The closures share their files: each file's imports are parsed once per process, and again once it changes
+    (its modification time is part of the key), so an edited module's new import is followed."""
+    import os
+
+    f = tmp_path / "mod.py"
+    f.write_text("import json\n")
+    parsed = []
+    real = cache.module_imports
+    monkeypatch.setattr(cache, "module_imports", lambda p, m: parsed.append(p) or real(p, m))
+    first = cache._imports_of(f, "companion.fake", f.stat().st_mtime_ns)
+    assert cache._imports_of(f, "companion.fake", f.stat().st_mtime_ns) == first and len(parsed) == 1
+    f.write_text("import json\nfrom .threads import threads1\n")
+    os.utime(f, ns=(f.stat().st_atime_ns, f.stat().st_mtime_ns + 10**9))
+    again = cache._imports_of(f, "companion.fake", f.stat().st_mtime_ns)
+    assert len(parsed) == 2 and ("companion.threads", ["threads1"], 2, False) in again
+
+
 def test_run_cache_is_keyed_on_everything_training_imports():
     from companion.mesa import train
 
