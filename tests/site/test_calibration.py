@@ -301,6 +301,7 @@ def test_restamp_carries_a_file_over_only_when_the_rerun_seeds_agree(tmp_path):
 @pytest.mark.parametrize("args, words", [(["--point", "domain:9"], "domain:0 ... domain:1"),
                                          (["--point", "huge"], "smoke, paper or domain:I"),
                                          (["--seeds", "1"], "--seeds must be >= 2"),
+                                         (["--seeds", "0"], "--seeds must be >= 2"),  # not the default
                                          (["--extend", "--first-seed", "5"], "leave out --first-seed"),
                                          (["--restamp", "3", "--extend"], "leave out --extend, --resume"),
                                          (["--restamp", "0"], "--restamp must be >= 1")])
