@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from companion import calibration as cal
+# the package loads after the options are parsed: a refused option answers before it does
 
 
 def rows_of(files: list[dict]) -> list[tuple]:
@@ -47,6 +47,8 @@ def main(argv=None) -> int:
     ap.add_argument("--measure", type=int, metavar="N", help="run every notebook's smoke point over N fresh seeds")
     ap.add_argument("--workers", type=int, default=2)
     args = ap.parse_args(argv)
+    from companion import calibration as cal
+
     if not args.measure:
         show(rows_of(cal.read_all()))
         return 0

@@ -35,9 +35,8 @@ import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before NumPy loads OpenBLAS: one thread, as torch below
-
-import torch  # noqa: E402
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before NumPy loads OpenBLAS: one thread, as torch in the benchmarks
+# torch and the package load inside the benchmarks: a refused option answers before they do
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ["setup", "thm3_1_no_cot", "cor3_1_floor", "thm3_2_construction", "thm4_1_dynamics", "thm4_2_ood",
@@ -56,6 +55,8 @@ def _best(f, reps):
 
 
 def bench_loss(d=10, n=20, k=20, batch=64, eta=0.3, repeats=5):
+    import torch
+
     from companion.cot import gd_trajectory, make_generator, sample_prompts, teacher_forced_loss
 
     torch.set_num_threads(1)
@@ -110,6 +111,8 @@ def _book_runs() -> list:
 def _step_times(objective, d, n, k, R, batch, eta, repeats, inner) -> dict:
     """Seconds per training step of each path ("cf": closed form, "ag": autograd) without and with the sampling
     of the minibatch (and, for CoT, its GD trajectory), best of ``repeats`` means of ``inner`` steps."""
+    import torch
+
     from companion.cot import make_generator, sample_prompts
     from companion.cot.reference import AUTOGRAD
     from companion.cot.train import CLOSED_FORM, _stack_prompts
@@ -155,6 +158,8 @@ def bench_train_step(batch=64, eta=0.3, repeats=7, inner=10):
     (companion.cot.train.CLOSED_FORM) against autograd + torch.optim (companion.cot.reference.AUTOGRAD), on the
     same minibatch and starting weights; 'grad+update' is what the two paths do differently, 'whole step' adds the
     sampling of the minibatch (and the CoT GD trajectory). 1 thread. Returns the smallest grad+update ratio."""
+    import torch
+
     torch.set_num_threads(1)
     print(f"training step at the book's sizes (batch {batch} per replicate, float64, 1 thread, load "
           f"{os.getloadavg()[0]:.1f}; best of {repeats} means of {inner} steps), closed form vs autograd:")
@@ -213,6 +218,8 @@ def bench_notebooks(fresh_cache: bool = False, jobs: int = 1):
 
 
 def bench_inference(d=10, n=20, k=20, per=1000, R=10, repeats=5):
+    import torch
+
     from companion.cot import cot_inference, make_generator, sample_prompts
     from companion.cot.data import Prompts
     from companion.cot.reference import torch_cot_inference

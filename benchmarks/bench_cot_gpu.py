@@ -24,18 +24,19 @@ from pathlib import Path
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ["COMPANION_CACHE_DIR"] = "off"
 
-import torch  # noqa: E402
+# torch and the package load after the options are parsed: a refused option answers before they do
 
-from companion.cot.paper import COMMON, COT_TRAIN  # noqa: E402
-from companion.cot.train import train_full  # noqa: E402
 
-D, N, K = COMMON["d"], COMMON["n"], COMMON["k"]
-R = COT_TRAIN["replicates"]
-#: (label, objective, d, n, k, replicates)
-RUNS = [("CoT, the Thm 4.1 page's run", "cot", D, N, K, R),
-        ("no-CoT, the Thm 3.1 page's run", "no_cot", D, N, 1, R),
-        ("looped, 3 layers", "looped", D, N, 3, 1),
-        ("CoT, 100 replicates", "cot", D, N, K, 100)]
+def _runs() -> list:
+    """(label, objective, d, n, k, replicates) of every timed run."""
+    from companion.cot.paper import COMMON, COT_TRAIN
+
+    D, N, K = COMMON["d"], COMMON["n"], COMMON["k"]
+    R = COT_TRAIN["replicates"]
+    return [("CoT, the Thm 4.1 page's run", "cot", D, N, K, R),
+            ("no-CoT, the Thm 3.1 page's run", "no_cot", D, N, 1, R),
+            ("looped, 3 layers", "looped", D, N, 3, 1),
+            ("CoT, 100 replicates", "cot", D, N, K, 100)]
 
 
 def main(argv=None) -> dict:
@@ -44,6 +45,11 @@ def main(argv=None) -> dict:
     ap.add_argument("--steps", type=int, default=200, help="training steps per run (default 200)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
+    import torch
+
+    from companion.cot.paper import COMMON, COT_TRAIN
+    from companion.cot.train import train_full
+
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print(f"{args.device}: no CUDA device here; nothing to time")
         return {}
@@ -52,7 +58,7 @@ def main(argv=None) -> dict:
         out["gpu"] = torch.cuda.get_device_name(torch.device(args.device))
     print(f"cot training, {args.steps} steps, batch {COT_TRAIN['batch']} per replicate, float64: "
           f"cpu (NumPy, 1 thread) vs {args.device} {out.get('gpu', '')}")
-    for label, objective, d, n, k, reps in RUNS:
+    for label, objective, d, n, k, reps in _runs():
         kw = dict(steps=args.steps, lr=COT_TRAIN["lr"], lr_final=COT_TRAIN["lr_final"], batch=COT_TRAIN["batch"],
                   seed=COMMON["seed"], eval_every=args.steps, eval_batch=100, replicates=reps)
         train_full(objective, d, n, k, COMMON["eta"], **dict(kw, steps=2), device=args.device)  # CUDA context

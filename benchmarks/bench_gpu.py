@@ -28,9 +28,11 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
-import torch
+if TYPE_CHECKING:
+    import torch
+# NumPy and torch load inside the functions: a refused option answers before they do
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -59,11 +61,15 @@ def cpu_name() -> str:
 
 
 def _sync(dev: torch.device) -> None:
+    import torch
+
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    import torch
+
     a, b = a.cpu().to(torch.complex128), b.cpu().to(torch.complex128)
     return float((a - b).abs().max() / b.abs().max())
 
@@ -71,6 +77,9 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 def time_epoch(te, theta, x1, W_KQ, W_PV, T: int, dtype, device: str, chunk: int, warmup: int, reps: int,
                max_seconds: float):
     """Build the tables on ``device`` and time epochs there: (row of the table, (L, gA, gP) of the last epoch)."""
+    import numpy as np
+    import torch
+
     dev = torch.device(device)
     _sync(dev)
     t0 = time.perf_counter()
@@ -114,6 +123,8 @@ def main(argv=None) -> dict:
                                                          "the module's default on cpu)")
     ap.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     args = ap.parse_args(argv)
+    import numpy as np
+    import torch
 
     t_all = time.perf_counter()
     te = load_torch_epoch()

@@ -19,11 +19,7 @@ import time
 from pathlib import Path
 
 os.environ["COMPANION_CACHE_DIR"] = "off"
-
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-
-from companion.mesa.train import RunConfig, train  # noqa: E402
+# NumPy, torch and the package load after the options are parsed: a refused option answers before they do
 
 
 def main(argv=None) -> dict:
@@ -34,6 +30,11 @@ def main(argv=None) -> dict:
     ap.add_argument("--devices", default="cuda,cpu", help="comma-separated; 'cpu' is the fused kernel")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
+    import numpy as np
+    import torch
+
+    from companion.mesa.train import RunConfig, train
+
     base = dict(law="gaussian", d=5, T=100, m=args.m, m_test=1000, a0=0.5, b0=1.5, lr=1e-4, epochs=args.epochs,
                 test_every=50, dtype=args.dtype, seed=1)
     out = {"config": base, "runs": {}}

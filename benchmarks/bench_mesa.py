@@ -29,17 +29,15 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch
-
-from companion.mesa.data import embed, generate
-from companion.mesa.model import loss_grad_fast
-from companion.mesa.reference import naive_loss_and_grad
-
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def prefix_loop_loss_and_grad(data, W_KQ, W_PV):
     """Straightforward reference: loop over prefixes t, batched over sequences, autograd."""
+    import torch
+
+    from companion.mesa.data import embed
+
     A = W_KQ.clone().requires_grad_(True)
     P = W_PV.clone().requires_grad_(True)
     x = data.tokens()
@@ -65,7 +63,12 @@ def timed(f, repeats):
 
 
 def epoch_benchmark(m: int, T: int, d: int, n_naive: int, n_loop: int, repeats: int) -> None:
+    import torch
+
+    from companion.mesa.data import generate
     from companion.mesa.lanes import host as kernels
+    from companion.mesa.model import loss_grad_fast
+    from companion.mesa.reference import naive_loss_and_grad
 
     threads = int(os.environ.get("COMPANION_THREADS", "1"))
     torch.set_num_threads(threads)
