@@ -8,8 +8,9 @@ one-step-GD point :math:`ab=c^*`, whose loss the unmasked transformer beats. Wha
   freely trained blocks' feedback as a measured systematic error of ab
   (:func:`companion.mesa.evidence.offmanifold_residual`: the masked population dynamics stay on the diagonal
   manifold, so that feedback vanishes as m -> infinity);
-* the unmasked-minus-masked test-loss gap (:func:`extrapolated_gap`) against the 4-parameter equivariant
-  population GD (:func:`masking_gap` with the Monte-Carlo moments
+* the masked test loss and the unmasked-minus-masked test-loss gap, each paired per test sequence with the
+  prediction's own models (:func:`paired_with_prediction`), against the population loss and the 4-parameter
+  equivariant population GD (:func:`masking_gap` with the Monte-Carlo moments
   :func:`companion.mesa.evidence.equivariant_moments`), and the unmasked off-diagonal entries;
 * the per-init sign of the paired test-loss difference (:func:`paired_differences`), where the population GD
   predicts a gain at that init;
@@ -18,15 +19,17 @@ one-step-GD point :math:`ab=c^*`, whose loss the unmasked transformer beats. Wha
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
+import torch
 
 from companion import stats
 from companion.claims import ClaimSpec, ResultSpec
 from companion.mesa import paper
 from companion.mesa import theory as th
 from companion.mesa.analysis import per_sequence_loss, test_data, weights
+from companion.mesa.data import generate
 from companion.mesa.evidence import (
     ROUNDOFF32,
     ExtrapolatedAb,
@@ -44,9 +47,11 @@ from companion.mesa.figures import POPULATION, TRAINED, init_label
 from companion.mesa.results import init_tag
 from companion.mesa.train import run
 from companion.plotting import COLORS, legend_outside, new_figure
+from companion.seeds import MESA_LOSS_EVAL
 
 __all__ = ["CLAIMS", "RESULT", "tag", "manifest", "design", "paper_design", "paper_runs", "figure_runs", "replicates",
-           "paired_differences", "MaskingGap", "masking_gap", "extrapolated_gap",
+           "paired_differences", "MaskingGap", "masking_gap", "equivariant_losses", "PairedLosses",
+           "paired_with_prediction",
            "record_ab_masked", "record_loss_masked", "record_masking_gap", "record_offdiag", "record_unmasked_lower",
            "masking"]
 
@@ -143,6 +148,7 @@ class MaskingGap:
     path: np.ndarray
     se_end: np.ndarray
     se_end_dof: int
+    grad_end: np.ndarray
     c_u: np.ndarray
     c_m: np.ndarray
     loss_u: float
@@ -159,11 +165,14 @@ def masking_gap(d: int, T: int, a0: float, b0: float, lr: float, epochs: int, mo
     The masked endpoint is :math:`c_m=(ab,0,0,0)` of :func:`companion.mesa.evidence.population_ab`; the unmasked one :math:`c_u` follows the
     4-parameter population GD. The difference is the mean of the per-sequence differences
     :math:`\ell_n(c_u)-\ell_n(c_m)` (exact per sequence), its standard error the Monte-Carlo SE over the
-    sequences (:func:`companion.stats.mean_se`). Also returned: the unmasked endpoint (a, a', b, b') with its
-    jackknife SE, and the check of the moments against the closed form, :math:`E G_{11}=d\alpha`, :math:`E h_1=d\beta`."""
+    sequences (:func:`companion.stats.mean_se`). Also returned: the unmasked endpoint p = (a, a', b, b') with its
+    jackknife SE and the gap's gradient there, :math:`J(\bar Gc_u-\bar h)` with :math:`J_{kj}=\partial c_j/\partial p_k`,
+    and the check of the moments against the closed form, :math:`E G_{11}=d\alpha`, :math:`E h_1=d\beta`."""
     G, h, y = moments["G"], moments["h"], moments["y"]
     eq = equivariant_ab(d, T, a0, b0, lr, epochs, moments)
-    c_u = th.equivariant_c(*eq.path[-1])
+    a, ap, b, bp = eq.path[-1]
+    c_u = th.equivariant_c(a, ap, b, bp)
+    jac = np.array([[b, bp, 0, 0], [0, 0, b, bp], [a, 0, ap, 0], [0, a, 0, ap]])  # rows: d c / d(a, a', b, b')
     c_m = np.array([population_ab("full_one", 1.0, d, T, a0, b0, lr, epochs)[-1], 0.0, 0.0, 0.0])
 
     def per_seq(c):
@@ -173,18 +182,80 @@ def masking_gap(d: int, T: int, a0: float, b0: float, lr: float, epochs: int, mo
     al, be = th.alpha_beta("full_one", 1.0, d, T)
     g11, se11 = stats.mean_se(G[:, 0, 0])
     h1, se1 = stats.mean_se(h[:, 0])
-    return MaskingGap(predicted=gap, se=se, path=eq.path, se_end=eq.se_end, se_end_dof=eq.dof, c_u=c_u, c_m=c_m,
+    return MaskingGap(predicted=gap, se=se, path=eq.path, se_end=eq.se_end, se_end_dof=eq.dof,
+                      grad_end=jac @ (G.mean(0) @ c_u - h.mean(0)), c_u=c_u, c_m=c_m,
                       loss_u=float(per_seq(c_u).mean()), loss_m=float(per_seq(c_m).mean()),
                       z_G11=(g11 - d * al) / se11, z_h1=(h1 - d * be) / se1)
 
 
-def extrapolated_gap(rep_u: ExtrapolatedAb, rep_m: ExtrapolatedAb) -> ExtrapolatedLoss:
-    r"""Test-loss difference of two sets of replicates trained on the same training sets (e.g. unmasked minus
-    masked, same seeds), evaluated on the same test set (``m_loss`` of :func:`companion.mesa.evidence.extrapolated_ab`), extrapolated in
-    m with the 1/m law of :func:`companion.mesa.evidence.extrapolated_ab`. Paired twice: per training set (the replicate spread of
-    the per-replicate differences) and per test sequence (the test-set SE of the same combination)."""
-    u, w = rep_u.loss, rep_m.loss
-    return richardson_paired(u.big - w.big, u.small - w.small)  # (n_rep, m_loss) each
+def equivariant_losses(data, p) -> np.ndarray:
+    r"""Per-sequence whole-sequence loss of the model whose only nonzero blocks are the equivariant red blocks
+    :math:`W^{KQ}_{21}=aI+a'(J-I)`, :math:`W^{PV}_{11}=bI+b'(J-I)`, ``p`` = (a, a', b, b')
+    (:func:`companion.mesa.theory.equivariant_c`; (c, 0, 1, 0) is the diagonal model at ab = c), on ``data``."""
+    d = data.d
+    a, ap, b, bp = (float(x) for x in p)
+    eye = torch.eye(d, dtype=torch.complex128)
+    off = torch.ones(d, d, dtype=torch.complex128) - eye
+    W_KQ = torch.zeros(2 * d, 2 * d, dtype=torch.complex128)
+    W_PV = torch.zeros(d, 2 * d, dtype=torch.complex128)
+    W_KQ[d:, :d] = a * eye + ap * off
+    W_PV[:, :d] = b * eye + bp * off
+    return per_sequence_loss(data, W_KQ, W_PV)
+
+
+@dataclass(frozen=True)
+class PairedLosses:
+    """The masked test loss (``loss``) and the test-loss gap unmasked minus masked (``gap``) of the replicates,
+    each extrapolated in m and paired per test sequence with the prediction's own models
+    (:func:`paired_with_prediction`); ``se_gap_prediction`` is the Monte-Carlo error of the predicted gap that the
+    pairing leaves (that of the unmasked population GD's endpoint), with ``dof_gap_prediction`` degrees of freedom."""
+
+    loss: ExtrapolatedLoss
+    gap: ExtrapolatedLoss
+    se_gap_prediction: float
+    dof_gap_prediction: int
+
+
+def _controlled(big: np.ndarray, small: np.ndarray, control: np.ndarray, mean: float) -> ExtrapolatedLoss:
+    """:func:`companion.mesa.evidence.richardson_paired` of the per-sequence ``big`` and ``small`` (replicates by
+    test sequences) minus the ``control`` on the same sequences, plus the control's expectation ``mean``."""
+    q = richardson_paired(big - control, small - control)
+    return replace(q, measured=q.measured + mean, mean_big=q.mean_big + mean, mean_small=q.mean_small + mean)
+
+
+def paired_with_prediction(design: MaskingRuns, rep: ExtrapolatedAb, rep_u: ExtrapolatedAb,
+                           gap: MaskingGap) -> PairedLosses:
+    r"""The test losses of the replicates (:func:`replicates`) measured against the prediction's own models on the
+    same common test sequences (a control variate; the sequences of
+    :func:`companion.mesa.evidence.extrapolated_ab`'s ``m_loss``, stream :data:`~companion.seeds.MESA_LOSS_EVAL`).
+
+    *Masked loss.* With :math:`\ell_n` the loss of test sequence n, the diagonal model at the population-GD
+    :math:`ab=c` has the exactly known mean :math:`L(c)` (:func:`companion.mesa.theory.population_loss`), so
+
+    .. math:: \hat L = L(c) + \tfrac13\big(4\,\overline{\ell(W_m)-\ell(c)}-\overline{\ell(W_{m/4})-\ell(c)}\big)
+
+    estimates the trained models' expected loss without the test-set noise the two share: a per-sequence loss is
+    heavy-tailed, and its plain mean over the test set has an error that correlates with its own standard error.
+    The standard error: the replicate spread and the test-set SE of the paired combination (Welch).
+
+    *Gap.* The trained gap unmasked minus masked, per replicate and sequence, minus the population GD's
+    :math:`\ell_n(c_u)-\ell_n(c_m)` on the same sequence, extrapolated likewise, plus the predicted gap
+    ``gap.predicted``: measured minus predicted is then the paired term alone, and the Monte-Carlo error of the
+    predicted mean cancels. What remains of the prediction's error is that of the endpoint :math:`c_u`: its
+    jackknife SEs (``gap.se_end``) through the gap's gradient, bounded by
+    :math:`\sum_k|\partial\Delta/\partial p_k|\,\mathrm{se}_k` whatever their correlation.
+    """
+    r = design.replicates_masked
+    big, small = rep.loss.big, rep.loss.small
+    td = generate(r.law, big.shape[1], r.d, r.T, r.scale, MESA_LOSS_EVAL.rng(r.seed), torch.complex128)
+    c_m = float(gap.c_m[0])
+    ell_c = equivariant_losses(td, (rep.predicted, 0.0, 1.0, 0.0))
+    L_c = float(th.population_loss(r.law, r.scale, r.d, r.T, rep.predicted))
+    loss = replace(_controlled(big, small, ell_c, L_c), zero_loss=rep.loss.zero_loss)
+    ell_gap = equivariant_losses(td, gap.path[-1]) - equivariant_losses(td, (c_m, 0.0, 1.0, 0.0))
+    gap_meas = _controlled(rep_u.loss.big - big, rep_u.loss.small - small, ell_gap, gap.predicted)
+    return PairedLosses(loss=loss, gap=gap_meas, se_gap_prediction=float(np.abs(gap.grad_end * gap.se_end).sum()),
+                        dof_gap_prediction=gap.se_end_dof)
 
 
 # ---- the verdict
@@ -215,12 +286,13 @@ def record_ab_masked(v, rep: ExtrapolatedAb, gap: MaskingGap, a0: float, b0: flo
                "+ complex64 round-off")
 
 
-def record_loss_masked(v, rep: ExtrapolatedAb, L_pred: float, L_fal: float, a0: float, b0: float, m_rep: int, n_rep: int,
-                       m_test: int) -> None:
-    r"""Claim ``loss_masked``: the masked whole-sequence test loss extrapolated in m (``rep.loss``) against the
+def record_loss_masked(v, rep: ExtrapolatedAb, paired: PairedLosses, L_pred: float, L_fal: float, a0: float,
+                       b0: float, m_rep: int, n_rep: int, m_test: int) -> None:
+    r"""Claim ``loss_masked``: the masked whole-sequence test loss extrapolated in m and paired with the
+    population-GD model on the same test sequences (``paired.loss``, :func:`paired_with_prediction`) against the
     population loss ``L_pred`` at the population-GD ab, at 4 SE (Welch); the falsifier ``L_fal`` is the population
     loss at the :math:`T\to\infty` constant 1."""
-    q = rep.loss
+    q = paired.loss
     v.statistical(
         "loss_masked",
         quantity=f"masked training, init $({a0:g}, {b0:g})$: whole-sequence test loss, extrapolated from "
@@ -228,28 +300,34 @@ def record_loss_masked(v, rep: ExtrapolatedAb, L_pred: float, L_fal: float, a0: 
         predicted=L_pred, measured=q.measured, se=q.se, dof=q.dof, z=4, floor=1e-12 * q.zero_loss,
         falsifier=_LOSS_FALSIFIER, falsifier_value=L_fal,
         reason=f"4 SE of {n_rep} replicate training sets per size and of the {m_test} common i.i.d. test sequences, "
-               "extrapolated in $m$ (Welch); plus round-off",
+               "each paired with the population-GD model, extrapolated in $m$ (Welch); plus round-off",
         detail=f"level of 4 SE: {n_rep} replicate training sets per size and the {m_test} common i.i.d. test "
-               f"sequences, {stats.band_words(q.dof)} (Welch); + round-off ($10^{{-12}}$ of the zero predictor's loss)")
+               "sequences, on which the loss of the population-GD model (known mean) is subtracted sequence by "
+               f"sequence and its population loss added, {stats.band_words(q.dof)} (Welch); + round-off "
+               "($10^{-12}$ of the zero predictor's loss)")
 
 
-def record_masking_gap(v, gap_meas: ExtrapolatedLoss, gap: MaskingGap, rep: ExtrapolatedAb, a0: float, b0: float, m_rep: int, n_rep: int,
-                       m_test: int, m_mc: int) -> None:
-    """Claim ``masking_gap``: the test-loss gap unmasked minus masked extrapolated in m (:func:`extrapolated_gap`)
-    against the 4-parameter population GD (:func:`masking_gap`), at 4 SE of both (Welch); the falsifier is no gain
-    (0)."""
-    gap_se, gap_dof = stats.welch((gap_meas.se, gap_meas.dof), (gap.se, float("inf")))
+def record_masking_gap(v, paired: PairedLosses, gap: MaskingGap, rep: ExtrapolatedAb, a0: float, b0: float,
+                       m_rep: int, n_rep: int, m_test: int, m_mc: int) -> None:
+    """Claim ``masking_gap``: the test-loss gap unmasked minus masked extrapolated in m and paired with the population
+    GD's gap on the same test sequences (``paired.gap``, :func:`paired_with_prediction`) against the 4-parameter
+    population GD (:func:`masking_gap`), at 4 SE of the pair and of the prediction's endpoint (Welch); the falsifier
+    is no gain (0)."""
+    q = paired.gap
+    gap_se, gap_dof = stats.welch((q.se, q.dof), (paired.se_gap_prediction, paired.dof_gap_prediction))
     v.statistical(
         "masking_gap",
         quantity=f"init $({a0:g}, {b0:g})$: test loss unmasked minus masked (same training and test sets), "
                  f"extrapolated from {_sizes(m_rep, rep)} ($1/m$ law), vs the 4-parameter population GD",
-        predicted=gap.predicted, measured=gap_meas.measured, se=gap_se, dof=gap_dof, z=4,
+        predicted=gap.predicted, measured=q.measured, se=gap_se, dof=gap_dof, z=4,
         floor=1e-12 * rep.loss.zero_loss, falsifier=_COSTS_NOTHING, falsifier_value=0.0,
-        reason=f"4 SE of {n_rep} paired replicate training sets per size, of the {m_test} common test sequences and "
-               "of the prediction's Monte-Carlo moments (Welch); plus round-off",
-        detail=f"level of 4 SE: {n_rep} paired replicate training sets per size, the {m_test} common test sequences "
-               f"and the Monte-Carlo moments ({m_mc} sequences) of the prediction, {stats.band_words(gap_dof)} (Welch); "
-               "+ round-off ($10^{-12}$ of the zero predictor's loss)")
+        reason=f"4 SE of {n_rep} paired replicate training sets per size and of the {m_test} common test sequences, "
+               "each paired with the population GD's gap, and of the prediction's endpoint (Welch); plus round-off",
+        detail=f"level of 4 SE: {n_rep} paired replicate training sets per size and the {m_test} common test "
+               "sequences, on which the population GD's gap is subtracted sequence by sequence (its Monte-Carlo mean "
+               f"over {m_mc} sequences added back, so that its error cancels from the comparison), and the jackknife "
+               "SE of the population GD's endpoint through the gap's gradient, "
+               f"{stats.band_words(gap_dof)} (Welch); + round-off ($10^{{-12}}$ of the zero predictor's loss)")
 
 
 def record_offdiag(v, rep_u: ExtrapolatedAb, gap: MaskingGap, rep: ExtrapolatedAb, a0: float, b0: float, epochs: int, m_rep: int,
