@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -68,6 +69,20 @@ def test_the_causes_the_page_shows_type_no_measured_number(tmp_path):
     (tmp_path / page.OPEN_FILE).write_text(
         'outside_limits:\n  "nb smoke c": {cause: "A cause.", measured: "z +4.64"}\n  "nb smoke d": Plain words.\n')
     assert page.open_defects(tmp_path) == {"nb smoke c": "A cause.", "nb smoke d": "Plain words."}
+
+
+@pytest.mark.parametrize("text, words", [
+    ('outside_limits:\n  "nb smoke c":\n    cause: A.\n  "nb smoke d":\n    cause: B.\n    measured: x\n    measured: y\n',
+     "key 'measured' given twice in one mapping (line 7)"),
+    ('outside_limits:\n  "nb smoke c": {cause: A.}\n  "nb smoke c": {cause: B.}\n', "key 'nb smoke c' given twice"),
+    ('outside_limits:\n  "nb smoke c": {cause: A., measure: z}\n', "entry 'nb smoke c' has field(s) measure; allowed"),
+])
+def test_the_open_list_refuses_a_key_given_twice_or_an_unknown_field(tmp_path, text, words):
+    """An entry typed into the middle of another once took that entry's ``measured`` for its own: YAML keeps the
+    last of two equal keys without a word. The open list refuses that, and a misspelt field, naming them."""
+    (tmp_path / page.OPEN_FILE).write_text(text)
+    with pytest.raises(ValueError, match=re.escape(words)):
+        page.open_defects(tmp_path)
 
 def test_every_calibration_file_is_complete_and_current_in_form(committed):
     for data in cal.read_all():

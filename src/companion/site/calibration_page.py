@@ -60,9 +60,33 @@ def summaries(directory: Path | None = None, current: bool = True) -> list[Claim
     return out
 
 
+class _StrictLoader(yaml.SafeLoader):
+    """A YAML loader that refuses a key given twice in one mapping (the plain loader keeps the last silently: an
+    entry typed between another's ``cause`` and ``measured`` took that ``measured`` for its own)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for k, _ in node.value:
+            key_ = self.construct_object(k, deep=deep)
+            if key_ in seen:
+                raise ValueError(f"{OPEN_FILE}: key {key_!r} given twice in one mapping (line {k.start_mark.line + 1})")
+            seen.add(key_)
+        return super().construct_mapping(node, deep)
+
+
+#: the fields of an entry of ``outside_limits``
+ENTRY_FIELDS = ("cause", "measured")
+
+
 def _open(directory: Path | None = None) -> dict:
     path = (Path(directory) if directory is not None else calibration_dir()) / OPEN_FILE
-    return (yaml.safe_load(path.read_text()) if path.is_file() else None) or {}
+    data = (yaml.load(path.read_text(), Loader=_StrictLoader) if path.is_file() else None) or {}
+    for k, v in (data.get("outside_limits") or {}).items():
+        extra = sorted(set(v) - set(ENTRY_FIELDS)) if isinstance(v, dict) else []
+        if extra:
+            raise ValueError(f"{OPEN_FILE}: entry {k!r} has field(s) {', '.join(extra)}; allowed: "
+                             f"{', '.join(ENTRY_FIELDS)}")
+    return data
 
 
 def open_defects(directory: Path | None = None) -> dict[str, str]:
