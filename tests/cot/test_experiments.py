@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+import pytest
+
 from companion.cot.results import experiments
 from companion.cot.theory import gd, no_cot
 from companion.verdict import Verdict
@@ -17,7 +20,8 @@ from companion.verdict import Verdict
 def _row(n, unstable, d=3):
     """A row of cot_vs_no_cot with the numbers the verdict reads (the trained models' summaries given)."""
     m_cot = dict(mean=0.101, se=0.002, dof=3.0, pred=0.1, se_from="the spread of 4 training seeds")
-    m_noc = dict(mean=no_cot.no_cot_floor(d, n) + 0.01, se=0.01, dof=math.inf, pred=no_cot.no_cot_floor(d, n))
+    m_noc = dict(mean=no_cot.no_cot_floor(d, n) + 0.01, se=0.01, dof=math.inf, pred=no_cot.no_cot_floor(d, n),
+                 se_from="the evaluation prompts")
     return dict(n=n, eta=0.3, m_cot=m_cot, m_noc=m_noc, unstable=unstable, prev=gd.MCEstimate(0.2, 0.001, 0.15, 5000),
                 floor_mp=no_cot.no_cot_floor_mp(d, n))
 
@@ -34,3 +38,14 @@ def test_cot_claim_is_set_aside_where_divergent_prompts_are_expected_and_falsifi
         noc = by_id[f"cotexp_no_cot_n{n}"]
         assert noc.predicted == no_cot.no_cot_floor(3, n) and noc.falsifier_value == no_cot.no_cot_floor_mp(3, n)
     assert set(by_id) == set(experiments.manifest([9, 12]))
+
+
+def test_the_no_cot_side_is_replicated_like_the_cot_side():
+    """Both kinds are trained ``replicates`` times and each replicate is evaluated on its own prompts, so the no-CoT
+    claim's band can be the seed spread (one model had only its prompts, which leave training variability out)."""
+    row = experiments.cot_vs_no_cot(2, 4, 0.3, 2, steps=30, lr=0.005, lr_final=0.2, lr_no_cot=0.01,
+                                    lr_final_no_cot=0.1, replicates=3, eval_batch=300, num_mc=1000, seed=5,
+                                    rng=np.random.default_rng(5))
+    assert row["noc"].replicates == 3 and len(row["m_noc"]["means"]) == 3
+    assert row["m_noc"]["mean"] == pytest.approx(float(np.mean(row["m_noc"]["means"])))
+    assert len(row["m_cot"]["means"]) == 3

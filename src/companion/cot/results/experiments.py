@@ -16,8 +16,7 @@ from companion.seeds import COT_EVAL
 from companion.stats import ROUNDOFF, band_words
 
 from ...text import tex_number
-from ..data import make_generator, sample_prompts
-from ..stats import model_errors, replicate_errors, trained_vs_prediction
+from ..stats import replicate_errors, trained_vs_prediction
 from ..theory import gd, no_cot, wishart
 from ..train import cached_train_full
 from .thm4_1 import PREV_STEP
@@ -47,10 +46,11 @@ def cot_vs_no_cot(d: int, n: int, eta: float, k: int, *, steps: int, lr: float, 
                   lr_final_no_cot: float, replicates: int, eval_batch: int, num_mc: int, seed: int,
                   rng: np.random.Generator) -> dict:
     r"""Figure 2 of the paper at one n (:prf:ref:`cot-prop-experiments`): ``replicates`` CoT models (k teacher-forced
-    GD steps of size ``eta``) trained side by side and one no-CoT model, all for ``steps`` Adam steps on fresh
-    prompts (through the run cache; the training curves on 200 fixed prompts); the ``eval_batch`` evaluation prompts
-    split among the CoT replicates, each on its own (:func:`companion.cot.stats.replicate_errors`; the expected
-    number of divergent prompts is that of one set of ``eval_batch``), and all of them for the no-CoT model. The
+    GD steps of size ``eta``) and ``replicates`` no-CoT models, each kind trained side by side, all for ``steps``
+    Adam steps on fresh prompts (through the run cache; the training curves on 200 fixed prompts); the
+    ``eval_batch`` evaluation prompts split among the replicates of each kind, each replicate on its own
+    (:func:`companion.cot.stats.replicate_errors`; the expected number of divergent prompts is that of one set of
+    ``eval_batch``), so that the seed spread of either kind covers training and evaluation. The
     CoT models against an independent Monte-Carlo estimate of :math:`\E\tr(I-\eta S)^{2k}` from ``num_mc`` spectra,
     with the competitor :math:`\E\tr(I-\eta S)^{2(k-1)}` on the same spectra; the no-CoT model against the floor
     :math:`d(d+1)/(n+d+1)`,
@@ -67,15 +67,14 @@ def cot_vs_no_cot(d: int, n: int, eta: float, k: int, *, steps: int, lr: float, 
     cot = cached_train_full("cot", d, n, k, eta, steps=steps, lr=lr, lr_final=lr_final, batch=64, seed=seed,
                             eval_every=every, eval_batch=200, replicates=replicates)
     noc = cached_train_full("no_cot", d, n, 1, steps=steps, lr=lr_no_cot, lr_final=lr_final_no_cot, batch=64,
-                            seed=seed, eval_every=every, eval_batch=200)
+                            seed=seed, eval_every=every, eval_batch=200, replicates=replicates)
     eigs = wishart.sample_S_eigs(d, n, num_mc, rng)
     pred, prev, floor = gd.gd_error_mc(k, eta, eigs), gd.gd_error_mc(k - 1, eta, eigs), no_cot.no_cot_floor(d, n)
     eta999, q999 = gd.divergence_step(eigs, 1e-3)  # one prompt in a thousand diverges from this step on
     return dict(n=n, eta=eta, cot=cot, noc=noc, pred=pred, prev=prev, floor=floor, floor_mp=no_cot.no_cot_floor_mp(d, n),
                 m_cot=trained_vs_prediction(replicate_errors("cot", cot, k, eval_batch // replicates, COT_EVAL(seed)),
                                             pred.mean, pred.se),
-                m_noc=trained_vs_prediction(model_errors("no_cot", noc, sample_prompts(eval_batch, d, n,
-                                                                                       make_generator(COT_EVAL(seed))), 1),
+                m_noc=trained_vs_prediction(replicate_errors("no_cot", noc, 1, eval_batch // replicates, COT_EVAL(seed)),
                                             floor),
                 unstable=float(np.mean(eta * eigs[:, -1] > 2)), q999=q999, eta999=eta999)
 
@@ -88,8 +87,9 @@ def record_pairs(v, runs: list, *, replicates: int, eval_batch: int, d: int) -> 
     r"""The two headline claims at each n (``runs``: :func:`cot_vs_no_cot` rows): ``cotexp_cot_n{n}``, the mean
     evaluation error of the ``replicates`` trained CoT models against :math:`\E\tr(I-\eta S)^{2k}` (falsifier: one GD
     step fewer), not applicable where divergent prompts (:math:`\eta\lambda_{\max}(S) > 2`) are expected among the
-    ``eval_batch`` evaluation prompts; and ``cotexp_no_cot_n{n}``, the no-CoT model's error against the floor
-    :math:`d(d+1)/(n+d+1)` (falsifier: its proportional limit :math:`d^2/(n+d)`).
+    ``eval_batch`` evaluation prompts; and ``cotexp_no_cot_n{n}``, the mean error of the ``replicates`` trained no-CoT
+    models against the floor :math:`d(d+1)/(n+d+1)` (falsifier: its proportional limit :math:`d^2/(n+d)`), with the
+    band of the CoT claim (seeds or prompts, the wider).
 
     Returns the record of each CoT claim, in the order of ``runs`` (for the prose)."""
     out = []
@@ -118,17 +118,20 @@ def record_pairs(v, runs: list, *, replicates: int, eval_batch: int, d: int) -> 
                        "combined (Welch) with the standard error of the independent Monte-Carlo sample of spectra "
                        rf"(`companion.cot.stats.trained_vs_prediction`); round-off floor ${tex_number(floor)}$."))
         v.statistical(f"cotexp_no_cot_n{n}",
-                      quantity=rf"$n = {n}$: trained no-CoT model, evaluation error vs the floor $d(d+1)/(n+d+1)$",
+                      quantity=rf"$n = {n}$: trained no-CoT models ({replicates} seeds), mean evaluation error vs the "
+                               r"floor $d(d+1)/(n+d+1)$",
                       predicted=mn["pred"], measured=mn["mean"], se=mn["se"], dof=mn["dof"], z=4, floor=floor,
                       falsifier=MP_FLOOR, falsifier_value=r["floor_mp"], headline=True,
-                      reason="4 standard errors over the evaluation prompts, plus round-off",
-                      detail=rf"The mean of the model's per-prompt errors on {eval_batch} fresh prompts, band "
-                             rf"{band_words(mn['dof'])}, against the exact floor; round-off floor ${tex_number(floor)}$.")
+                      reason=rf"4 SE of the mean of {replicates} trained models, over training seeds or prompts (the "
+                             "wider band), plus round-off",
+                      detail=f"Each of the {replicates} models on its own {eval_batch // replicates} fresh prompts; level "
+                             f"of 4 normal standard errors, the wider of two valid bands decided: {mn['se_from']} "
+                             rf"({band_words(mn['dof'])}), against the exact floor; round-off floor ${tex_number(floor)}$.")
     return out
 
 
 def figure(runs: list, d: int, k: int):
-    r"""``fig_cot_experiments``: evaluation loss during training, with CoT (the replicates' mean, each replicate thin) and without, per n;
+    r"""``fig_cot_experiments``: evaluation loss during training, with CoT and without (each kind: the replicates' mean, each replicate thin), per n;
     dotted: the no-CoT floor and the k-step GD error (:func:`cot_vs_no_cot` rows)."""
     fig, axs = new_figure(ncols=len(runs), width=3.5, height=3.0)
     for ax, r in zip(np.atleast_1d(axs), runs):
@@ -136,7 +139,9 @@ def figure(runs: list, d: int, k: int):
         curves = np.asarray(cot.eval_loss).reshape(len(cot.steps), -1)
         ax.semilogy(cot.steps, curves, color="C0", lw=0.5, alpha=0.5)
         ax.semilogy(cot.steps, curves.mean(axis=1), color="C0", label=f"with CoT (k={k}), {curves.shape[1]} seeds")
-        ax.semilogy(noc.steps, noc.eval_loss, color="C1", label="without CoT")
+        noc_curves = np.asarray(noc.eval_loss).reshape(len(noc.steps), -1)
+        ax.semilogy(noc.steps, noc_curves, color="C1", lw=0.5, alpha=0.5)
+        ax.semilogy(noc.steps, noc_curves.mean(axis=1), color="C1", label=f"without CoT, {noc_curves.shape[1]} seeds")
         ax.axhline(r["floor"], color="C1", ls=":", lw=1, label="floor d(d+1)/(n+d+1)")
         ax.axhline(r["pred"].mean, color="C0", ls=":", lw=1, label=r"$E\,\mathrm{tr}(I-\eta S)^{2k}$")
         ax.set_xlabel("Adam step")
