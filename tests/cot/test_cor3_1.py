@@ -54,3 +54,20 @@ def test_mp_floor_is_the_proportional_limit_of_the_floor():
 def test_monte_carlo_floor_against_the_closed_form():
     m, se = cor3_1.floor_mc(5, 9, 50_000, np.random.default_rng(4))
     assert abs(m - no_cot.no_cot_floor(5, 9)) <= 4 * se
+
+
+def test_the_trained_pairs_sentence_counts_the_passes_and_the_growth():
+    """The prose's sentence on every trained pair: the pairs in order, d²/n and the floor's growth across them, and
+    how many claims passed (a failed or undecided one is not a pass)."""
+    from types import SimpleNamespace
+
+    pairs = [(10, 40), (5, 20), (20, 80)]
+    trained = {p: {"pred": no_cot.no_cot_floor(*p)} for p in pairs}
+    recs = [SimpleNamespace(claim=f"cot_c31_trained_d{d}_n{n}", status=s)
+            for (d, n), s in zip(pairs, ("passed", "not_resolvable", "passed"))]
+    recs.append(SimpleNamespace(claim="cot_c31_floor_formula", status="passed"))
+    words = cor3_1.trained_summary(recs, trained)
+    growth = no_cot.no_cot_floor(20, 80) / no_cot.no_cot_floor(5, 20)
+    assert "(5, 20), (10, 40), (20, 80)" in words and "grows 4.0-fold" in words and f"{growth:.1f}-fold" in words
+    assert "2 of the 3 claims pass" in words
+    assert cor3_1.trained_summary(recs[:1], {pairs[0]: trained[pairs[0]]}).startswith("One pair is trained here")

@@ -26,7 +26,7 @@ from ..theory import gd, no_cot, wishart
 from .thm3_1 import CONVERGED, MAX_DOUBLINGS, last_quarter_drift, train_until_converged
 
 __all__ = ["CLAIMS", "RESULT", "PROPORTIONAL_FLOOR", "grid_pairs", "floor_from_moments",
-           "floor_mc", "trained_floor", "record_formula", "record_trained", "figure", "manifest"]
+           "floor_mc", "trained_floor", "record_formula", "record_trained", "trained_summary", "figure", "manifest"]
 
 PROPORTIONAL_FLOOR = "the proportional-limit (Marchenko–Pastur) floor $d^2/(n+d)$"
 
@@ -151,6 +151,20 @@ def record_trained(v, trained: dict, eval_batch: int):
                    rf"was {rule}. Falsifier $d^2/(n+d) = {fal:.6g}$ against the floor ${t['pred']:.6g}$, a "
                    r"relative gap $n/((d+1)(n+d))$.")
     return head
+
+
+def trained_summary(records, trained: dict) -> str:
+    """One sentence on every trained pair's claim for the prose (``records``: the verdict's records; ``trained``:
+    :func:`trained_floor` by pair): the pairs, how much d²/n and the floor grow across them, how many claims pass."""
+    recs = [r for r in records if r.claim.startswith("cot_c31_trained_")]
+    if len(recs) < 2:
+        return "One pair is trained here; with more dimensions in `train_d` the same claim follows the floor across d²/n."
+    ratio = [d * d / n for d, n in trained]
+    floors = [t["pred"] for t in trained.values()]
+    listed = ", ".join(f"({d}, {n})" for d, n in sorted(trained))
+    return (f"The same claim is made at every trained pair, (d, n) = {listed}: across them d²/n grows "
+            f"{max(ratio) / min(ratio):.1f}-fold and the floor {max(floors) / min(floors):.1f}-fold, and "
+            f"{sum(r.status == 'passed' for r in recs)} of the {len(recs)} claims pass.")
 
 
 def figure(d_list, ratios, pairs, mc: dict, trained: dict):
