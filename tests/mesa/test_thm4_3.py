@@ -1,6 +1,7 @@
 """Theorem 4.3 (companion.mesa.results.thm4_3): the masked loss and the masking gap, paired by training set and,
 with the prediction's own models, by test sequence."""
 
+from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
@@ -72,7 +73,11 @@ def test_the_paired_estimate_adds_back_the_control_s_mean(tiny):
     assert q.loss.mean_big - L_c == pytest.approx(q.loss.measured - L_c + (q.loss.mean_small - q.loss.mean_big) / 3,
                                                   abs=1e-12)
     assert abs(q.loss.measured - L_c) < 1e-2 * L_c  # two epochs from the same init: trained ~ population GD
-    assert abs(q.gap.measured - gap.predicted) < 1e-2 * abs(L_c)
+    # the gap: the prediction's Monte-Carlo mean is added back whole, so shifting it shifts the measurement alike
+    # and leaves measured minus predicted and the band as they were (left out, the shift would not move it)
+    moved = thm4_3.paired_with_prediction(tiny.design, rep, tiny.rep_u, replace(gap, predicted=gap.predicted + 1.0))
+    assert moved.gap.measured - q.gap.measured == pytest.approx(1.0, abs=1e-12)
+    assert moved.gap.se == q.gap.se and moved.loss.measured == q.loss.measured
     assert q.se_gap_prediction == pytest.approx(float(np.abs(gap.grad_end * gap.se_end).sum()))
     assert q.dof_gap_prediction == gap.se_end_dof
 
