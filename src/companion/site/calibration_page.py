@@ -61,8 +61,8 @@ def summaries(directory: Path | None = None, current: bool = True) -> list[Claim
 
 
 class _StrictLoader(yaml.SafeLoader):
-    """A YAML loader that refuses a key given twice in one mapping (the plain loader keeps the last silently: an
-    entry typed between another's ``cause`` and ``measured`` took that ``measured`` for its own)."""
+    """A YAML loader that refuses a key given twice in one mapping, naming it and its line (the plain loader keeps
+    the last of the two without a word)."""
 
     def construct_mapping(self, node, deep=False):
         seen = set()
