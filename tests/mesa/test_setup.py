@@ -16,7 +16,7 @@ from scipy import stats as st
 from companion.mesa import analysis
 from companion.mesa import theory as th
 from companion.mesa.data import generate
-from companion.mesa.model import per_sequence_loss
+from companion.mesa.model import loss_grad_fast, per_sequence_loss
 from companion.mesa.results import setup
 from companion.mesa.train import init_diagonal
 
@@ -39,6 +39,23 @@ def test_radius_integrated_loss_has_the_laws_expectation(law, dof):
     assert abs(v.mean() - plain.mean()) <= 5 * se
     pop = th.population_loss(law, 1.3, d, T, 0.4 * 0.7)
     assert abs(v.mean() - pop) <= 5 * v.std() / np.sqrt(v.size) + 1e-12 * pop
+
+
+@pytest.mark.parametrize("law", ["gaussian", "sparse"])
+def test_diagonal_gradients_are_the_diagonal_of_each_groups_gradient(law):
+    """At random full weights (off the diagonal manifold too) each group's mean of the per-sequence central
+    differences is the mean real diagonal of W_KQ's lower-left block in that group's gradient from the fused
+    backward pass, to round-off (a step on another block, a missing 1/d or a one-sided difference fails)."""
+    d, T, m = 3, 9, 12
+    data = generate(law, m, d, T, 1.0, 5, torch.complex128)
+    g = torch.Generator().manual_seed(1)
+    W_KQ = 0.3 * torch.randn(2 * d, 2 * d, dtype=torch.complex128, generator=g)
+    W_PV = 0.3 * torch.randn(d, 2 * d, dtype=torch.complex128, generator=g)
+    per_seq = setup.diagonal_gradients(data, W_KQ, W_PV)
+    assert per_seq.shape == (m,)
+    for ix in np.array_split(np.arange(m), 4):
+        want = float(torch.diagonal(loss_grad_fast(data.subset(ix), W_KQ, W_PV)[1][d:, :d]).real.mean())
+        assert per_seq[ix].mean() == pytest.approx(want, rel=1e-10, abs=1e-12)
 
 
 @pytest.mark.slow  # 200 seeds per law: a few seconds each
