@@ -138,6 +138,44 @@ def test_pages_are_executed_two_at_a_time_into_the_cache_that_the_build_reads(tm
 
 
 @pytest.mark.slow
+def test_pages_of_one_worker_share_a_kernel_and_no_names(tmp_path, monkeypatch):
+    """With one worker the pages run one after the other in one warm kernel: the second sees the modules the first
+    imported (the same kernel) but none of its names (a reset namespace), and neither the kernel nor its socket
+    folder outlives the build."""
+    from companion.run.jupyter_kernel import SOCKETS_ENV
+
+    sockets = tmp_path / "sockets"
+    sockets.mkdir()
+    monkeypatch.setenv(SOCKETS_ENV, str(sockets))  # inherited by the build's worker processes
+    root = tmp_path / "mini"
+    copy_book_frame(root, ["toy_a", "toy_b"], execute="cache")
+    toy = (FIXTURES / "toy.md").read_text().replace("n: int = 2000", "n: int = 300")
+    params_cell = "```{code-cell} ipython3\n:tags: [parameters]"
+    first = ("```{code-cell} ipython3\nimport os, sys\nleft_by_a = os.getpid()\nsys.modules['toy_a_was_here'] = "
+             "sys\n```\n\n")
+    second = ("```{code-cell} ipython3\nimport sys\nassert 'toy_a_was_here' in sys.modules, 'a new kernel'\n"
+              "assert 'left_by_a' not in dir(), 'a name of the previous page'\n```\n\n")
+    (root / "notebooks" / "toy_a.md").write_text(toy.replace(params_cell, first + params_cell, 1)
+                                                  .replace('Verdict("toy"', 'Verdict("toy_a"'))
+    (root / "notebooks" / "toy_b.md").write_text(toy.replace(params_cell, second + params_cell, 1)
+                                                  .replace('Verdict("toy"', 'Verdict("toy_b"'))
+    book._page_seconds(root, {"notebooks/toy_a.md": 2.0, "notebooks/toy_b.md": 1.0})  # a first, then b
+    kernels = _kernel_processes()
+    done = book.pre_execute(root, jobs=1)
+    assert list(done) == ["notebooks/toy_a.md", "notebooks/toy_b.md"]
+    assert book.pre_execute(root, jobs=1) == {}  # both cached: b did not fail
+    assert _kernel_processes() == kernels and not any(sockets.iterdir())
+
+
+def _kernel_processes() -> set[int]:
+    """The process ids of the running ipykernel processes of this user."""
+    import subprocess
+
+    out = subprocess.run(["ps", "-u", str(os.getuid()), "-o", "pid=,args="], capture_output=True, text=True).stdout
+    return {int(line.split()[0]) for line in out.splitlines() if "ipykernel_launcher" in line}
+
+
+@pytest.mark.slow
 def test_the_whole_book_builds_strictly(smoke_site, tmp_path):
     """Every notebook, executed with its smoke parameters by the runner, renders into the full book with
     `-n -W` (zero warnings, every reference and glue key resolved), and every verdict is collected.

@@ -58,7 +58,7 @@ from ..report import RESULTS_URL, counts, dashboard_markdown, glance_markdown
 from ..text import slug
 from ..threads import available_cores, use_threads
 from ..verdict import METADATA_KEY
-from .sphinx_ext import encrypted_kernels, write_where_page
+from .sphinx_ext import write_where_page
 from .sweeps_page import guard_cache as guard_sweeps_page
 
 __all__ = [
@@ -137,31 +137,61 @@ def toc_pages(root: Path) -> list[Path]:
     return [p for p in out if p.is_file()]
 
 
+#: the warm kernel of a page-executing worker process (:func:`_execute_into_cache`), shut down when the worker ends
+_WARM = None
+
+
+def _warm_kernel():
+    """This worker process's :class:`companion.run.jupyter_kernel.WarmKernel`, started on first use and shut down
+    (with its socket folder) when the process ends."""
+    global _WARM
+    if _WARM is None:
+        from multiprocessing.util import Finalize
+
+        from ..run.jupyter_kernel import WarmKernel
+
+        _WARM = WarmKernel()
+        Finalize(_WARM, _WARM.shutdown, exitpriority=10)
+    return _WARM
+
+
 def _execute_into_cache(cache_path: str, path: str, timeout: int) -> tuple[str, float, str | None]:
     """Execute one MyST notebook as myst-nb's ``cache`` mode does (its reader, the notebook's folder as
-    working directory, no errors allowed) and store it in jupyter-cache. Runs in a worker process."""
+    working directory, no errors allowed, the notebook's own ``execution`` metadata first) and store it in
+    jupyter-cache. Runs in a worker process, in the worker's warm kernel: the pages of one worker share the
+    imports, compiled kernels and hashes of the sources, and each starts from a reset namespace
+    (:class:`companion.run.jupyter_kernel.WarmKernel`, whose runs record what runs in new kernels record)."""
 
     use_threads(1)  # two notebooks share the cores
     from jupyter_cache import get_cache
-
-
-    encrypted_kernels()  # as in the build itself: no transport warning per notebook
     from jupyter_cache.base import CacheBundleIn
-    from jupyter_cache.executors.utils import single_nb_execution
     from myst_nb.core.read import myst_nb_reader_plugin
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
     nb = myst_nb_reader_plugin(path)
-    result = single_nb_execution(nb, cwd=str(Path(path).parent), allow_errors=False, timeout=timeout,
-                                 meta_override=True)
-    if result.err is not None:
-        return path, result.time, f"{type(result.err).__name__}: {str(result.err).strip().splitlines()[-1:]}"
+    meta = nb.metadata.get("execution", {})
+    cwd = str(Path(path).parent)
+    t0 = time.perf_counter()
+    warm = _warm_kernel()
+    try:
+        client = NotebookClient(nb, km=warm.ready(cwd), timeout=meta.get("timeout", timeout),
+                                allow_errors=meta.get("allow_errors", False), record_timing=False,
+                                resources={"metadata": {"path": cwd}})
+        client.kc = warm.kc  # nbclient starts no client of its own when it has one
+        client.execute()
+    except (CellExecutionError, CellTimeoutError, DeadKernelError) as err:
+        if isinstance(err, (CellTimeoutError, DeadKernelError)):
+            warm.shutdown()  # the next page starts a new kernel
+        return path, time.perf_counter() - t0, f"{type(err).__name__}: {str(err).strip().splitlines()[-1:]}"
+    seconds = time.perf_counter() - t0
     # one writer at a time: jupyter-cache's write (record, then notebook file, then truncation) read by another
     # process between the two statements of its truncation deleted a record whose file was not yet written
     # ("Notebook file does not exist for cache record PK: 2", seen with two pages side by side on a loaded machine)
     with run_cache.file_lock(Path(cache_path) / "companion-write.lock"):
         get_cache(cache_path).cache_notebook_bundle(
-            CacheBundleIn(nb, path, data={"execution_seconds": result.time}), check_validity=False, overwrite=True)
-    return path, result.time, None
+            CacheBundleIn(nb, path, data={"execution_seconds": seconds}), check_validity=False, overwrite=True)
+    return path, seconds, None
 
 
 def _page_seconds(root: Path, update: dict[str, float] | None = None) -> dict[str, float]:
