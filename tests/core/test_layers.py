@@ -34,6 +34,7 @@ LAZY_OK = {
     "dask": "sweeps only (about 1 s to import)",
     "distributed": "sweeps only (about 1 s to import)",
     "papermill": "executing a notebook only (imports nbclient, jupyter_client, zmq)",
+    "nbclient": "executing the book's pages only (imports jupyter_client, zmq)",
     "nbformat": "reading executed notebooks only",
     "jupytext": "reading MyST notebooks for execution only",
     "jupyter_cache": "the book build only",

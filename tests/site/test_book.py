@@ -2,6 +2,7 @@
 
 import os
 import re
+import shutil
 
 import pytest
 import yaml
@@ -142,10 +143,13 @@ def test_pages_of_one_worker_share_a_kernel_and_no_names(tmp_path, monkeypatch):
     """With one worker the pages run one after the other in one warm kernel: the second sees the modules the first
     imported (the same kernel) but none of its names (a reset namespace), and neither the kernel nor its socket
     folder outlives the build."""
+    import tempfile
+    from pathlib import Path
+
     from companion.run.jupyter_kernel import SOCKETS_ENV
 
-    sockets = tmp_path / "sockets"
-    sockets.mkdir()
+    # a short folder: an IPC socket's path is limited to about 100 characters
+    sockets = Path(tempfile.mkdtemp(prefix="cs-"))
     monkeypatch.setenv(SOCKETS_ENV, str(sockets))  # inherited by the build's worker processes
     root = tmp_path / "mini"
     copy_book_frame(root, ["toy_a", "toy_b"], execute="cache")
@@ -164,7 +168,9 @@ def test_pages_of_one_worker_share_a_kernel_and_no_names(tmp_path, monkeypatch):
     done = book.pre_execute(root, jobs=1)
     assert list(done) == ["notebooks/toy_a.md", "notebooks/toy_b.md"]
     assert book.pre_execute(root, jobs=1) == {}  # both cached: b did not fail
-    assert _kernel_processes() == kernels and not any(sockets.iterdir())
+    left = list(sockets.iterdir())
+    shutil.rmtree(sockets)
+    assert _kernel_processes() == kernels and not left
 
 
 def _kernel_processes() -> set[int]:

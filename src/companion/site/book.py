@@ -42,6 +42,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
 from multiprocessing import get_context
+from multiprocessing.util import Finalize
 from pathlib import Path
 
 import nbformat
@@ -55,6 +56,7 @@ from ..mesa.results.plan import paper_runs, warm_run_cache
 from ..paths import repo_root
 from ..registry import all_results
 from ..report import RESULTS_URL, counts, dashboard_markdown, glance_markdown
+from ..run.jupyter_kernel import WarmKernel
 from ..text import slug
 from ..threads import available_cores, use_threads
 from ..verdict import METADATA_KEY
@@ -146,10 +148,6 @@ def _warm_kernel():
     (with its socket folder) when the process ends."""
     global _WARM
     if _WARM is None:
-        from multiprocessing.util import Finalize
-
-        from ..run.jupyter_kernel import WarmKernel
-
         _WARM = WarmKernel()
         Finalize(_WARM, _WARM.shutdown, exitpriority=10)
     return _WARM
