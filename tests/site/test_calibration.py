@@ -224,6 +224,18 @@ def test_the_code_version_follows_the_claims_code_and_not_the_prose(monkeypatch)
 # ------------------------------------------------------------------------------- the command
 @pytest.mark.slow
 def test_calibrate_runs_seeds_through_the_sweep_runner_and_resumes(tmp_path):
+    """The first calibration on a local cluster of its own; the refused rerun, the resumed and the grown one on a
+    running scheduler (as on a cluster), whose worker's warm kernel serves them all."""
+    import logging
+
+    from dask.distributed import LocalCluster
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None,
+                      silence_logs=logging.ERROR) as cluster:
+        _calibrate_checks(tmp_path, cluster.scheduler_address)
+
+
+def _calibrate_checks(tmp_path, address: str) -> None:
     out = tmp_path / "cal"
     first = run_cli("calibrate", "mesa/setup", "--seeds", "2", "-o", str(out), "--quiet", "--workers", "1")
     # exit 1 when an entry is outside the limits (likely at 2 seeds), 0 otherwise
@@ -237,13 +249,15 @@ def test_calibrate_runs_seeds_through_the_sweep_runner_and_resumes(tmp_path):
             [point] = [r for r in rows if r["parameters"]["seed"] == seed]
             [rec] = [r for r in point["records"] if r["claim"] == col_claim]
             assert col["z"][i] == pytest.approx((rec["measured"] - rec["predicted"]) / rec["se"], rel=1e-5)
-    refused = run_cli("calibrate", "mesa/setup", "--seeds", "2", "-o", str(out), "--quiet", "--workers", "1")
+    refused = run_cli("calibrate", "mesa/setup", "--seeds", "2", "-o", str(out), "--quiet", "--scheduler", address)
     assert refused.returncode == 2 and "--resume" in refused.stderr
-    more = run_cli("calibrate", "mesa/setup", "--seeds", "3", "-o", str(out), "--quiet", "--workers", "1", "--resume")
+    more = run_cli("calibrate", "mesa/setup", "--seeds", "3", "-o", str(out), "--quiet", "--scheduler", address,
+                   "--resume")
     assert more.returncode in (0, 1) and "mesa/setup smoke -> " in more.stdout, more.stderr
     assert cal.read(out / "mesa__setup__smoke.json")["seeds"] == [cal.FIRST_SEED + i for i in range(3)]
     before = cal.read(out / "mesa__setup__smoke.json")
-    grown = run_cli("calibrate", "mesa/setup", "--seeds", "4", "-o", str(out), "--quiet", "--workers", "1", "--extend")
+    grown = run_cli("calibrate", "mesa/setup", "--seeds", "4", "-o", str(out), "--quiet", "--scheduler", address,
+                    "--extend")
     assert grown.returncode in (0, 1) and "grown to 4 seeds" in grown.stdout, grown.stderr
     after = cal.read(out / "mesa__setup__smoke.json")
     assert after["seeds"] == [cal.FIRST_SEED + i for i in range(4)] and after["runs"]["total"] == 4
@@ -286,31 +300,43 @@ def test_the_page_says_which_files_were_restamped():
 def test_restamp_carries_a_file_over_only_when_the_rerun_seeds_agree(tmp_path):
     """A calibration of other code (its version changed in the file) is carried over when its first seeds give the
     same columns again, with the check written into it; a file whose numbers the current code does not give again
-    (a z changed in the file, as a change of the computation would) is left as it was and the claim named."""
+    (a z changed in the file, as a change of the computation would) is left as it was and the claim named. Every
+    run goes through one running scheduler, as on a cluster (its worker's warm kernel serves them all)."""
+    import logging
+
+    from dask.distributed import LocalCluster
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None,
+                      silence_logs=logging.ERROR) as cluster:
+        _restamp_checks(tmp_path, cluster.scheduler_address)
+
+
+def _restamp_checks(tmp_path, address: str) -> None:
     from companion.run.calibrate import calibrate, restamp
     from companion.run.inputs import SweepError
 
-    path = calibrate("mesa/setup", seeds=3, out=tmp_path, progress=False, workers=1)
+    run = dict(out=tmp_path, progress=False, scheduler=address)
+    path = calibrate("mesa/setup", seeds=3, **run)
     good = cal.read(path)
     old = dict(good, code_version="0123456789abcdef")
     path.write_text(json.dumps(old))
-    assert restamp("mesa/setup", seeds=2, out=tmp_path, progress=False, workers=1) == (path, [])
+    assert restamp("mesa/setup", seeds=2, **run) == (path, [])
     done = cal.read(path)
     assert done["code_version"] == cal.code_version("mesa/setup") and done["claims"] == good["claims"]
     assert [(e["from"], e["seeds"]) for e in done["restamped"]] == [("0123456789abcdef", 2)]
-    assert restamp("mesa/setup", seeds=2, out=tmp_path, progress=False, workers=1) == (path, [])  # current: nothing to do
+    assert restamp("mesa/setup", seeds=2, **run) == (path, [])  # current: nothing to do
     tampered = json.loads(json.dumps(old))
     claim = sorted(tampered["claims"])[0]
     tampered["claims"][claim]["z"][1] += 0.01
     path.write_text(json.dumps(tampered))
-    _, diffs = restamp("mesa/setup", seeds=2, out=tmp_path, progress=False, workers=1)
+    _, diffs = restamp("mesa/setup", seeds=2, **run)
     assert len(diffs) == 1 and diffs[0].startswith(f"{claim}: z at seed {good['seeds'][1]} was ")
     assert cal.read(path) == tampered
     path.write_text(json.dumps(dict(old, parameters={"T": 7})))
     with pytest.raises(SweepError, match="made at other parameters"):
-        restamp("mesa/setup", seeds=2, out=tmp_path, progress=False, workers=1)
+        restamp("mesa/setup", seeds=2, **run)
     with pytest.raises(SweepError, match="does not exist"):
-        restamp("mesa/setup", point="domain:0", seeds=2, out=tmp_path, progress=False)
+        restamp("mesa/setup", point="domain:0", seeds=2, **run)
 
 
 @pytest.mark.parametrize("args, words", [(["--point", "domain:9"], "domain:0 ... domain:1"),
