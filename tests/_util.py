@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -91,3 +92,15 @@ def slow_toy(folder):
     path.parent.mkdir(exist_ok=True)
     path.write_text(src)
     return str(path)
+
+
+@contextlib.contextmanager
+def one_worker_scheduler():
+    """A running Dask scheduler with one worker process (one thread), as on a cluster: yields its address."""
+    import logging
+
+    from dask.distributed import LocalCluster
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None,
+                      silence_logs=logging.ERROR) as cluster:
+        yield cluster.scheduler_address

@@ -14,7 +14,7 @@ from companion.run.grid import expand_grid, parse_grid, point_id
 from companion.run.inputs import SweepError
 from companion.run.store import read_results
 
-from _util import FIXTURES, MYST_HEADER, ROOT, cmdline, run_cli, slow_toy
+from _util import FIXTURES, MYST_HEADER, ROOT, cmdline, one_worker_scheduler, run_cli, slow_toy
 
 TOY = str(FIXTURES / "toy.md")
 
@@ -90,16 +90,11 @@ def test_refuses_to_overwrite_a_finished_sweep(tmp_path):
 @pytest.mark.slow
 def test_sweep_on_an_external_dask_scheduler(tmp_path):
     """The same sweep, pointed at a running scheduler (as on a cluster), needs no other change."""
-    import logging
-
-    from dask.distributed import LocalCluster
-
     from companion.run.sweep import run_sweep
 
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None,
-                      silence_logs=logging.ERROR) as cluster:
+    with one_worker_scheduler() as address:
         points = expand_grid(TOY, parse_grid(["seed=1,2"]), fixed_text={"n": "50"})
-        summary = run_sweep(TOY, points, tmp_path / "ext", scheduler=cluster.scheduler_address, progress=False)
+        summary = run_sweep(TOY, points, tmp_path / "ext", scheduler=address, progress=False)
     assert summary["ok"] == 2 and summary["total"] == 2
     assert len(read_results(tmp_path / "ext")) == 2
 

@@ -14,7 +14,7 @@ import pytest
 from companion import calibration as cal
 from companion.site import calibration_page as page
 
-from _util import run_cli
+from _util import one_worker_scheduler, run_cli
 
 
 def _data(z, dof=None, status=None, notebook="mesa/setup", point="smoke", claim="c"):
@@ -226,13 +226,8 @@ def test_the_code_version_follows_the_claims_code_and_not_the_prose(monkeypatch)
 def test_calibrate_runs_seeds_through_the_sweep_runner_and_resumes(tmp_path):
     """The first calibration on a local cluster of its own; the refused rerun, the resumed and the grown one on a
     running scheduler (as on a cluster), whose worker's warm kernel serves them all."""
-    import logging
-
-    from dask.distributed import LocalCluster
-
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None,
-                      silence_logs=logging.ERROR) as cluster:
-        _calibrate_checks(tmp_path, cluster.scheduler_address)
+    with one_worker_scheduler() as address:
+        _calibrate_checks(tmp_path, address)
 
 
 def _calibrate_checks(tmp_path, address: str) -> None:
@@ -302,13 +297,8 @@ def test_restamp_carries_a_file_over_only_when_the_rerun_seeds_agree(tmp_path):
     same columns again, with the check written into it; a file whose numbers the current code does not give again
     (a z changed in the file, as a change of the computation would) is left as it was and the claim named. Every
     run goes through one running scheduler, as on a cluster (its worker's warm kernel serves them all)."""
-    import logging
-
-    from dask.distributed import LocalCluster
-
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None,
-                      silence_logs=logging.ERROR) as cluster:
-        _restamp_checks(tmp_path, cluster.scheduler_address)
+    with one_worker_scheduler() as address:
+        _restamp_checks(tmp_path, address)
 
 
 def _restamp_checks(tmp_path, address: str) -> None:
