@@ -49,10 +49,14 @@ def test_a_failing_verdict_fails_the_build_and_passing_results_are_collected(tmp
         toy.replace("fail: bool = False", "fail: bool = True").replace('Verdict("toy"', 'Verdict("toy_fail"')
     )
     status = book.build(root)
+    out = capfd.readouterr().out
     assert status != 0, "a notebook whose verdict fails must fail the build"
+    # the failed page is executed once, before Sphinx, whose one pass renders it from the cache with the tables
+    # written from its records
+    assert "toy_fail.md: Executing notebook" not in out and "(verdict tables changed)" not in out, out[-3000:]
     summary = yaml.safe_load((root / "_build" / "results" / "summary.json").read_text())
     assert {k: summary["notebooks"]["toy_pass"][k] for k in ("claims", "failed")} == {"claims": 1, "failed": []}
-    assert "toy_fail" in summary["missing"] or summary["failed"]
+    assert summary["failed"] == ["toy_fail:second_moment"], summary
     assert (root / "_build" / "results" / "toy_pass.jsonl").is_file()
     page = (root / "_build" / "html" / "book" / "verdicts.html").read_text()
     assert "second_moment" in page and "toy_pass" in page  # the "Every claim" page shows this build
@@ -114,8 +118,9 @@ def test_a_pdf_printed_beside_a_failing_html_build_is_not_kept(tmp_path, monkeyp
 @pytest.mark.slow
 def test_pages_are_executed_two_at_a_time_into_the_cache_that_the_build_reads(tmp_path, capfd):
     """pre_execute puts every uncached page with code cells into jupyter-cache under the key myst-nb's
-    cache mode looks up (so the build executes nothing again); a page that raises is left uncached; the
-    kernels log no transport warning (a clean build log)."""
+    cache mode looks up (so the build executes nothing again); a page that raises is cached with its error
+    (this build renders it without executing it again) and marked failed, so that the next pre_execute tries it
+    again; the kernels log no transport warning (a clean build log)."""
     from jupyter_cache import get_cache
     from myst_nb.core.read import myst_nb_reader_plugin
 
@@ -131,11 +136,11 @@ def test_pages_are_executed_two_at_a_time_into_the_cache_that_the_build_reads(tm
     assert set(done) == {"notebooks/toy_a.md", "notebooks/toy_b.md", "notebooks/toy_fail.md"}
     assert "without encryption" not in capfd.readouterr().err
     cache = get_cache(str(root / book.CACHE_DIR))
-    for name in ("toy_a", "toy_b"):
+    for name in ("toy_a", "toy_b", "toy_fail"):
         rec = cache.match_cache_notebook(myst_nb_reader_plugin(str(root / "notebooks" / f"{name}.md")))
-        assert rec.data["execution_seconds"] > 0
-    with pytest.raises(KeyError):
-        cache.match_cache_notebook(myst_nb_reader_plugin(str(root / "notebooks" / "toy_fail.md")))
+        assert rec.data["execution_seconds"] > 0 and rec.data["failed"] == (name == "toy_fail")
+    error = cache.get_cache_bundle(rec.pk).nb.cells
+    assert any(o.get("ename") == "RuntimeError" for c in error for o in c.get("outputs", []))  # rendered as it failed
     assert set(book.pre_execute(root)) == {"notebooks/toy_fail.md"}  # only the failing page is tried again
 
 

@@ -158,7 +158,11 @@ def _execute_into_cache(cache_path: str, path: str, timeout: int) -> tuple[str, 
     working directory, no errors allowed, the notebook's own ``execution`` metadata first) and store it in
     jupyter-cache. Runs in a worker process, in the worker's warm kernel: the pages of one worker share the
     imports, compiled kernels and hashes of the sources, and each starts from a reset namespace
-    (:class:`companion.run.jupyter_kernel.WarmKernel`, whose runs record what runs in new kernels record)."""
+    (:class:`companion.run.jupyter_kernel.WarmKernel`, whose runs record what runs in new kernels record).
+
+    A page that raises (a failed claim) is cached too, with its outputs up to the error and ``failed`` in the
+    record's data: this build renders it and reads its records without executing it again, and the next
+    :func:`pre_execute` drops it and tries it again. A timeout or a dead kernel leaves nothing in the cache."""
 
     use_threads(1)  # two notebooks share the cores
     from jupyter_cache import get_cache
@@ -178,18 +182,22 @@ def _execute_into_cache(cache_path: str, path: str, timeout: int) -> tuple[str, 
                                 resources={"metadata": {"path": cwd}})
         client.kc = warm.kc  # nbclient starts no client of its own when it has one
         client.execute()
-    except (CellExecutionError, CellTimeoutError, DeadKernelError) as err:
-        if isinstance(err, (CellTimeoutError, DeadKernelError)):
-            warm.shutdown()  # the next page starts a new kernel
+    except (CellTimeoutError, DeadKernelError) as err:
+        warm.shutdown()  # the next page starts a new kernel
         return path, time.perf_counter() - t0, f"{type(err).__name__}: {str(err).strip().splitlines()[-1:]}"
+    except CellExecutionError as err:
+        failed = f"{type(err).__name__}: {str(err).strip().splitlines()[-1:]}"
+    else:
+        failed = None
     seconds = time.perf_counter() - t0
     # one writer at a time: jupyter-cache's write (record, then notebook file, then truncation) read by another
     # process between the two statements of its truncation deleted a record whose file was not yet written
     # ("Notebook file does not exist for cache record PK: 2", seen with two pages side by side on a loaded machine)
     with run_cache.file_lock(Path(cache_path) / "companion-write.lock"):
         get_cache(cache_path).cache_notebook_bundle(
-            CacheBundleIn(nb, path, data={"execution_seconds": seconds}), check_validity=False, overwrite=True)
-    return path, seconds, None
+            CacheBundleIn(nb, path, data={"execution_seconds": seconds, "failed": failed is not None}),
+            check_validity=False, overwrite=True)
+    return path, seconds, failed
 
 
 def _page_seconds(root: Path, update: dict[str, float] | None = None) -> dict[str, float]:
@@ -210,8 +218,9 @@ def _page_seconds(root: Path, update: dict[str, float] | None = None) -> dict[st
 
 
 def pre_execute(root: Path, jobs: int = 2, warm_mesa: bool = True) -> dict[str, float]:
-    """Execute every page of the table of contents that has code cells and is not in the jupyter cache,
-    ``jobs`` at a time (slowest first), into the cache. Returns page -> seconds of the pages executed.
+    """Execute every page of the table of contents that has code cells and is not in the jupyter cache (or is
+    there from a build in which it failed), ``jobs`` at a time (slowest first), into the cache
+    (:func:`_execute_into_cache`). Returns page -> seconds of the pages executed.
 
     With ``warm_mesa``, when a mesa notebook is to run, every paper-scale training run of the mesa
     notebooks (:func:`companion.mesa.results.plan.paper_runs`) is computed into the run cache first, ``jobs`` at a
@@ -233,8 +242,12 @@ def pre_execute(root: Path, jobs: int = 2, warm_mesa: bool = True) -> dict[str, 
         if "kernelspec:" not in text or "{code-cell}" not in text:
             continue
         try:
-            cache.match_cache_notebook(myst_nb_reader_plugin(str(page)))
+            rec = cache.match_cache_notebook(myst_nb_reader_plugin(str(page)))
         except KeyError:
+            todo.append(page)
+            continue
+        if rec.data.get("failed"):  # cached for the build in which it failed: tried again
+            cache.remove_cache(rec.pk)
             todo.append(page)
     # slowest first, so that the workers finish together: the seconds each page took in the last build that
     # executed it (``_build/.page_seconds.json``), else the Sweeps page, then the cot pages (they train), then
