@@ -139,7 +139,7 @@ def toc_pages(root: Path) -> list[Path]:
     return [p for p in out if p.is_file()]
 
 
-#: the warm kernel of a page-executing worker process (:func:`_execute_into_cache`), shut down when the worker ends
+#: the warm kernel of a page-executing worker process (``_execute_into_cache``), shut down when the worker ends
 _WARM = None
 
 
@@ -220,7 +220,7 @@ def _page_seconds(root: Path, update: dict[str, float] | None = None) -> dict[st
 def pre_execute(root: Path, jobs: int = 2, warm_mesa: bool = True) -> dict[str, float]:
     """Execute every page of the table of contents that has code cells and is not in the jupyter cache (or is
     there from a build in which it failed), ``jobs`` at a time (slowest first), into the cache
-    (:func:`_execute_into_cache`). Returns page -> seconds of the pages executed.
+    (``_execute_into_cache``). Returns page -> seconds of the pages executed.
 
     With ``warm_mesa``, when a mesa notebook is to run, every paper-scale training run of the mesa
     notebooks (:func:`companion.mesa.results.plan.paper_runs`) is computed into the run cache first, ``jobs`` at a
