@@ -8,7 +8,10 @@ The bottom layer of the package (it imports nothing from ``companion``). Every o
   exactly (``closed_form``), a Monte-Carlo estimate (``monte_carlo``) or an integrated ODE (``ode``);
 * a :class:`ClaimSpec` is one line of a result's ``CLAIMS`` manifest: the claim id (a pattern whose
   ``{placeholders}`` the notebook fills from its parameters), its kind, its target, whether it is a
-  headline claim, the function that computes the theory's prediction and the falsifier it rejects;
+  headline claim, the function that computes the theory's prediction and the falsifier it rejects, whether it is
+  **supporting** (of an evidence kind, but not counted as evidence: it repeats another claim's fact or checks a
+  sampler, a formula or the training code the result only uses) and the **experiment** whose trained models it reads when other claims read
+  them too (claims of one experiment are readings of it, not independent facts);
 * a :class:`ResultSpec` is one numbered result of one paper: its number in the paper, the label of the
   statement in the book, the notebook that checks it, the module that holds its computation and claims,
   its figures and the sweep that maps it. The registries ``companion.<paper>.results.RESULTS`` list them.
@@ -46,7 +49,14 @@ class ClaimSpec:
     names the function of the result's module (or of the science layer) that computes the theory's value;
     ``falsifier`` names the competitor the claim rejects ("" for kinds that name none). Where the competitor
     depends on the page's parameters (the law's moments, the test position), ``falsifier`` describes them all and
-    ``alternatives`` lists the exact words a record may name, one per case."""
+    ``alternatives`` lists the exact words a record may name, one per case.
+
+    ``supporting``: "" for a claim that is evidence for the paper; else why it is not counted as evidence although
+    its kind is (it repeats the fact of another claim, or checks a sampler, a formula or the training code that
+    the result only uses). A supporting claim is still decided, recorded and fails the build when it fails; it is
+    never a headline. ``experiment``: "" unless the claim reads trained models (or one paired design) that other claims,
+    on this page or another, read too; then the name of that experiment, the same words on every such claim, so
+    that the book counts one experiment with several readings, not several facts."""
 
     id: str
     kind: str
@@ -55,12 +65,22 @@ class ClaimSpec:
     prediction: str = ""
     falsifier: str = ""
     alternatives: tuple[str, ...] = ()
+    supporting: str = ""
+    experiment: str = ""
 
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ValueError(f"claim {self.id!r}: kind must be one of {KINDS}; got {self.kind!r}")
         if self.target not in TARGETS:
             raise ValueError(f"claim {self.id!r}: target must be one of {TARGETS}; got {self.target!r}")
+        if self.supporting and (self.headline or self.kind not in EVIDENCE_KINDS):
+            raise ValueError(f"claim {self.id!r}: a supporting claim is a non-headline claim of an evidence kind "
+                             f"{EVIDENCE_KINDS} (an identity is never evidence)")
+
+    @property
+    def evidence(self) -> bool:
+        """Whether a record of this claim counts as evidence for the paper: an evidence kind, not supporting."""
+        return self.kind in EVIDENCE_KINDS and not self.supporting
 
     @property
     def falsifiers(self) -> tuple[str, ...]:

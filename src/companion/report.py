@@ -27,7 +27,7 @@ from .text import label, math_html, plain_text, short_number, slug
 
 __all__ = ["verdict_label", "verdict_table_markdown", "verdict_table_html", "dashboard_markdown", "counts",
            "fmt_number", "tolerance_text", "RESULTS_URL", "CLOSE", "is_close_competitor", "detectable_of",
-           "is_powered", "decisive_claim",
+           "is_powered", "decisive_claim", "is_evidence", "experiments",
            "glance_markdown", "forest_html", "answer_markdown", "FOREST_CAPTION"]
 
 RESULTS_URL = "results"  # the build's JSON lines, published under _build/html/results/
@@ -121,6 +121,12 @@ def _details(r: dict) -> str:
     if r.get("note"):
         parts.append(f"<span class='cv-note'><b>{_STATUS.get(_status(r), '').capitalize()}:</b> "
                      f"{math_html(r['note'])}</span>")
+    if r.get("supporting"):
+        parts.append(f"<span class='cv-supporting-why'><b>Supporting, not counted as evidence:</b> "
+                     f"{math_html(r['supporting'])}</span>")
+    if r.get("experiment"):
+        parts.append(f"<span class='cv-experiment'><b>Experiment:</b> {math_html(r['experiment'])} (other claims "
+                     "read the same models: one experiment, several readings)</span>")
     if r.get("falsifier"):
         f = math_html(r["falsifier"])
         if r.get("falsifier_value") is not None:
@@ -167,7 +173,9 @@ def _claim_rows(r: dict, href: str) -> str:
         f"<td class='cv-claim' data-label='claim'><a href='{_esc(href)}' title='{_esc(plain_text(r.get('quantity', '')))}'>"
         f"<code>{short}</code></a></td>",
         f"<td class='cv-kind' data-label='kind'>{_esc(r.get('kind', '?'))}<br>"
-        f"<small class='cv-target'>{_esc(_target(r).replace('_', ' '))}</small></td>",
+        f"<small class='cv-target'>{_esc(_target(r).replace('_', ' '))}</small>"
+        + (f"<br><small class='cv-supporting' title='{_esc(plain_text(r['supporting']))}'>supporting</small>"
+           if r.get("supporting") else "") + "</td>",
         f"<td class='cv-num' data-label='predicted'>{fmt_number(r.get('predicted'))}</td>",
         f"<td class='cv-num' data-label='measured'>{fmt_number(r.get('measured'))}</td>",
         f"<td class='cv-num' data-label='falsifier'>{_falsifier_distance(r)}{_band(r)}</td>",
@@ -219,11 +227,30 @@ def verdict_table_markdown(records: list[dict]) -> str:
     return verdict_table_html(records) + "\n"
 
 
+def is_evidence(r: dict) -> bool:
+    """Whether a record counts as evidence for its paper: an evidence kind (not an identity) and not supporting
+    (:attr:`companion.claims.ClaimSpec.supporting`)."""
+    return r.get("kind") in EVIDENCE_KINDS and not r.get("supporting")
+
+
+def experiments(records: list[dict]) -> int:
+    """The number of independent experiments among the evidence ``records``: records that name the same
+    ``experiment`` (:attr:`companion.claims.ClaimSpec.experiment`: one set of trained models or one paired design
+    read by several claims) count once, every other record once."""
+    ev = [r for r in records if is_evidence(r)]
+    return len({r["experiment"] for r in ev if r.get("experiment")}) + sum(1 for r in ev if not r.get("experiment"))
+
+
 def counts(records: list[dict]) -> dict:
-    """Claims per kind, per target (``"none"``: a record without one) and per status."""
+    """Claims per kind, per target (``"none"``: a record without one) and per status; the evidence claims
+    (:func:`is_evidence`), the supporting ones, and the independent experiments among the evidence
+    (:func:`experiments`)."""
     return {"kinds": dict(Counter(r.get("kind", "?") for r in records)),
             "targets": dict(Counter(_target(r) for r in records)),
-            "statuses": dict(Counter(_status(r) for r in records))}
+            "statuses": dict(Counter(_status(r) for r in records)),
+            "evidence": sum(1 for r in records if is_evidence(r)),
+            "supporting": sum(1 for r in records if r.get("supporting")),
+            "experiments": experiments(records)}
 
 
 def _summary_table(records: list[dict], by: str = "kind") -> str:
@@ -340,14 +367,16 @@ def dashboard_markdown(names: list[str], records: list[dict], missing: list[str]
     filter bar, then per notebook one table of its claims grouped by kind; each claim links to its notebook's
     verdict section."""
     c = counts(records)
-    ev = sum(v for k, v in c["kinds"].items() if k in EVIDENCE_KINDS)
     kinds = ", ".join(f"{c['kinds'][k]} {k}" for k in KINDS if k in c["kinds"])
     targets = ", ".join(f"{c['targets'][t]} {t.replace('_', ' ')}" for t in (*TARGETS, "none") if t in c["targets"])
     stats = ", ".join(f"**{c['statuses'][s]} {s.replace('_', ' ')}**" for s in STATUSES if s in c["statuses"])
     lines = [
         f"This build checked **{len(records)} claims** in **{len(names) - len(missing)} notebooks** ({kinds}): "
-        f"{stats}. {ev} claims are evidence for the papers; the "
-        f"{c['kinds'].get('identity', 0)} identities are implementation tests"
+        f"{stats}. {c['evidence']} claims are evidence for the papers, from {c['experiments']} independent "
+        "experiments (claims that read the same trained models, marked *Experiment* under them, count as one); "
+        f"the {c['kinds'].get('identity', 0)} identities are implementation tests, and {c['supporting']} claims of "
+        "the other kinds are *supporting*: decided like the rest, but not counted as evidence (each says why: it "
+        "repeats another claim's fact, or checks a sampler, a formula or the training code)"
         + (f". No verdict was recorded for {', '.join(missing)}." if missing else "."),
         "",
         f"By what they measured (the target of each claim in its result's manifest): {targets}.",
@@ -452,7 +481,7 @@ def decisive_claim(records: list[dict]) -> tuple[dict | None, bool]:
                 and is_powered(r)]
     if decisive:
         return min(decisive, key=lambda r: (_gap(r), -_abs_zf(r))), True
-    pool = ([r for r in records if r.get("headline")] or [r for r in records if r.get("kind") in EVIDENCE_KINDS]
+    pool = ([r for r in records if r.get("headline")] or [r for r in records if is_evidence(r)]
             or list(records))
     if not pool:
         return None, False
@@ -535,6 +564,16 @@ def glance_markdown(results: tuple[ResultSpec, ...] | list[ResultSpec], records:
              f"rejected a close competitor (a falsifier within {CLOSE:.0%} of the prediction) with power: the "
              f"falsifier lies beyond the deviation the band detects with probability {POWER:g} (\"detects\", as a share "
              "of the prediction, under the verdict). Of several, the one that beats the closest falsifier."]
+    shared: dict[str, list[str]] = {}
+    for s in numbered:
+        r, ok = decisive_claim(by_nb.get(s.notebook, []))
+        if ok and r.get("experiment"):
+            shared.setdefault(r["experiment"], []).append(f"{s.number} ({s.paper})")
+    if n_decisive:
+        n_exp = n_decisive - sum(len(v) - 1 for v in shared.values())
+        lines[0] += (f" They come from {n_exp} independent experiment{'s' if n_exp != 1 else ''}"
+                     + "".join(f"; {' and '.join(v)} read one experiment, {math_html(e)}" for e, v in shared.items()
+                               if len(v) > 1) + ".")
     settings = [s for s in results if s.setting]
     if settings:
         lines[0] += (f" (The {_count_words(len(settings))} setting page{'s' if len(settings) > 1 else ''}, "

@@ -228,6 +228,8 @@ class Record:
     z_score: float | None = None  # signed (measured - predicted) / se: what calibration collects (None without se)
     detectable: float | None = None  # the deviation from the prediction found with probability 0.99 (statistical)
     powered: bool | None = None  # the falsifier lies at least `detectable` from the prediction (statistical)
+    supporting: str | None = None  # why the claim is not counted as evidence (ClaimSpec.supporting); None: it is
+    experiment: str | None = None  # the shared trained models (or paired design) it reads (ClaimSpec.experiment)
 
 
 def _dof(claim: str, dof) -> float | None:
@@ -348,7 +350,7 @@ class Verdict:
         fval = None if falsifier_value is None else _num(falsifier_value)
         if fval is not None and not falsifier:
             raise ValueError(f"{claim}: a falsifier value needs the falsifier's name")
-        target, headline = self._spec(claim, kind, headline)
+        target, headline, supporting, experiment = self._spec(claim, kind, headline)
         if crit is None and z is not None:
             crit = float(z)
         z_th, z_f = _distances(pred, meas, tol, comparison, error, crit, fval)
@@ -376,25 +378,27 @@ class Verdict:
             headline=bool(headline), parameters=self.parameters, target=target,
             note="; ".join(notes) if status == "not_resolvable" else None, detail=detail or None,
             in_band=bool(accepted), z_score=_plain(z_score), detectable=_plain(detect), powered=powered,
+            supporting=supporting, experiment=experiment,
         )
         self.records.append(rec)
         return rec
 
-    def _spec(self, claim: str, kind: str, headline: bool = False) -> tuple[str | None, bool]:
-        """The target and the headline flag of a claim, from its spec in the result's ``CLAIMS``; a claim id
-        that matches no spec, or matches one of another kind, is a problem :meth:`finish` reports."""
+    def _spec(self, claim: str, kind: str, headline: bool = False) -> tuple[str | None, bool, str | None, str | None]:
+        """The target, the headline flag, the ``supporting`` reason and the ``experiment`` of a claim (None for
+        "" in the last two), from its spec in the result's ``CLAIMS``; a claim id that matches no spec, or matches
+        one of another kind, is a problem :meth:`finish` reports."""
         if self.result is None:
-            return None, bool(headline)
+            return None, bool(headline), None, None
         spec: ClaimSpec | None = self.result.spec_of(claim)
         where = f"{self.result.module}.CLAIMS"
         if spec is None:
             self.spec_problems.append(f"{claim}: matches no claim of {where}")
-            return None, bool(headline)
+            return None, bool(headline), None, None
         if spec.kind != kind:
             self.spec_problems.append(f"{claim}: recorded as {kind}, but {where} declares {spec.id!r} {spec.kind}")
         if headline and not spec.headline:
             self.spec_problems.append(f"{claim}: recorded as a headline, but {where} does not make {spec.id!r} one")
-        return spec.target, bool(headline)
+        return spec.target, bool(headline), spec.supporting or None, spec.experiment or None
 
     def _new_id(self, claim: str) -> None:
         if not _CLAIM_RE.match(claim):
@@ -495,11 +499,11 @@ class Verdict:
             raise ValueError(f"kind must be one of {KINDS}; got {kind!r}")
         if not reason.strip():
             raise ValueError(f"{claim}: say why the claim does not apply")
-        target, headline = self._spec(claim, kind)
+        target, headline, supporting, experiment = self._spec(claim, kind)
         rec = Record(notebook=self.notebook, claim=claim, kind=kind, status="not_applicable", quantity=quantity,
                      predicted=None, measured=None, tolerance=None, comparison="abs", error=None, passed=False,
                      reason=reason, parameters=self.parameters, target=target, headline=headline,
-                     detail=detail or None)
+                     detail=detail or None, supporting=supporting, experiment=experiment)
         self.records.append(rec)
         return rec
 

@@ -128,11 +128,32 @@ def test_claim_manifest_is_well_formed(paper, name):
             assert c.falsifier, f"{name}: {c.id}: a statistical claim names its falsifier"
 
 
-def _check_records(notebook: str, records, *, every_line: bool = False) -> None:
+def test_an_experiment_is_read_by_several_claims_and_no_headline_is_supporting():
+    """An ``experiment`` names trained models that two or more claims read (on one page or several): a name on one
+    claim would count nothing; a supporting claim is never a headline and never an identity (ClaimSpec refuses
+    both), and it says why it is not evidence in words."""
+    from collections import Counter
+
+    from companion.claims import ClaimSpec
+
+    readers = Counter(c.experiment for p in PAPERS for r in RESULTS[p] for c in r.claims if c.experiment)
+    assert readers and all(n >= 2 for n in readers.values()), readers
+    for p in PAPERS:
+        for r in RESULTS[p]:
+            for c in r.claims:
+                assert not c.supporting or len(c.supporting.split()) >= 8, f"{r.notebook}: {c.id}: say why"
+    with pytest.raises(ValueError, match="supporting"):
+        ClaimSpec("x", "statistical", "trained", headline=True, supporting="repeats y")
+    with pytest.raises(ValueError, match="supporting"):
+        ClaimSpec("x", "identity", "closed_form", supporting="repeats y")
+
+
+def _check_records(notebook: str, records, *, every_line: bool = False, run: bool = False) -> None:
     """Every record belongs to exactly one manifest line (:func:`_matching`: the line with its exact id, else the one
     pattern it fits; :meth:`companion.claims.ResultSpec.spec_of` finds the same line), of its kind, a headline only to
     a headline line, and the falsifier it names (where recorded) is one its line allows, word for word; ``every_line``: every
-    line of the manifest is used."""
+    line of the manifest is used; ``run`` (records of a run, not the committed list of claims): each carries its line's
+    ``supporting`` reason and ``experiment``."""
     r = BY_NOTEBOOK[notebook]
     assert records, f"{notebook}: no records"
     used = set()
@@ -144,6 +165,9 @@ def _check_records(notebook: str, records, *, every_line: bool = False) -> None:
         assert r.spec_of(claim) is spec, f"{claim}: ResultSpec.spec_of must find {spec.id} (order exact ids first)"
         assert spec.kind == rec["kind"], f"{notebook}: {claim} is {rec['kind']}, its spec says {spec.kind}"
         assert spec.headline or not rec.get("headline"), f"{notebook}: {claim} is a headline claim, its spec {spec.id} is not"
+        assert not run or (rec.get("supporting"), rec.get("experiment")) == (spec.supporting or None,
+                                                                             spec.experiment or None), (
+            f"{notebook}: {claim} does not carry its spec's supporting reason and experiment")
         if rec.get("falsifier"):
             assert rec["falsifier"] in spec.falsifiers, (
                 f"{notebook}: {claim} names the falsifier {rec['falsifier']!r}; its manifest line {spec.id} allows "
@@ -168,7 +192,7 @@ def test_every_smoke_claim_has_exactly_one_manifest_line_of_its_kind(notebook):
 def test_this_builds_smoke_records_match_the_manifest(notebook, smoke_runs):
     code, stderr, out = smoke_runs[notebook]
     assert code == 0, stderr
-    _check_records(notebook, read_run(out)["records"])
+    _check_records(notebook, read_run(out)["records"], run=True)
 
 
 @pytest.mark.parametrize("paper, name", [(p, n) for p, n in MODULES if not inspect.signature(

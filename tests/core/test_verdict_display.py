@@ -158,3 +158,40 @@ def test_the_answer_names_every_target_in_words():
     from companion.report import _TARGET_WORDS
 
     assert set(_TARGET_WORDS) == set(TARGETS)
+
+
+def test_supporting_claims_are_not_evidence_and_one_experiment_counts_once(tmp_path):
+    """A supporting claim is decided and shown (marked, with its reason) but not counted as evidence and never
+    decides a result; claims that name one experiment count as one experiment, on the "Every claim" page and among
+    the decisive claims of "Results at a glance"."""
+    from companion.report import counts, dashboard_markdown, decisive_claim, experiments
+
+    shared = "the ten models"
+    spec = lambda nb, num: ResultSpec(  # noqa: E731
+        paper="paper", number=num, title="t", label=f"paper-{nb}", notebook=f"paper/{nb}", module="m",
+        claims=(ClaimSpec("h", "statistical", "trained", headline=True, experiment=shared),
+                ClaimSpec("s", "statistical", "monte_carlo", supporting="two samples of one law: a sampler check"),
+                ClaimSpec("o", "statistical", "trained")))
+    recs = []
+    for nb, num in (("a", "Theorem 1"), ("b", "Theorem 2")):
+        v = Verdict(f"paper/{nb}", manifest=["h", "s", "o"], parameters={}, results_dir=tmp_path, result=spec(nb, num))
+        v.statistical("h", quantity="q", predicted=1.0, measured=1.001, se=0.001, falsifier="f", falsifier_value=1.3,
+                      reason="r", headline=True)
+        v.statistical("s", quantity="q", predicted=1.0, measured=1.0, se=0.001, falsifier="f", falsifier_value=1.1,
+                      reason="r")
+        v.statistical("o", quantity="q", predicted=1.0, measured=1.0, se=0.001, falsifier="f", falsifier_value=1.1,
+                      reason="r")
+        recs += _records(v)
+    assert [r["supporting"] for r in recs[:3]] == [None, "two samples of one law: a sampler check", None]
+    assert recs[0]["experiment"] == shared and recs[2]["experiment"] is None
+    c = counts(recs)
+    assert (c["evidence"], c["supporting"], c["experiments"]) == (4, 2, 3)  # h+h one experiment, o and o two more
+    assert experiments(recs) == 3
+    # without a headline the best evidence decides, never the supporting claim
+    assert decisive_claim([r for r in recs[:3] if r["claim"] != "h"])[0]["claim"] == "o"
+    page = dashboard_markdown(["paper/a", "paper/b"], recs, [])
+    assert "4 claims are evidence for the papers, from 3 independent experiments" in page
+    assert page.count("class='cv-supporting'") == 2 and "a sampler check" in page
+    glance = glance_markdown([spec("a", "Theorem 1"), spec("b", "Theorem 2")], recs)
+    assert "They come from 1 independent experiment; Theorem 1 (paper) and Theorem 2 (paper) read one experiment" \
+        in glance, glance[:800]

@@ -10,7 +10,7 @@ Science-layer data: it imports nothing, and the results may read it."""
 
 from __future__ import annotations
 
-__all__ = ["COMMON", "COT_TRAIN", "NO_COT_TRAIN"]
+__all__ = ["COMMON", "COT_TRAIN", "NO_COT_TRAIN", "COT_MODELS"]
 
 #: the setting of every page (cot/setup fixes it): dimension d, examples per prompt n, CoT length k, the GD step
 #: eta of the CoT data, and the seed of every random generator. d: every page but cor3_1 (its own d grid); n, eta:
@@ -29,3 +29,7 @@ COT_TRAIN = dict(steps=2000, lr=0.004, lr_final=0.2, batch=64, replicates=10)
 #: (the horizon is the summed learning rate ``path``, doubled until converged): thm3_1 at COMMON and cor3_1's
 #: trained floors (cor3_1 has no batch parameter: :func:`companion.cot.results.cor3_1.trained_floor` uses 64)
 NO_COT_TRAIN = dict(lr=0.01, lr_final=0.01, path=2.0, batch=64, replicates=10)
+
+#: the experiment the trained-model claims of Theorems 3.2, 4.1 and 4.2 read (``ClaimSpec.experiment``): at the
+#: pages' defaults one run-cache entry, the COT_TRAIN models at COMMON
+COT_MODELS = "the CoT transformers trained on the Theorem 4.1 page (COT_TRAIN at the common setting)"

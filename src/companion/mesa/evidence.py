@@ -53,6 +53,7 @@ from companion.seeds import MESA_EQUIVARIANT_MC, MESA_LOSS_EVAL, MESA_ONE_STEP_E
 
 __all__ = [
     "ROUNDOFF32",
+    "MASKING_PAIR",
     "FALSIFIER_T_INFINITY",
     "FALSIFIER_INDEPENDENT",
     "Extrapolation",
@@ -411,6 +412,11 @@ class Replicates:
     def small(self) -> list[dict]:
         """The runs at m/4."""
         return self.runs()[self.n_rep:]
+
+
+#: the experiment the trained-model claims of Proposition 4.2 and Theorem 4.3 read (``ClaimSpec.experiment``): the
+#: runs of :class:`MaskingRuns`, masked and unmasked on the same training sets
+MASKING_PAIR = "the masked and unmasked full-one transformers trained on the same sets (Proposition 4.2, Theorem 4.3)"
 
 
 @dataclass(frozen=True)

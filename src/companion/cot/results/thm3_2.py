@@ -27,6 +27,7 @@ from companion.stats import ROUNDOFF, combine, critical, median_se
 from ...text import tex_number
 from ..data import make_generator, sample_prompts
 from ..model import construction, cot_effective_blocks, cot_inference
+from ..paper import COT_MODELS
 from ..stats import nearer_neighbour, replicate_errors, trained_vs_prediction
 from ..theory import gd, mp, no_cot, wishart
 from ..train import cached_train_full, threads1
@@ -37,13 +38,16 @@ __all__ = ["CLAIMS", "RESULT", "NEIGHBOUR", "IDENTITY_LIMIT", "neighbours", "tra
            "manifest"]
 
 LAW = ClaimSpec("cot32_law_k{k}", "statistical", "monte_carlo", prediction="companion.cot.theory.gd.gd_error_samples",
-                falsifier="one GD step instead of $k$ (median of the one-step law)")
+                falsifier="one GD step instead of $k$ (median of the one-step law)",
+                supporting="the construction's errors against an independent sample of the same $k$-step GD law: two "
+                           "samples of one law, a check of the construction's code and of the sampler "
+                           "(`cot32_exact_k*` tests the theorem's prediction itself)")
 #: the competitor of the trained and the construction claims: the nearer of L_{k-1}, L_{k+1}
 NEIGHBOUR = "one GD step more or less (the nearer of $L_{k-1}$, $L_{k+1}$)"
 #: the competitor of the Marchenko-Pastur limit: no spread of the spectrum
 IDENTITY_LIMIT = r"$S = I$ ($\gamma\to0$): $(1 - \eta)^{2k}$"
 TRAINED = ClaimSpec("cot32_trained_k{k}", "statistical", "trained", headline=True,
-                    prediction="companion.cot.theory.gd.gd_error_wishart", falsifier=NEIGHBOUR)
+                    prediction="companion.cot.theory.gd.gd_error_wishart", falsifier=NEIGHBOUR, experiment=COT_MODELS)
 EXACT = ClaimSpec("cot32_exact_k{k}", "statistical", "monte_carlo", prediction="companion.cot.theory.gd.gd_error_wishart",
                   falsifier=NEIGHBOUR)
 CLAIMS = (

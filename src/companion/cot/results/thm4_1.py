@@ -23,6 +23,7 @@ from companion.stats import ROUNDOFF
 
 from ...text import tex_number
 from ..model import blocks, cot_effective_blocks
+from ..paper import COT_MODELS
 from ..stats import left_saddle, replicate_errors, trained_vs_prediction
 from ..theory import dynamics, gd, mp, no_cot, wishart
 
@@ -52,7 +53,7 @@ CLAIMS = (
     ClaimSpec("cot41_flow_eigenbasis", "identity", "ode", prediction="companion.cot.theory.dynamics.symmetrised_S_sample"),
     ClaimSpec("cot41_flow_limit", "numerics", "ode", prediction="companion.cot.results.thm4_1.matrix_flow"),
     ClaimSpec("cot41_full_eval", "statistical", "trained", headline=True, prediction="companion.cot.theory.gd.gd_error_mc",
-              falsifier=PREV_STEP),
+              falsifier=PREV_STEP, experiment=COT_MODELS),
     REGIME_DECAY,
     REGIME,
 )

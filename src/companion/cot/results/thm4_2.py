@@ -27,6 +27,7 @@ from companion.text import id_part
 from ...text import tex_number
 from ..data import Prompts, make_generator, sample_prompts
 from ..model import cot_inference
+from ..paper import COT_MODELS
 from ..stats import nearer_neighbour, replicate_median
 from ..theory import gd, mp, no_cot, ood, wishart
 from ..train import replicate_seed, threads1
@@ -48,13 +49,16 @@ MIN_EXPECTED = 5
 
 CLAIMS = (
     ClaimSpec("cot42_one_step_{sigma}", "statistical", "monte_carlo", prediction="companion.cot.theory.ood.one_step_ood_error",
-              falsifier=PRINTED_FACTOR),
+              falsifier=PRINTED_FACTOR,
+              supporting="the one-step (no-CoT) error formula the page derives beside the theorem, by Monte Carlo: a "
+                         "formula the page uses, not the theorem's statement about the trained CoT model"),
     ClaimSpec("cot42_model_{sigma}", "statistical", "trained", headline=True,
               prediction="companion.cot.results.thm4_2.ood_row",
-              falsifier=NEAR_STEP),
+              falsifier=NEAR_STEP, experiment=COT_MODELS),
     ClaimSpec("cot42_growth_{sigma}", "statistical", "trained", prediction="companion.cot.results.thm4_2.ood_row",
-              falsifier=NO_BOUNDARY),
-    ClaimSpec("cot42_condition_{sigma}", "bound", "trained", prediction="companion.cot.results.thm4_2.ood_row"),
+              falsifier=NO_BOUNDARY, experiment=COT_MODELS),
+    ClaimSpec("cot42_condition_{sigma}", "bound", "trained", prediction="companion.cot.results.thm4_2.ood_row",
+              experiment=COT_MODELS),
 )
 
 RESULT = ResultSpec(paper="cot", number="Theorem 4.2", title="out-of-distribution generalisation and its limits",

@@ -74,7 +74,9 @@ CLAIMS = (
     ClaimSpec("init_b_{a0}_{b0}", "statistical", "trained", prediction="companion.mesa.theory.reduced_gd",
               falsifier=_EQUAL_FACTORS),
     ClaimSpec("table1_stable", "bound", "closed_form", prediction="companion.mesa.results.appendix.table1_stability"),
-    ClaimSpec("lr_stable", "bound", "closed_form", prediction="companion.mesa.stability.reduced_stability"),
+    ClaimSpec("lr_stable", "bound", "closed_form", prediction="companion.mesa.stability.reduced_stability",
+              supporting="this page's step size below the stability bound: a precondition of its training runs, not a "
+                         "statement of the paper (at the paper's settings it is a Table-1 step, `table1_stable`)"),
     ClaimSpec("euler_rate", "statistical", "trained", headline=True,
               prediction="companion.mesa.results.appendix.euler_rate_design",
               falsifier=_FLOW),

@@ -29,6 +29,7 @@ from companion.mesa.analysis import gradient_blocks
 from companion.mesa.data import generate
 from companion.mesa.empirical import exact_population
 from companion.mesa.evidence import (
+    MASKING_PAIR,
     ROUNDOFF32,
     EquivariantAb,
     ExtrapolatedAb,
@@ -50,21 +51,24 @@ __all__ = ["CLAIMS", "RESULT", "tag", "manifest", "Design", "design", "paper_des
 
 _INVARIANT = "invariant diagonal manifold (gradient $0$)"
 _NO_STEP = "invariant diagonal manifold (no off-diagonal step)"
+#: why the first-step claims are supporting: one GD step is the training-set gradient times the step size
+_FIRST_STEP = ("one GD step of the trainer from the init is minus the step size times the training set's gradient: "
+               "the Monte-Carlo gradient of `mc_pv` and `mc_kq` again, at each init, through the training code")
 #: the falsifier of the headline: Assumption 4.1's answer, the one-step-GD value of the reduced (diagonal) system
 FALSIFIER_AB = "one-step GD on the diagonal (the masked reduced-system GD, limit $c^*$)"
 
 CLAIMS = (
     ClaimSpec("ab_unmasked", "statistical", "trained", headline=True, prediction="companion.mesa.evidence.equivariant_ab",
-              falsifier=FALSIFIER_AB),
+              falsifier=FALSIFIER_AB, experiment=MASKING_PAIR),
     ClaimSpec("exact_formula", "numerics", "closed_form", prediction="companion.mesa.theory.offdiag_gradient"),
     ClaimSpec("mc_pv", "statistical", "monte_carlo",
               prediction="companion.mesa.theory.offdiag_gradient", falsifier=_INVARIANT),
     ClaimSpec("mc_kq", "statistical", "monte_carlo", prediction="companion.mesa.theory.offdiag_gradient",
               falsifier=_INVARIANT),
     ClaimSpec("first_step_pv_{init}", "statistical", "trained", prediction="companion.mesa.theory.offdiag_gradient",
-              falsifier=_NO_STEP),
+              falsifier=_NO_STEP, supporting=_FIRST_STEP),
     ClaimSpec("first_step_kq_{init}", "statistical", "trained", prediction="companion.mesa.theory.offdiag_gradient",
-              falsifier=_NO_STEP),
+              falsifier=_NO_STEP, supporting=_FIRST_STEP),
 )
 
 RESULT = ResultSpec(paper="mesa", number="Proposition 4.2", title="beyond Assumption 4.1: off the diagonal",

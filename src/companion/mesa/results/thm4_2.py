@@ -52,6 +52,10 @@ _STEP_KAPPA = r"(ii) alone suffices ($T\to\infty$ reading): the model learns the
 # theory; the three probe laws that violate it run at scale 1: the population loss they keep (at the paper's
 # settings the Gaussian's claims are Prop 4.1's: :func:`elsewhere`)
 CLAIMS = (
+    # the sparse law recovers: its loss at c* is 0 in the closed form and in the exact expectation alike
+    ClaimSpec("exact_Lstar_sparse", "numerics", "closed_form", prediction="companion.mesa.theory.population_loss",
+              supporting="the loss at $c^*$ is $0$ in the closed form and in the exact phase-grid expectation "
+                         "alike: there is nothing to compare (the other laws' records test the closed form)"),
     ClaimSpec("exact_Lstar_{law}", "numerics", "closed_form", prediction="companion.mesa.theory.population_loss"),
     ClaimSpec("loss_sparse_{s:num}", "qualitative", "trained", prediction="companion.mesa.results.thm4_2.capability",
               falsifier=_NOT_RECOVER),
