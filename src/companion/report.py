@@ -372,8 +372,8 @@ def dashboard_markdown(names: list[str], records: list[dict], missing: list[str]
     stats = ", ".join(f"**{c['statuses'][s]} {s.replace('_', ' ')}**" for s in STATUSES if s in c["statuses"])
     lines = [
         f"This build checked **{len(records)} claims** in **{len(names) - len(missing)} notebooks** ({kinds}): "
-        f"{stats}. {c['evidence']} claims are evidence for the papers, from {c['experiments']} independent "
-        "experiments (claims that read the same trained models, marked *Experiment* under them, count as one); "
+        f"{stats}. {c['evidence']} claims are evidence for the papers; counting the claims that read the same "
+        f"trained models (their *Experiment*, in their details) once, {c['experiments']} independent ones; "
         f"the {c['kinds'].get('identity', 0)} identities are implementation tests, and {c['supporting']} claims of "
         "the other kinds are *supporting*: decided like the rest, but not counted as evidence (each says why: it "
         "repeats another claim's fact, or checks a sampler, a formula or the training code)"

@@ -190,7 +190,8 @@ def test_supporting_claims_are_not_evidence_and_one_experiment_counts_once(tmp_p
     # without a headline the best evidence decides, never the supporting claim
     assert decisive_claim([r for r in recs[:3] if r["claim"] != "h"])[0]["claim"] == "o"
     page = dashboard_markdown(["paper/a", "paper/b"], recs, [])
-    assert "4 claims are evidence for the papers, from 3 independent experiments" in page
+    assert "4 claims are evidence for the papers; counting the claims that read the same trained models" in page
+    assert "once, 3 independent ones" in page
     assert page.count("class='cv-supporting'") == 2 and "a sampler check" in page
     glance = glance_markdown([spec("a", "Theorem 1"), spec("b", "Theorem 2")], recs)
     assert "They come from 1 independent experiment; Theorem 1 (paper) and Theorem 2 (paper) read one experiment" \

@@ -32,4 +32,4 @@ NO_COT_TRAIN = dict(lr=0.01, lr_final=0.01, path=2.0, batch=64, replicates=10)
 
 #: the experiment the trained-model claims of Theorems 3.2, 4.1 and 4.2 read (``ClaimSpec.experiment``): at the
 #: pages' defaults one run-cache entry, the COT_TRAIN models at COMMON
-COT_MODELS = "the CoT transformers trained on the Theorem 4.1 page (COT_TRAIN at the common setting)"
+COT_MODELS = "the CoT transformers trained on the Theorem 4.1 page (`COT_TRAIN` at the common setting)"

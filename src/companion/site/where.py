@@ -303,7 +303,8 @@ def _cell(text: str) -> str:
 
 
 def _claims_cell(spec: ResultSpec, star: str) -> str:
-    ids = ", ".join(f"`{_cell(c.id)}`" + (star if c.headline else "") for c in spec.claims)
+    ids = ", ".join(f"`{_cell(c.id)}`" + (star if c.headline else "") + (" †" if c.supporting else "")
+                    for c in spec.claims)
     targets = Counter(c.target for c in spec.claims)
     summary = ", ".join(f"{targets[t]} {t.replace('_', ' ')}" for t in TARGETS if targets[t])
     return f"{len(spec.claims)} ({summary}): {ids}" if spec.claims else "none"
@@ -418,7 +419,7 @@ def _table(rows: tuple[Row, ...], links: _Links) -> str:
 
 def where_markdown(results: tuple[ResultSpec, ...] | None = None, built: set[str] | None = None) -> str:
     """The book's table of every result (MyST): the paper's number and statement; the page; the module (linked to
-    its API entry, whose *[source]* link shows the code), in the first column; the claims (★ headline; counts per target); the figures
+    its API entry, whose *[source]* link shows the code), in the first column; the claims (★ headline, † supporting; counts per target); the figures
     and the sweep that maps it; the tests; the training entry points. ``built``: the notebooks of this build (a
     partial build, a test's, links only those; None: all)."""
     return _table(result_rows(results), _MyST(built))
@@ -428,7 +429,8 @@ _INTRO = f"""# Where is each result
 
 One row per result of the two papers: its number in the paper and the statement as the book formulates it; the
 page that checks it; the module that holds all of its computation and claims (its evidence functions, its figure
-functions and its `CLAIMS` manifest); its claims, with their ids (★: a headline claim; `{{law}}`-style parts are
+functions and its `CLAIMS` manifest); its claims, with their ids (★: a headline claim; †: a supporting claim, decided
+but not counted as evidence; `{{law}}`-style parts are
 filled in from the page's parameters) and counted by **target**, what was measured: a transformer trained by the
 book's trainer (*trained*), population or reduced-model gradient descent (*reduced*), a closed form evaluated
 exactly (*closed form*), a Monte-Carlo estimate (*monte carlo*) or an integrated ODE (*ode*); the figures of its
