@@ -10,8 +10,8 @@ The bottom layer of the package (it imports nothing from ``companion``). Every o
   ``{placeholders}`` the notebook fills from its parameters), its kind, its target, whether it is a
   headline claim, the function that computes the theory's prediction and the falsifier it rejects, whether it is
   **supporting** (of an evidence kind, but not counted as evidence: it repeats another claim's fact or checks a
-  sampler, a formula or the training code the result only uses) and the **experiment** whose trained models it reads when other claims read
-  them too (claims of one experiment are readings of it, not independent facts);
+  sampler, a formula or the training code the result only uses) and the **experiment** whose trained models it
+  reads when other claims read them too (claims of one experiment are readings of it, not independent facts);
 * a :class:`ResultSpec` is one numbered result of one paper: its number in the paper, the label of the
   statement in the book, the notebook that checks it, the module that holds its computation and claims,
   its figures and the sweep that maps it. The registries ``companion.<paper>.results.RESULTS`` list them.
@@ -54,9 +54,9 @@ class ClaimSpec:
     ``supporting``: "" for a claim that is evidence for the paper; else why it is not counted as evidence although
     its kind is (it repeats the fact of another claim, or checks a sampler, a formula or the training code that
     the result only uses). A supporting claim is still decided, recorded and fails the build when it fails; it is
-    never a headline. ``experiment``: "" unless the claim reads trained models (or one paired design) that other claims,
-    on this page or another, read too; then the name of that experiment, the same words on every such claim, so
-    that the book counts one experiment with several readings, not several facts."""
+    never a headline. ``experiment``: "" unless the claim reads trained models (or one paired design) that other
+    claims, on this page or another, read too; then the name of that experiment, the same words on every such
+    claim, so that the book counts one experiment with several readings, not several facts."""
 
     id: str
     kind: str
