@@ -182,11 +182,12 @@ def test_pages_of_one_worker_share_a_kernel_and_no_names(tmp_path, monkeypatch):
 
 def _running(pid: int) -> bool:
     """Whether process ``pid`` is alive (a zombie, ended but not yet reaped, counts as ended)."""
+    import psutil
+
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
         return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 @pytest.mark.slow
