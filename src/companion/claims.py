@@ -78,11 +78,6 @@ class ClaimSpec:
                              f"{EVIDENCE_KINDS} (an identity is never evidence)")
 
     @property
-    def evidence(self) -> bool:
-        """Whether a record of this claim counts as evidence for the paper: an evidence kind, not supporting."""
-        return self.kind in EVIDENCE_KINDS and not self.supporting
-
-    @property
     def falsifiers(self) -> tuple[str, ...]:
         """The falsifiers a record of this claim may name, word for word."""
         return self.alternatives or ((self.falsifier,) if self.falsifier else ())

@@ -558,19 +558,19 @@ def glance_markdown(results: tuple[ResultSpec, ...] | list[ResultSpec], records:
     for r in records:
         by_nb.setdefault(r.get("notebook", ""), []).append(r)
     numbered = [s for s in results if not s.setting]
-    n_decisive = sum(1 for s in numbered if decisive_claim(by_nb.get(s.notebook, []))[1])
+    decided = {s: r for s in numbered for r, ok in [decisive_claim(by_nb.get(s.notebook, []))] if ok}
+    n_decisive = len(decided)
     lines = [f"**{n_decisive} of {len(numbered)} results** have a decisive claim on a trained model in this build: a "
              "headline statistical claim on a trained transformer that passed with a band of at most 8 SE and "
              f"rejected a close competitor (a falsifier within {CLOSE:.0%} of the prediction) with power: the "
              f"falsifier lies beyond the deviation the band detects with probability {POWER:g} (\"detects\", as a share "
              "of the prediction, under the verdict). Of several, the one that beats the closest falsifier."]
     shared: dict[str, list[str]] = {}
-    for s in numbered:
-        r, ok = decisive_claim(by_nb.get(s.notebook, []))
-        if ok and r.get("experiment"):
+    for s, r in decided.items():
+        if r.get("experiment"):
             shared.setdefault(r["experiment"], []).append(f"{s.number} ({s.paper})")
     if n_decisive:
-        n_exp = n_decisive - sum(len(v) - 1 for v in shared.values())
+        n_exp = experiments(list(decided.values()))
         lines[0] += (f" They come from {n_exp} independent experiment{'s' if n_exp != 1 else ''}"
                      + "".join(f"; {' and '.join(v)} read one experiment, {math_html(e)}" for e, v in shared.items()
                                if len(v) > 1) + ".")

@@ -51,7 +51,7 @@ CLAIMS = (
     ClaimSpec("cot42_one_step_{sigma}", "statistical", "monte_carlo", prediction="companion.cot.theory.ood.one_step_ood_error",
               falsifier=PRINTED_FACTOR,
               supporting="the one-step (no-CoT) error formula the page derives beside the theorem, by Monte Carlo: a "
-                         "formula the page uses, not the theorem's statement about the trained CoT model"),
+                         "formula stated beside the theorem, not its statement about the trained CoT model"),
     ClaimSpec("cot42_model_{sigma}", "statistical", "trained", headline=True,
               prediction="companion.cot.results.thm4_2.ood_row",
               falsifier=NEAR_STEP, experiment=COT_MODELS),
