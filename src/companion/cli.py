@@ -143,23 +143,31 @@ def cmd_sweep(args) -> int:
 
 
 def _expected_false_alarms(results: str) -> str:
-    """One line: how many false alarms a sweep's statistical claim runs should give at the committed calibration
-    set's pooled rate (the Calibration page), were every theorem right; "" without a calibration set."""
+    """One line: how many false failures a sweep's claim runs should give were every theorem right: at the book's
+    level (:data:`companion.stats.Z_LEVEL`, every run decided against a band of standard errors,
+    :func:`companion.report.banded`) and, for the statistical ones, at the committed calibration set's pooled rate
+    (the Calibration page; left out without a calibration set)."""
     from .calibration import build_false_fail_rate, miss_counts, read_all
+    from .report import banded
     from .run.store import scan_results
+    from .stats import Z_LEVEL, false_alarm
 
+    good, _ = scan_results(Path(results))
+    records = [r for _, _, p in good for r in p.get("records") or []]
+    n_level = sum(1 for r in records if banded(r))
+    line = (f"{n_level} claim runs decided at the book's level of {Z_LEVEL:.3g} SE: about "
+            f"{n_level * false_alarm(Z_LEVEL):.2g} false failures expected were every theorem right")
     try:
         # the counts alone, not the page's statistics of every claim (3.3 s of every sweep's last line)
         pooled = build_false_fail_rate(c for data in read_all() if data["point"] == "smoke" for c in miss_counts(data))
     except (OSError, ValueError, KeyError):
-        return ""
+        return line
     if not pooled["runs"]:
-        return ""
-    good, _ = scan_results(Path(results))
-    n = sum(1 for _, _, p in good for r in p.get("records") or [] if r.get("kind") == "statistical")
-    return (f"{n} statistical claim runs: at the calibrated false-alarm rate ({pooled['misses']} of "
-            f"{pooled['runs']} at the smoke points) about {n * pooled['rate']:.2g} runs would leave their band were "
-            f"every theorem right (at most {n * pooled['rate_high']:.2g}, 95 %)")
+        return line
+    n = sum(1 for r in records if r.get("kind") == "statistical")
+    return (f"{line}; of them {n} statistical: at the calibrated false-alarm rate ({pooled['misses']} of "
+            f"{pooled['runs']} at the smoke points) about {n * pooled['rate']:.2g} runs would leave their band "
+            f"(at most {n * pooled['rate_high']:.2g}, 95 %)")
 
 
 def cmd_results(args) -> int:

@@ -22,7 +22,7 @@ from collections import Counter
 from . import plotting
 from .claims import EVIDENCE_KINDS, KINDS, STATUSES, TARGETS, ResultSpec
 from .registry import PAPERS
-from .stats import POWER, detectable
+from .stats import BUILD_CLAIMS, BUILD_FALSE_FAIL, POWER, Z_LEVEL, detectable, false_alarm
 from .text import label, math_html, plain_text, short_number, slug
 
 __all__ = ["verdict_label", "verdict_table_markdown", "verdict_table_html", "dashboard_markdown", "counts",
@@ -241,6 +241,35 @@ def experiments(records: list[dict]) -> int:
     return len({r["experiment"] for r in ev if r.get("experiment")}) + sum(1 for r in ev if not r.get("experiment"))
 
 
+def banded(r: dict) -> bool:
+    """Whether a record's claim was decided against a band or a margin of standard errors at the book's level, so
+    that a correct theorem fails it by chance (the claims :data:`companion.stats.BUILD_CLAIMS` bounds): a statistical
+    claim or a bound with a standard error, and every ordering (qualitative claims, counted all although not all
+    have a margin in SE). Not-applicable records are not decided."""
+    if r.get("status") == "not_applicable":
+        return False
+    return r.get("kind") == "qualitative" or (r.get("kind") in ("statistical", "bound") and r.get("se") is not None)
+
+
+def budget_words(records: list[dict]) -> str:
+    """One sentence: how many of ``records`` were decided at the book's level, the budget and its split
+    (:mod:`companion.stats`), and the Bonferroni bound on the chance that they fail together were every theorem
+    right; said plainly when they outnumber the claims the level was sized for."""
+    n = sum(1 for r in records if banded(r))
+    alpha = false_alarm(Z_LEVEL)
+    bound = min(1.0, n * alpha)
+    over = n > BUILD_CLAIMS
+    return (f"{n} claims were decided against a band of standard errors (statistical claims, bounds with a standard "
+            f"error, orderings). The book's error budget is a chance of at most {100 * BUILD_FALSE_FAIL:g} % that a "
+            f"whole build fails were every theorem right, split over at most {BUILD_CLAIMS} such claims: a level of "
+            f"{Z_LEVEL:.3g} normal standard errors each (the Student-t quantile at the same level where a standard "
+            f"error rests on few degrees of freedom), so these {n} fail together by chance with probability at most "
+            f"{100 * bound:.2g} %"
+            + (f", more than the budget: this build decides more claims than the {BUILD_CLAIMS} the level was sized "
+               "for" if over else "")
+            + ".")
+
+
 def counts(records: list[dict]) -> dict:
     """Claims per kind, per target (``"none"``: a record without one) and per status; the evidence claims
     (:func:`is_evidence`), the supporting ones, and the independent experiments among the evidence
@@ -378,6 +407,8 @@ def dashboard_markdown(names: list[str], records: list[dict], missing: list[str]
         "the other kinds are *supporting*: decided like the rest, but not counted as evidence (each says why: it "
         "repeats another claim's fact, or checks a sampler, a formula or the training code)"
         + (f". No verdict was recorded for {', '.join(missing)}." if missing else "."),
+        "",
+        budget_words(records),
         "",
         f"By what they measured (the target of each claim in its result's manifest): {targets}.",
         "",

@@ -11,6 +11,7 @@ The standard errors come from here:
 * :func:`batch_means_se` — the standard error of a mean from the means of contiguous batches.
 * :func:`combine` — independent standard errors added in quadrature.
 * :func:`welch` — the same, with the Welch–Satterthwaite degrees of freedom of the sum.
+* :func:`level` — the level of every band from the book's one error budget (:data:`Z_LEVEL`).
 * :func:`critical` — the critical value of a standard error with few degrees of freedom.
 * :func:`wider` — of two valid standard errors of one estimate, the one with the wider band.
 * :func:`false_alarm` — the two-sided probability of a band of z standard errors with few degrees of freedom.
@@ -18,11 +19,18 @@ The standard errors come from here:
 * :func:`controlled_mean` — a replicate mean with control variates of exactly known mean (regression estimator).
 * :func:`controlled_richardson` — :func:`richardson` on the controlled means of the two sizes.
 
+**One error budget.** Were every theorem right, one whole build should fail with probability at most
+:data:`BUILD_FALSE_FAIL`. A build decides at most :data:`BUILD_CLAIMS` claims against a band of standard errors,
+so each gets the two-sided level :math:`\alpha = ` ``BUILD_FALSE_FAIL / BUILD_CLAIMS`` (Bonferroni: the chance that
+any of them fails is at most the sum), i.e. :data:`Z_LEVEL` normal standard errors (:func:`level`), the default
+``z`` of every statistical claim. The committed calibration measures how far each claim's real false-fail rate is
+from :math:`\alpha` (:mod:`companion.calibration`).
+
 **Degrees of freedom.** A standard error estimated from R replicates rests on R − 1 degrees of freedom; its
 ratio to the true one is a chi variable, so ``z`` such standard errors do not cover the normal level
 (``P(|t_2| > 4)`` = 5.7 %, against 6.3e-5 for a normal). A verdict with ``dof`` given uses the Student-t quantile
-at the *same two-sided level* as z normal standard errors (:func:`critical`: 17.4 at 4 degrees of freedom,
-6.6 at 10, 4.3 at 60), so every statistical claim of the book has the same false-alarm rate whatever the
+at the *same two-sided level* as z normal standard errors (:func:`critical`; at z = 4: 17.4 at 4 degrees of
+freedom, 6.6 at 10, 4.3 at 60), so every statistical claim of the book has the same false-alarm rate whatever the
 source of its standard error.
 
 All functions take array-likes and return Python floats (or float arrays where stated), so a verdict
@@ -32,15 +40,48 @@ record never holds a numpy scalar.
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 
 import numpy as np
 
 __all__ = ["mean_se", "median_se", "jackknife_se", "replicate_se", "batch_means_se", "combine", "welch", "critical",
+           "level", "BUILD_FALSE_FAIL", "BUILD_CLAIMS", "Z_LEVEL", "level_words",
            "detectable", "POWER", "wider", "false_alarm", "richardson", "controlled_mean", "controlled_richardson", "band_words", "MANY_DOF", "ROUNDOFF"]
 
 #: Relative round-off of a float64 computation that accumulates over ~1e4 terms (a stated floor, not a
 #: tuned allowance): sqrt(1e4) * 2.2e-16 ~ 2e-14, rounded up.
 ROUNDOFF = 1e-13
+
+#: The book's one error budget: the chance that a whole build at any accepted seed fails a claim, were every
+#: theorem right (a target; the Calibration page measures the real rate).
+BUILD_FALSE_FAIL = 0.01
+#: The claims one build decides against a band of standard errors, that the budget is split over: statistical
+#: claims, bounds with a standard error and orderings with a margin in standard errors. A design number, an upper
+#: bound fixed before any run: the book's build at its parameters decides fewer (its "Every claim" page counts
+#: them and says so), and tests count them at the smoke and domain points.
+BUILD_CLAIMS = 120
+
+
+def level(budget: float = BUILD_FALSE_FAIL, claims: int = BUILD_CLAIMS) -> float:
+    r"""The number of normal standard errors whose two-sided level shares ``budget`` equally among ``claims``:
+
+    .. math:: z = \Phi^{-1}\big(1 - \tfrac{\alpha}{2}\big),\qquad \alpha = \text{budget}/\text{claims},
+
+    so that ``claims`` correct claims, each judged at z, fail together with probability at most ``budget``
+    (Bonferroni: whatever the dependence between the claims). 3.93 for 1 % over 120 claims."""
+    if not (0 < budget < 1 and claims >= 1):
+        raise ValueError(f"need 0 < budget < 1 and claims >= 1; got budget={budget!r}, claims={claims!r}")
+    return NormalDist().inv_cdf(1 - budget / (2 * claims))
+
+
+#: the level of every band of the book in normal standard errors (:func:`level` of the budget): the default ``z``
+#: of :meth:`companion.verdict.Verdict.statistical` and of every estimator that sizes a band
+Z_LEVEL = level()
+
+
+def level_words() -> str:
+    """The level in words, for a claim's reason: "3.93 SE" (:data:`Z_LEVEL`, three digits)."""
+    return f"{Z_LEVEL:.3g} SE"
 
 
 def mean_se(x, axis: int | None = None):

@@ -15,7 +15,8 @@ A claim is evidence, or it is not a claim. Every claim has a **kind**:
     the Student-t critical value at the same level (:func:`companion.stats.critical`). It names its
     **falsifier**, the plausible wrong answer a sceptic would propose, with that answer's value. The claim
     *passes* when the theory is accepted **and** the falsifier rejected **and** the critical value ``crit``
-    is at most :data:`MAX_CRIT` (8: at z = 4, 7.5 degrees of freedom or more, e.g. 9 replicates). Otherwise,
+    is at most :data:`MAX_CRIT` (8: at the book's level :data:`companion.stats.Z_LEVEL`, 7.1 degrees of freedom or
+    more, e.g. 9 replicates). Otherwise,
     when the theory is accepted, the status is ``not_resolvable`` (never a silent pass): the falsifier is
     accepted too (the parameters have no power to separate them), the falsifier has no value, or
     ``crit > 8`` (a band so wide that it decides nothing); the record's ``note`` says which. When the theory
@@ -56,12 +57,13 @@ declared claim that was not recorded, on an undeclared one, on one its result's 
 
 Usage (the last computational cell of a notebook)::
 
+    from companion.stats import level_words
     from companion.verdict import Verdict
     v = Verdict("mesa/prop4_1_gaussian", manifest=["ratio_T10"], results_dir=results_dir)
     v.statistical("ratio_T10", quantity="trained ratio at T = 10 vs c*(T) sigma^2",
-                  predicted=c_T, measured=mu, se=se, dof=7, z=4, floor=1e-12,
+                  predicted=c_T, measured=mu, se=se, dof=7, floor=1e-12,
                   falsifier=r"$T\\to\\infty$ constant $1/5$", falsifier_value=0.2,
-                  reason="4 SE over 8 replicate training sets")
+                  reason=f"{level_words()} over 8 replicate training sets")
     v.finish()   # table + glue + results file; raises VerdictError if anything failed
 
 Comparisons (``comparison=``): ``"abs"`` ``|measured - predicted| <= tolerance``; ``"rel"``
@@ -97,7 +99,7 @@ from . import notebooks as nbs
 from .claims import EVIDENCE_KINDS, KINDS, STATUSES, ClaimSpec, ResultSpec
 from .registry import PAPERS
 from .report import answer_markdown, forest_html, verdict_table_markdown
-from .stats import MANY_DOF, critical, detectable
+from .stats import MANY_DOF, Z_LEVEL, critical, detectable
 from .text import number_text, slug
 
 __all__ = [
@@ -107,8 +109,8 @@ __all__ = [
 ]
 
 METADATA_KEY = "companion_results"
-#: the widest critical value (in standard errors) at which a statistical claim can pass: z = 4 needs about
-#: 7.5 degrees of freedom or more (:func:`companion.stats.critical`); a wider band is ``not_resolvable``
+#: the widest critical value (in standard errors) at which a statistical claim can pass: the book's level needs
+#: about 7.1 degrees of freedom or more (:func:`companion.stats.critical`); a wider band is ``not_resolvable``
 MAX_CRIT = 8.0
 #: the longest reason, in characters as typeset (:func:`companion.text.plain_text`): two lines of the page
 REASON_MAX = 200
@@ -422,7 +424,7 @@ class Verdict:
                           detail=detail)
 
     def statistical(self, claim: str, *, quantity: str, predicted, measured, se, falsifier: str,
-                    falsifier_value=None, z: float = 4.0, floor: float = 0.0, comparison: str = "abs",
+                    falsifier_value=None, z: float = Z_LEVEL, floor: float = 0.0, comparison: str = "abs",
                     reason: str, headline: bool = False, dof: float | None = None,
                     detail: str | None = None) -> Record:
         """A simulation against an independent prediction at ``crit * se + floor``; passes only when the
@@ -430,8 +432,9 @@ class Verdict:
         theory is accepted but not both; a falsifier without a value is never rejected).
 
         ``crit`` is ``z``, or with ``dof`` (the degrees of freedom of ``se``, e.g. R - 1 for R replicates) the
-        Student-t quantile at the same level (:func:`companion.stats.critical`): with z = 4 it exceeds 8 below
-        about 7.5 degrees of freedom (3 replicates: 32.6)."""
+        Student-t quantile at the same level (:func:`companion.stats.critical`). ``z`` defaults to the book's level
+        :data:`companion.stats.Z_LEVEL` (its one error budget), at which ``crit`` exceeds 8 below about 7.1 degrees
+        of freedom (3 replicates, 2 degrees of freedom: 110)."""
 
         se_, fl = _num(se), float(floor)
         if not (math.isfinite(se_) and se_ >= 0):
@@ -449,7 +452,7 @@ class Verdict:
                           dof=dof, crit=crit, detail=detail)
 
     def bound(self, claim: str, *, quantity: str, bound, measured, comparison: str, reason: str,
-              tolerance: float | None = None, se=None, z: float = 4.0, floor: float = 0.0,
+              tolerance: float | None = None, se=None, z: float = Z_LEVEL, floor: float = 0.0,
               falsifier: str | None = None, falsifier_value=None, headline: bool = False,
               dof: float | None = None, undecided: str | None = None,
               detail: str | None = None) -> Record:

@@ -188,3 +188,22 @@ def test_controlled_mean_with_fixed_coefficients_is_the_mean_of_the_adjusted_rep
     assert se < 0.01 and abs(mu - 1.0) < 0.02
     r = stats.controlled_richardson(y, y, x, x, coef=[0.5, -0.2])
     assert r["measured"] == pytest.approx(adj.mean()) and r["dof"] == pytest.approx(9 * 17**2 / (16**2 + 1))  # Welch
+
+
+def test_the_level_splits_the_error_budget_over_the_claims_of_a_build():
+    """``Z_LEVEL`` is the normal quantile at which ``BUILD_CLAIMS`` correct claims fail together with probability
+    at most ``BUILD_FALSE_FAIL`` (Bonferroni), and it is the default level of every banded verdict."""
+    import inspect
+
+    from scipy import stats as st
+
+    from companion.verdict import Verdict
+
+    assert stats.level(0.01, 100) == pytest.approx(st.norm.isf(0.01 / 200), rel=1e-12)
+    assert stats.BUILD_CLAIMS * stats.false_alarm(stats.Z_LEVEL) == pytest.approx(stats.BUILD_FALSE_FAIL, rel=1e-9)
+    assert stats.level(0.01, 1000) > stats.Z_LEVEL > stats.level(0.05, stats.BUILD_CLAIMS)  # more claims, wider
+    for method in (Verdict.statistical, Verdict.bound):
+        assert inspect.signature(method).parameters["z"].default == stats.Z_LEVEL
+    for bad in ((0.0, 10), (1.0, 10), (0.01, 0)):
+        with pytest.raises(ValueError, match="budget"):
+            stats.level(*bad)

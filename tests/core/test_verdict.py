@@ -7,7 +7,7 @@ import math
 import pytest
 
 from companion.claims import ClaimSpec, ResultSpec
-from companion.stats import POWER, critical
+from companion.stats import POWER, Z_LEVEL, critical
 from companion.verdict import KINDS, MAX_CRIT, Verdict, VerdictError, result_of
 
 
@@ -310,11 +310,11 @@ def test_a_statistical_record_carries_its_signed_z_and_the_deviation_it_detects(
     lo = v.statistical("lo", quantity="q", predicted=1.0, measured=0.98, se=0.01, falsifier="f",
                        falsifier_value=1.2, reason="r", floor=0.001)
     assert lo.z_score == pytest.approx(-2.0)
-    assert lo.detectable == pytest.approx((4 + st.norm.ppf(POWER)) * 0.01 + 0.001) and lo.powered
+    assert lo.detectable == pytest.approx((Z_LEVEL + st.norm.ppf(POWER)) * 0.01 + 0.001) and lo.powered
     t = v.statistical("t", quantity="q", predicted=1.0, measured=1.01, se=0.01, falsifier="f", falsifier_value=1.2,
                       reason="r", dof=9)
     assert t.z_score == pytest.approx(1.0)
-    assert t.detectable == pytest.approx((critical(4, 9) + st.t.ppf(POWER, 9)) * 0.01)
+    assert t.detectable == pytest.approx((critical(Z_LEVEL, 9) + st.t.ppf(POWER, 9)) * 0.01)
     near = v.statistical("near", quantity="q", predicted=1.0, measured=1.0, se=0.01, falsifier="f",
                          falsifier_value=1.05, reason="r")
     # rejected at 5 SE, but a truth at the falsifier would stay inside the band in 1 run of 8: not powered

@@ -10,6 +10,7 @@ import pytest
 from companion.claims import ClaimSpec, ResultSpec
 from companion.plotting import FOREST_LIMIT, forest, forest_rows
 from companion.report import answer_markdown, forest_html, glance_markdown, verdict_table_html
+from companion.stats import Z_LEVEL
 from companion.text import ascii_math, math_html, plain_text, segments
 from companion.verdict import REASON_MAX, Verdict
 
@@ -66,7 +67,7 @@ def test_the_forest_plot_draws_every_row_with_its_status_marker(tmp_path):
     markers = [ln.get_marker() for ln in ax.lines]
     assert markers.count("o") == 3 and markers.count("s") == 2 and markers.count("D") == 1, markers
     assert ">" in markers, "a falsifier beyond the axis is a triangle at the edge"
-    assert any(t == "± 4.0 SE" for t in texts) and any(t.startswith("≤ ") for t in texts), texts
+    assert any(t == f"± {Z_LEVEL:.1f} SE" for t in texts) and any(t.startswith("≤ ") for t in texts), texts
     assert forest([r for r in _records(_verdict(tmp_path)) if r["kind"] == "numerics"]) is None
 
 
@@ -196,3 +197,17 @@ def test_supporting_claims_are_not_evidence_and_one_experiment_counts_once(tmp_p
     glance = glance_markdown([spec("a", "Theorem 1"), spec("b", "Theorem 2")], recs)
     assert "They come from 1 independent experiment; Theorem 1 (paper) and Theorem 2 (paper) read one experiment" \
         in glance, glance[:800]
+
+
+def test_the_every_claim_page_counts_the_claims_decided_at_the_level_against_the_budget():
+    from companion.report import banded, budget_words
+    from companion.stats import BUILD_CLAIMS, BUILD_FALSE_FAIL, false_alarm
+
+    recs = [{"kind": "statistical", "se": 0.1, "status": "passed"}, {"kind": "statistical", "status": "not_applicable"},
+            {"kind": "bound", "se": 0.1, "status": "passed"}, {"kind": "bound", "se": None, "status": "passed"},
+            {"kind": "qualitative", "status": "not_resolvable"}, {"kind": "identity", "status": "passed"}]
+    assert [banded(r) for r in recs] == [True, False, True, False, True, False]
+    text = budget_words(recs)
+    assert text.startswith("3 claims were decided") and f"{100 * 3 * false_alarm(Z_LEVEL):.2g} %" in text, text
+    assert f"{100 * BUILD_FALSE_FAIL:g} %" in text and f"at most {BUILD_CLAIMS} such claims" in text
+    assert "more than the budget" not in text and "more than the budget" in budget_words(recs[:1] * (BUILD_CLAIMS + 1))

@@ -47,7 +47,7 @@ def test_the_no_recovery_band_holds_the_training_sets_ab_spread_and_feedback_at_
         ab_term = abs(ev.slope) * se_ab[-1]
         assert ab_term > 1e-3 * ev.se_test  # left out, the SE below would differ by far more than its rel
         assert ev.se == pytest.approx(np.hypot(ev.se_test, ab_term), rel=1e-9)
-        crit = stats.critical(4, 9)
+        crit = stats.critical(stats.Z_LEVEL, 9)
         ab_floor = abs(ev.slope) * abs(q.off) + 0.5 * ev.curvature * (abs(q.off) + crit * se_ab[-1]) ** 2
         assert q.off_loss == pytest.approx(ab_floor + abs(ev.remnant[0]), rel=1e-9)
 

@@ -93,3 +93,19 @@ def test_notebook_holds_at_its_domain_points(name, i, domain_runs):
     code, stderr, out, values = domain_runs[(name, i)]
     assert code == 0, f"{name} at {values} failed:\n{stderr}"
     _assert_verdict_holds(name, read_run(out))
+
+
+@pytest.mark.slow
+def test_a_build_decides_no_more_claims_at_the_level_than_its_error_budget_is_split_over(smoke_runs, domain_runs):
+    """``companion.stats.BUILD_CLAIMS`` bounds the claims one build decides against a band of standard errors
+    (``companion.report.banded``), so that the level ``Z_LEVEL`` keeps the whole build's false-fail chance within
+    ``BUILD_FALSE_FAIL``: counted over every page at its smoke point, and at each of the two domain points. (The
+    book's own build at its parameters says its count on the "Every claim" page.)"""
+    from companion.report import banded
+    from companion.stats import BUILD_CLAIMS
+
+    builds = {"smoke": [out for code, _, out in smoke_runs.values() if code == 0]}
+    for i in range(2):
+        builds[f"domain {i}"] = [out for (_, j), (code, _, out, _) in domain_runs.items() if j == i and code == 0]
+    counts = {k: sum(1 for out in outs for r in read_run(out)["records"] if banded(r)) for k, outs in builds.items()}
+    assert all(0 < n <= BUILD_CLAIMS for n in counts.values()), (counts, BUILD_CLAIMS)

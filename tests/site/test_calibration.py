@@ -283,6 +283,31 @@ def test_restamp_compares_every_column_at_the_rerun_seeds():
     assert compare_columns(old, sub, [1001]) == []
 
 
+def test_relevel_redraws_every_band_at_the_new_level_and_the_statuses_that_follow():
+    """A file of the level 4 (no ``level``: from before the budget) redrawn at 3.9: the critical values from the
+    dof, a pass now outside its band failed, a Student-t pass whose band passes MAX_CRIT undecided (at a wider
+    level), a noise-free cell's flag kept; the score columns untouched; an undecided pass in band counted unknown."""
+    from companion.run.calibrate import file_level, relevel_data
+    from companion.stats import critical
+
+    col = {"z": [3.95, 1.0, None, 0.5, -3.95], "dof": [None, 30.0, None, None, None],
+           "status": ["passed", "passed", "passed", "not_resolvable", "passed"],
+           "crit": [4.0, critical(4, 30), 4.0, 4.0, 4.0], "in_band": [True, True, True, True, True],
+           "floor_se": [0.0, 0.0, None, 0.0, 0.1]}
+    data = {"seeds": [1, 2, 3, 4, 5], "claims": {"c": col}}
+    assert file_level(data) == 4.0
+    new, counts = relevel_data(data, 3.9)
+    c = new["claims"]["c"]
+    assert new["level"] == 3.9 and file_level(new) == 3.9 and data["claims"]["c"] is col and col["crit"][0] == 4.0
+    assert c["crit"] == pytest.approx([3.9, critical(3.9, 30), 3.9, 3.9, 3.9], rel=1e-12)
+    assert c["in_band"] == [False, True, True, True, True]  # |-3.95| <= 3.9 + 0.1: the floor counts
+    assert c["status"] == ["failed", "passed", "passed", "not_resolvable", "passed"]
+    assert c["z"] == col["z"] and c["floor_se"] == col["floor_se"]
+    assert counts == {"from_level": 4.0, "level": 3.9, "crit": 5, "in_band": 1, "failed_by_flip": 1, "unknown": 1}
+    wide, _ = relevel_data(data, 7.0)  # at 30 dof the band of 7 normal SE exceeds MAX_CRIT: undecided
+    assert critical(7.0, 30) > 8 and wide["claims"]["c"]["status"][1] == "not_resolvable"
+
+
 def test_the_page_says_which_files_were_restamped():
     files = [_data([0.1, 0.2]), dict(_data([0.3, 0.4]), restamped=[{"from": "a", "commit": "0123456789abc", "seeds": 7},
                                                                   {"from": "b", "commit": "fedcba9876543", "seeds": 5}])]
@@ -404,15 +429,24 @@ def test_the_page_shows_every_entry_and_the_error_budget(committed):
     assert math.isfinite(cal.build_false_fail_rate(committed)["rate"])
 
 
-def test_a_sweep_states_its_expected_false_alarms_at_the_calibrated_rate(tmp_path, committed):
+def test_a_sweep_states_its_expected_false_alarms_at_the_level_and_the_calibrated_rate(tmp_path, committed):
+    """Per point: three statistical claims with an SE and one without (no band), an ordering, a not-applicable
+    statistical claim and an identity: 4 decided at the level (5 statistical), at four points."""
     from companion.cli import _expected_false_alarms
+    from companion.stats import Z_LEVEL, false_alarm
 
     pooled = cal.build_false_fail_rate(s for s in committed if s.point == "smoke")
-    recs = [{"kind": "statistical", "claim": f"c{i}"} for i in range(3)] + [{"kind": "identity", "claim": "x"}]
+    recs = ([{"kind": "statistical", "claim": f"c{i}", "se": 0.1, "status": "passed"} for i in range(3)]
+            + [{"kind": "statistical", "claim": "noise_free", "se": None, "status": "passed"},
+               {"kind": "qualitative", "claim": "q", "status": "passed"},
+               {"kind": "statistical", "claim": "na", "status": "not_applicable"},
+               {"kind": "identity", "claim": "x", "status": "passed"}])
     lines = [json.dumps({"point": f"p{j}", "status": "ok", "records": recs}) for j in range(4)]
     (tmp_path / "results.jsonl").write_text("\n".join(lines) + "\n")
     text = _expected_false_alarms(str(tmp_path / "results.jsonl"))
-    assert text.startswith("12 statistical claim runs") and f"{12 * pooled['rate']:.2g} runs" in text
+    assert text.startswith(f"16 claim runs decided at the book's level of {Z_LEVEL:.3g} SE: about "
+                           f"{16 * false_alarm(Z_LEVEL):.2g} false failures expected"), text
+    assert "of them 20 statistical" in text and f"{20 * pooled['rate']:.2g} runs" in text, text
 
 
 def test_code_text_drops_prose_keeps_code_and_its_indentation():

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from companion.seeds import COT_TRAIN_EVAL
-from companion.stats import band_words, combine, mean_se, median_se, replicate_se, welch, wider
+from companion.stats import Z_LEVEL, band_words, combine, mean_se, median_se, replicate_se, welch, wider
 
 from .data import make_generator, sample_prompts
 from .grads import cot_step_grads
@@ -119,7 +119,7 @@ def replicate_errors(objective: str, res, k: int, num: int, seed: int) -> np.nda
                      for r in range(res.replicates)])
 
 
-def trained_vs_prediction(errors: np.ndarray, pred_mean: float, pred_se: float = 0.0, z: float = 4.0) -> dict:
+def trained_vs_prediction(errors: np.ndarray, pred_mean: float, pred_se: float = 0.0, z: float = Z_LEVEL) -> dict:
     r"""Mean of trained models' per-prompt errors with its standard error and degrees of freedom, combined with
     the Monte-Carlo error of an (independent) prediction.
 
@@ -147,7 +147,7 @@ def trained_vs_prediction(errors: np.ndarray, pred_mean: float, pred_se: float =
     return dict(out, se=se, dof=dof, se_from=src)
 
 
-def replicate_median(errors: np.ndarray, z: float = 4.0) -> tuple[float, float, float]:
+def replicate_median(errors: np.ndarray, z: float = Z_LEVEL) -> tuple[float, float, float]:
     """The median of R models' per-prompt errors, shape (R, N), each model on its own prompts: the mean of the R
     medians, with the standard error of that mean over the replicates (training seeds and prompts, R - 1
     degrees of freedom) or the order-statistic standard errors of the R medians

@@ -284,7 +284,7 @@ def ab_evidence(result, batch_stats) -> AbEvidence:
 
 
 def loss_evidence(result, c_pop: float, se_ab: float, positions=None, m_test: int | None = None,
-                  dof_ab: float = math.inf, off: float = 0.0, z: float = 4.0) -> LossEvidence:
+                  dof_ab: float = math.inf, off: float = 0.0, z: float = stats.Z_LEVEL) -> LossEvidence:
     r"""Test loss of the full trained model (whole sequence, or ``positions``) against the population loss at
     the population-GD ab ``c_pop`` (never at the learned parameters).
 

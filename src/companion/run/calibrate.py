@@ -11,7 +11,10 @@ kernel): its first K seeds are run again with the current code and every column 
 file's (:func:`compare_columns`); only if all agree is the file stamped with the current code version, the check
 written into it (``restamped``); else nothing is written and the differing claims are named (:func:`restamp`).
 It checks K seeds, not all: a change that acts at some seeds only (a gate, a rule that drops a replicate) may agree at
-the first K and move others; such a change is recalibrated.
+the first K and move others; such a change is recalibrated. A change of the book's level (:data:`companion.stats.Z_LEVEL`,
+the error budget split over its claims) moves no score: a restamp first carries the file's bands over to the new
+level (:func:`relevel_data`: every critical value and in-band flag recomputed from the scores, the statuses where they
+follow), then compares as above.
 
 Points: ``smoke`` (``tests/smoke/<paper>.yaml``, what the tests run), ``domain:I`` (the I-th point of
 ``tests/domain/<paper>.yaml``) and ``paper`` (the notebook's defaults, the paper's settings).
@@ -34,12 +37,14 @@ import yaml
 from .. import notebooks as nbs
 from ..calibration import FIRST_SEED, calibration_dir, code_version, collect, file_name, median
 from ..paths import repo_root
+from ..stats import Z_LEVEL, critical
+from ..verdict import MAX_CRIT
 from .inputs import SweepError
 from .store import read_results
 from .sweep import run_sweep
 
 __all__ = ["POINTS", "point_parameters", "domain_points", "calibrate", "runs_dir", "dumps", "extend_data", "restamp",
-           "compare_columns", "RESTAMP_RTOL"]
+           "compare_columns", "RESTAMP_RTOL", "relevel_data", "file_level", "LEVEL_BEFORE_BUDGET"]
 
 #: the kinds of point a calibration runs at
 POINTS = ("smoke", "domain:I", "paper")
@@ -152,7 +157,7 @@ def calibrate(notebook: str, point: str = "smoke", seeds: int = 100, first_seed:
         "runs": {"total": len(points), **{k: sum(1 for p in finished if p.get("status") == k)
                                           for k in ("ok", "failed", "error")}},
         "seconds_per_run": _rounded(median([p.get("seconds") for p in finished])),
-        "wall_seconds": meta.get("wall_seconds"), "workers": meta.get("workers"),
+        "wall_seconds": meta.get("wall_seconds"), "workers": meta.get("workers"), "level": Z_LEVEL,
         **collect(finished),
     }
     if base is not None:
@@ -214,6 +219,58 @@ def _same(key: str, x, y) -> bool:
     return abs(float(x) - float(y)) <= RESTAMP_RTOL[key] * max(1.0, abs(float(x)))
 
 
+#: the level of the files written before the book had an error budget (every band was 4 normal SE then)
+LEVEL_BEFORE_BUDGET = 4.0
+
+
+def file_level(data: dict) -> float:
+    """The level (normal standard errors) at which a calibration file's bands were drawn: its ``level``, or
+    :data:`LEVEL_BEFORE_BUDGET` for a file from before the budget."""
+    return float(data.get("level", LEVEL_BEFORE_BUDGET))
+
+
+def relevel_data(data: dict, z: float = Z_LEVEL) -> tuple[dict, dict]:
+    r"""A calibration file's data with its bands redrawn at the level ``z``: per claim and seed the critical value
+    :math:`c = ` :func:`companion.stats.critical` ``(z, dof)`` and the in-band flag :math:`|z_i| \le c + f_i` (the
+    score :math:`z_i` and the floor in SE :math:`f_i` do not depend on the level; a statistical claim's band is
+    two-sided). The status follows where it can: a run that leaves the band fails (a gate that would have made it
+    undecided is not recorded: counted ``failed_by_flip``), and a pass whose band now exceeds
+    :data:`companion.verdict.MAX_CRIT` is ``not_resolvable``; whether a falsifier is rejected at the new band is not
+    recorded, so an undecided run stays undecided at a narrower band, a pass stays a pass at a wider one and a
+    failure that a wider band takes in stays a failure (counted ``unknown``: none of them changes a miss count).
+    Returns the new data (with ``level``) and the counts; a restamp then checks its first seeds against a rerun."""
+    z0 = file_level(data)
+    counts = {"from_level": z0, "level": float(z), "crit": 0, "in_band": 0, "failed_by_flip": 0, "unknown": 0}
+    claims = {}
+    for claim, col in data["claims"].items():
+        col = {k: list(v) for k, v in col.items()}
+        for i, st in enumerate(col["status"]):
+            if st is None or st == "not_applicable" or col.get("crit", [None] * (i + 1))[i] is None:
+                continue
+            dof = col["dof"][i]
+            c = critical(z, dof)
+            counts["crit"] += 1
+            col["crit"][i] = c
+            score = col["z"][i]
+            if score is None:  # no noise at this point (round-off SE): nothing is drawn from a band
+                continue
+            inside = abs(score) <= c + (col["floor_se"][i] or 0.0)
+            if inside != col["in_band"][i]:
+                counts["in_band"] += 1
+                col["in_band"][i] = inside
+                if not inside and st != "failed":  # the theory is rejected: a failure, whatever the band's width
+                    col["status"][i], counts["failed_by_flip"] = "failed", counts["failed_by_flip"] + 1
+                elif inside:  # a failure now inside the band: passed or undecided, by its falsifier
+                    counts["unknown"] += 1
+                continue
+            if inside and st == "passed" and c > MAX_CRIT:
+                col["status"][i] = "not_resolvable"
+            elif inside and ((st == "not_resolvable" and z < z0 and c <= MAX_CRIT) or (st == "passed" and z > z0)):
+                counts["unknown"] += 1
+        claims[claim] = col
+    return dict(data, level=float(z), claims=claims), counts
+
+
 def restamp(notebook: str, point: str = "smoke", seeds: int = 10, *, workers: int = 2, scheduler: str | None = None,
             progress: bool = True, out: str | Path | None = None, log=None) -> tuple[Path, list[str]]:
     """Carry the calibration file of ``notebook`` at ``point`` over to the current code: rerun its first ``seeds``
@@ -234,6 +291,9 @@ def restamp(notebook: str, point: str = "smoke", seeds: int = 10, *, workers: in
     if data.get("code_version") == version:
         log(f"{path.name} is at the current code already ({version}): nothing to restamp")
         return path, []
+    relevel = None
+    if file_level(data) != Z_LEVEL:  # the bands of another level: redrawn at this one, then checked like the rest
+        data, relevel = relevel_data(data, Z_LEVEL)
     if (data.get("parameters") or {}) != params:
         raise SweepError(f"--restamp: {path.name} was made at other parameters than the point's now; rerun it "
                          "without --restamp")
@@ -255,7 +315,8 @@ def restamp(notebook: str, point: str = "smoke", seeds: int = 10, *, workers: in
     if diffs:
         return path, diffs
     entry = {"from": data["code_version"], "commit": _commit(), "seeds": len(check),
-             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+             **({"relevel": relevel} if relevel else {})}
     _write(path, dict(data, code_version=version, restamped=[*data.get("restamped", []), entry]))
     return path, []
 

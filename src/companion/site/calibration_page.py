@@ -36,6 +36,7 @@ from ..calibration import (
     read_all,
 )
 from ..registry import all_results
+from ..stats import BUILD_CLAIMS, BUILD_FALSE_FAIL
 from ..verdict import Verdict
 
 __all__ = ["CALIBRATION_PAGE", "OPEN_FILE", "summaries", "open_defects", "typed_numbers", "not_calibrated", "uncalibrated", "calibration_markdown",
@@ -218,7 +219,7 @@ def calibration_markdown(directory: Path | None = None, figures: bool = True) ->
     level = 2 * NormalDist().cdf(-z)
     out.append(f"**The limits**: a mean normal score more than {BIAS_LIMIT:g} of its standard errors from 0; a "
                f"root-mean-square normal score above {RMS_HIGH:g} or below {RMS_LOW:g}. Seeds start at {FIRST_SEED}. A "
-               f"calibrated normal band of {z:g} standard errors misses {_pct(level)} of runs. "
+               f"calibrated normal band of {z:.3g} standard errors misses {_pct(level)} of runs. "
                + (f"Cost: {sum(n for _, n, _ in walls)} page runs in {sum(w for w, _, _ in walls) / 60:.0f} min of "
                   f"wall time with {max((k or 1) for _, _, k in walls)} local workers ({len(walls)} of {len(files)} "
                   "files timed in one go)." if walls else "") + "\n")
@@ -238,10 +239,15 @@ def calibration_markdown(directory: Path | None = None, figures: bool = True) ->
     sweep = build_false_fail_rate(smoke, points=100)
     hidden = budget["misses"] - budget["failures"]
     out.append(
-        f"**Error budget.** At the smoke points, {budget['misses']} of {budget['runs']} claim runs left their band "
+        f"**Error budget.** The book's target: were every theorem right, one whole build fails with probability at "
+        f"most {_pct(BUILD_FALSE_FAIL)}. Split equally over the at most {BUILD_CLAIMS} claims a build decides against a "
+        f"band of standard errors, that is a level of {_pct(level)} per claim, {z:.3g} normal standard errors "
+        "(`companion.stats.level`; the Student-t quantile at the same level where a standard error has few degrees of "
+        "freedom). Measured: "
+        f"at the smoke points, {budget['misses']} of {budget['runs']} claim runs left their band "
         f"({budget['failures']} failed; {hidden} were made `not_resolvable` by a gate that turns a miss into an "
         f"undecided claim): a false-alarm rate per claim and run of {_pct(budget['rate'])} (95 % upper limit "
-        f"{_pct(budget['rate_high'])}), against the {_pct(level)} of a calibrated {z:g}-SE band. "
+        f"{_pct(budget['rate_high'])}), against the {_pct(level)} of a calibrated {z:.3g}-SE band. "
         f"With the {budget['claims']} statistical claims of the smoke points run once each, as in one build, the "
         f"chance of at least one false alarm is {_pct(budget['build'])} (at most {_pct(budget['build_high'])}); "
         f"for a 100-point sweep of every page, {_pct(sweep['build'])} (at most {_pct(sweep['build_high'])}), "
@@ -306,7 +312,8 @@ def calibration_markdown(directory: Path | None = None, figures: bool = True) ->
 
 def band_z() -> float:
     """The level of the statistical claims' bands in normal standard errors: the default ``z`` of
-    :meth:`companion.verdict.Verdict.statistical`."""
+    :meth:`companion.verdict.Verdict.statistical`, the book's error budget split over its claims
+    (:data:`companion.stats.Z_LEVEL`)."""
     return float(inspect.signature(Verdict.statistical).parameters["z"].default)
 
 

@@ -36,7 +36,7 @@ from pathlib import Path
 from docutils import nodes
 
 from ..calibration import DOMAIN_SEEDS, SMOKE_SEEDS
-from ..stats import POWER
+from ..stats import BUILD_CLAIMS, BUILD_FALSE_FAIL, POWER
 from ..text import plain_text
 from ..verdict import MAX_CRIT, METADATA_KEY
 from .calibration_page import band_z, write_calibration_page
@@ -329,9 +329,11 @@ def book_numbers() -> dict[str, str]:
     """The package's numbers that the book's own pages state, as MyST substitutions (``{{ power }}`` in a page):
     the power at which a band's detectable deviation is stated (:data:`companion.stats.POWER`), the level of the
     statistical bands in normal standard errors (:func:`companion.site.calibration_page.band_z`), the widest band
-    a passing claim may have (:data:`companion.verdict.MAX_CRIT`), the seeds of the committed calibration at a
+    a passing claim may have (:data:`companion.verdict.MAX_CRIT`), the book's error budget and the number of claims it
+    is split over (:data:`companion.stats.BUILD_FALSE_FAIL`, ``BUILD_CLAIMS``), the seeds of the committed calibration at a
     smoke point and at a domain point (:data:`companion.calibration.SMOKE_SEEDS`, ``DOMAIN_SEEDS``)."""
-    return {"power": f"{POWER:g}", "band_z": f"{band_z():g}", "max_crit": f"{MAX_CRIT:g}",
+    return {"power": f"{POWER:g}", "band_z": f"{band_z():.3g}", "max_crit": f"{MAX_CRIT:g}",
+            "budget": f"{100 * BUILD_FALSE_FAIL:g} %", "build_claims": f"{BUILD_CLAIMS}",
             "smoke_seeds": f"{SMOKE_SEEDS}", "domain_seeds": f"{DOMAIN_SEEDS}"}
 
 

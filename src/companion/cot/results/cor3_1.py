@@ -18,7 +18,7 @@ from matplotlib.ticker import NullFormatter, ScalarFormatter
 
 from companion.claims import ClaimSpec, ResultSpec
 from companion.plotting import legend_outside, new_figure
-from companion.stats import ROUNDOFF, critical, mean_se
+from companion.stats import ROUNDOFF, Z_LEVEL, critical, mean_se
 
 from ...text import tex_number
 from ..stats import replicate_errors, trained_vs_prediction
@@ -72,7 +72,7 @@ def floor_mc(d: int, n: int, num: int, rng: np.random.Generator, eta: float | No
 
 
 def trained_floor(d: int, n: int, *, lr: float, lr_final: float, path: float, replicates: int, eval_batch: int,
-                  seed: int, batch: int = 64, z: float = 4.0) -> dict:
+                  seed: int, batch: int = 64, z: float = Z_LEVEL) -> dict:
     r"""``replicates`` full no-CoT LSAs trained from random weights in one batch under the stopping rule
     (:func:`companion.cot.results.thm3_1.train_until_converged`), replicate r evaluated on its own ``eval_batch``
     fresh prompts, against the floor of :prf:ref:`cot-cor-3-1`.
@@ -118,14 +118,14 @@ def record_formula(v, formula_gap: float, pairs) -> None:
 def record_trained(v, trained: dict, eval_batch: int):
     r"""Record the headline claims ``cot_c31_trained_d{d}_n{n}`` on the verdict ``v``, one per trained pair
     (``trained[d, n]``: :func:`trained_floor`): the mean error of the R seeds against the floor
-    :math:`d(d+1)/(n+d+1)` at 4 SE (the wider of the seed spread, Student-t, and the prompts) plus the
+    :math:`d(d+1)/(n+d+1)` at ``Z_LEVEL`` SE (the wider of the seed spread, Student-t, and the prompts) plus the
     last-quarter drift and round-off; the falsifier is the proportional-limit floor :math:`d^2/(n+d)`. Returns the
     record of the last pair (the largest, the one the prose reports), or None when no pair was trained."""
     head = None
     for (d, n), t in trained.items():
         R = len(t["means"]) if "means" in t else 1
         seeds = math.isfinite(t["dof"])
-        band = "4 SE of the seed spread (Student-t)" if seeds else "4 SE over the evaluation prompts"
+        band = f"{Z_LEVEL:.3g} SE of the seed spread (Student-t)" if seeds else f"{Z_LEVEL:.3g} SE over the evaluation prompts"
         drift = abs(t["drift"])
         rule = (f"met after {t['steps']} Adam steps (path {t['path']:g})" if t["converged"] else
                 f"not met after {MAX_DOUBLINGS} doublings of the path; the last run had {t['steps']} Adam steps "
@@ -136,13 +136,13 @@ def record_trained(v, trained: dict, eval_batch: int):
         head = v.statistical(
             f"cot_c31_trained_d{d}_n{n}",
             quantity=rf"{R} trained no-CoT LSAs at $d = {d}$, $n = {n}$: mean error against $d(d+1)/(n+d+1)$",
-            predicted=t["pred"], measured=t["mean"], se=t["se"], dof=t["dof"], z=4,
+            predicted=t["pred"], measured=t["mean"], se=t["se"], dof=t["dof"],
             floor=ROUNDOFF * d + drift, falsifier=PROPORTIONAL_FLOOR, falsifier_value=fal, headline=True,
             reason=rf"mean error of {R} training seeds against the floor $d(d+1)/(n+d+1)$; band: {band}, plus "
                    "what the mean loss still moved over the last quarter of training",
             detail=rf"Each seed evaluated on its own {eval_batch} fresh prompts. Standard error {tex_number(t['se'])} "
-                   f"from {t['se_from']}, the wider of two valid bands at the level of 4 normal SE (critical "
-                   rf"value ${tex_number(critical(4, t['dof']))}$); the other was {other}. Floor: the last-quarter "
+                   f"from {t['se_from']}, the wider of two valid bands at the level of {Z_LEVEL:.3g} normal SE (critical "
+                   rf"value ${tex_number(critical(Z_LEVEL, t['dof']))}$); the other was {other}. Floor: the last-quarter "
                    rf"drift of the seeds' mean evaluation loss, ${tex_number(drift)}$ (the optimisation error left), "
                    rf"plus round-off $d\cdot10^{{-13}} = {tex_number(ROUNDOFF * d)}$. Training: full no-CoT LSAs from "
                    "random weights in one batch (Adam, fresh prompts, float64); the stopping rule (each seed's "

@@ -13,7 +13,7 @@ import numpy as np
 from companion.claims import ClaimSpec, ResultSpec
 from companion.plotting import legend_outside, new_figure
 from companion.seeds import COT_EVAL
-from companion.stats import ROUNDOFF, band_words
+from companion.stats import ROUNDOFF, Z_LEVEL, band_words
 
 from ...text import tex_number
 from ..stats import replicate_errors, trained_vs_prediction
@@ -110,22 +110,22 @@ def record_pairs(v, runs: list, *, replicates: int, eval_batch: int, d: int) -> 
                 f"cotexp_cot_n{n}",
                 quantity=rf"$n = {n}$: trained CoT models ({replicates} seeds), mean evaluation error vs "
                          r"$\E\tr(I - \eta S)^{2k}$",
-                predicted=mc["pred"], measured=mc["mean"], se=mc["se"], dof=mc["dof"], z=4, floor=floor,
+                predicted=mc["pred"], measured=mc["mean"], se=mc["se"], dof=mc["dof"], floor=floor,
                 falsifier=COT.falsifier, falsifier_value=r["prev"].mean, headline=True,
-                reason=rf"4 SE of the mean of {replicates} trained models, over training seeds or prompts (the wider "
+                reason=rf"{Z_LEVEL:.3g} SE of the mean of {replicates} trained models, over training seeds or prompts (the wider "
                        "band), and of the independent Monte-Carlo prediction",
-                detail=f"Level of 4 normal standard errors; the wider of two valid bands decided: {mc['se_from']}, "
+                detail=f"Level of {Z_LEVEL:.3g} normal standard errors; the wider of two valid bands decided: {mc['se_from']}, "
                        "combined (Welch) with the standard error of the independent Monte-Carlo sample of spectra "
                        rf"(`companion.cot.stats.trained_vs_prediction`); round-off floor ${tex_number(floor)}$."))
         v.statistical(f"cotexp_no_cot_n{n}",
                       quantity=rf"$n = {n}$: trained no-CoT models ({replicates} seeds), mean evaluation error vs the "
                                r"floor $d(d+1)/(n+d+1)$",
-                      predicted=mn["pred"], measured=mn["mean"], se=mn["se"], dof=mn["dof"], z=4, floor=floor,
+                      predicted=mn["pred"], measured=mn["mean"], se=mn["se"], dof=mn["dof"], floor=floor,
                       falsifier=MP_FLOOR, falsifier_value=r["floor_mp"], headline=True,
-                      reason=rf"4 SE of the mean of {replicates} trained models, over training seeds or prompts (the "
+                      reason=rf"{Z_LEVEL:.3g} SE of the mean of {replicates} trained models, over training seeds or prompts (the "
                              "wider band), plus round-off",
                       detail=f"Each of the {replicates} models on its own {eval_batch // replicates} fresh prompts; level "
-                             f"of 4 normal standard errors, the wider of two valid bands decided: {mn['se_from']} "
+                             f"of {Z_LEVEL:.3g} normal standard errors, the wider of two valid bands decided: {mn['se_from']} "
                              rf"({band_words(mn['dof'])}), against the exact floor; round-off floor ${tex_number(floor)}$.")
     return out
 

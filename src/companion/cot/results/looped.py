@@ -21,7 +21,7 @@ from companion.claims import ClaimSpec, ResultSpec
 from companion.params import TrainingDiverged
 from companion.plotting import legend_outside, new_figure
 from companion.seeds import COT_EVAL, COT_ISO_EVAL, COT_PROMPTS
-from companion.stats import ROUNDOFF, combine, mean_se
+from companion.stats import ROUNDOFF, Z_LEVEL, combine, mean_se
 
 from ...text import tex_number
 from ..data import Prompts, make_generator, sample_prompts
@@ -216,7 +216,7 @@ def sparse_trained_vs_optimum(d: int, n: int, k: int, pred: tuple[float, float],
     return dict(trained_vs_prediction(np.stack(errs), *pred), c=c, b=b)
 
 
-def full_vs_floor(res, d: int, n: int, k: int, num: int, seed: int, z: float = 4.0) -> dict:
+def full_vs_floor(res, d: int, n: int, k: int, num: int, seed: int, z: float = Z_LEVEL) -> dict:
     r"""The full-parameter looped model ``res`` with k loops on ``num`` fresh prompts (stream ``COT_EVAL``) against the
     one-layer floor (:func:`companion.cot.stats.trained_vs_prediction`), and whether its training was still
     improving when it stopped.
@@ -246,7 +246,7 @@ def full_vs_floor(res, d: int, n: int, k: int, num: int, seed: int, z: float = 4
     drop = mean_se(diff[np.isfinite(diff)]) if np.isfinite(diff).sum() > 1 else (math.nan, math.nan)
     still = bool(i < len(steps) - 1 and np.isfinite(drop[0]) and drop[0] > z * drop[1])
     why = (f"the full model was still training: its error on the check prompts fell ${tex_number(drop[0])} \\pm "
-           f"{tex_number(drop[1], '.2g')}$ from step {int(steps[i])} to step {int(steps[-1])} (more than {z:g} SE)"
+           f"{tex_number(drop[1], '.2g')}$ from step {int(steps[i])} to step {int(steps[-1])} (more than {z:.3g} SE)"
            if still else None)
     return dict(out, drop=drop, drop_from=int(steps[i]), drop_to=int(steps[-1]), still_falling=still, undecided=why)
 
@@ -257,7 +257,7 @@ def full_vs_floor(res, d: int, n: int, k: int, num: int, seed: int, z: float = 4
 
 def _seeds_detail(m: dict, what: str, d: int) -> str:
     """The band of a :func:`companion.cot.stats.trained_vs_prediction` claim against the optimum (b), for ``detail``."""
-    return (f"Level of 4 normal standard errors; the wider of two valid bands decided: {m['se_from']}, combined "
+    return (f"Level of {Z_LEVEL:.3g} normal standard errors; the wider of two valid bands decided: {m['se_from']}, combined "
             f"(Welch) with the Monte-Carlo error of {what} on the independent sample of spectra; round-off floor "
             rf"${tex_number(ROUNDOFF)}\,d = {tex_number(ROUNDOFF * d)}$.")
 
@@ -269,7 +269,7 @@ def record_part_a(v, opt_a: dict, L2_is, *, c2_exact: float, L2_exact: float, et
     one-layer step :math:`\eta^\star`), and ``cotloop_L2``, the weighted estimate ``L2_is`` of
     :math:`\E\tr(I-c_2S)^4` against the exact moments ``L2_exact`` (falsifier: the one-layer floor)."""
     v.statistical("cotloop_c2", quantity=r"$c_2$: importance-weighted Monte-Carlo argmin vs the exact quartic optimum",
-                  predicted=c2_exact, measured=opt_a[2][0], se=opt_a[2][1], z=4, floor=ROUNDOFF,
+                  predicted=c2_exact, measured=opt_a[2][0], se=opt_a[2][1], floor=ROUNDOFF,
                   falsifier=CLAIMS[0].falsifier, falsifier_value=eta_star,
                   reason="4 linearised standard errors of the weighted argmin (from its first two derivatives), plus round-off",
                   detail=r"The argmin of the importance-weighted $\E\tr(I-cS)^4$ on spectra from the defensive "
@@ -278,9 +278,9 @@ def record_part_a(v, opt_a: dict, L2_is, *, c2_exact: float, L2_exact: float, et
                          r"optimum from "
                          rf"the Wishart moments; round-off floor ${tex_number(ROUNDOFF)}$.")
     v.statistical("cotloop_L2", quantity=r"$\E\tr(I - c_2 S)^4$: importance-weighted Monte Carlo vs exact moments",
-                  predicted=L2_exact, measured=L2_is[0], se=L2_is[1], z=4, floor=ROUNDOFF * d,
+                  predicted=L2_exact, measured=L2_is[0], se=L2_is[1], floor=ROUNDOFF * d,
                   falsifier=CLAIMS[1].falsifier, falsifier_value=floor,
-                  reason="4 standard errors of the weighted mean, plus round-off",
+                  reason=f"{Z_LEVEL:.3g} standard errors of the weighted mean, plus round-off",
                   detail=r"The importance-weighted mean of $\tr(I - c_2 S)^4$ at the exact $c_2$ (weights bounded by "
                          rf"2, normal band) against the exact Wishart moments; round-off floor ${tex_number(ROUNDOFF * d)}$.")
 
@@ -295,7 +295,7 @@ def record_part_b(v, e_sim, pred_b, iso: dict, sp: dict, *, loss_a: float, k: in
     :func:`sparse_trained_vs_optimum`)."""
     v.statistical("cotloop_two_param_sim",
                   quantity=rf"simulated sparse looped model at the $(c, b)$ optimum, $k = {k}$",
-                  predicted=pred_b[0], measured=e_sim[0], se=combine(e_sim[1], pred_b[1]), z=4, floor=ROUNDOFF * d,
+                  predicted=pred_b[0], measured=e_sim[0], se=combine(e_sim[1], pred_b[1]), floor=ROUNDOFF * d,
                   falsifier=W13_FIXED, falsifier_value=loss_a,
                   reason="4 combined standard errors (simulated prompts and the independent spectrum sample)",
                   detail=r"The looped LSA at $V_{31} = -cb\,I$, $W_{13} = I/b$, $W_{24} = -1$ on fresh prompts "
@@ -304,18 +304,18 @@ def record_part_b(v, e_sim, pred_b, iso: dict, sp: dict, *, loss_a: float, k: in
     m = iso["m"]
     v.statistical("cotloop_trained_optimum",
                   quantity=rf"trained isotropic looped models ($k = {k}$, {replicates} seeds): error vs the optimum (b)",
-                  predicted=m["pred"], measured=m["mean"], se=m["se"], dof=m["dof"], z=4, floor=ROUNDOFF * d,
+                  predicted=m["pred"], measured=m["mean"], se=m["se"], dof=m["dof"], floor=ROUNDOFF * d,
                   falsifier=W13_FIXED, falsifier_value=loss_a, headline=True,
-                  reason=rf"4 SE of the mean of {replicates} trained models, over training seeds or prompts (the wider "
+                  reason=rf"{Z_LEVEL:.3g} SE of the mean of {replicates} trained models, over training seeds or prompts (the wider "
                          "band), and of the optimum's loss on the independent spectra",
                   detail=_seeds_detail(m, "the optimum's loss", d))
     R = SPARSE_TRAIN["replicates"]
     v.statistical("cotloop_trained_sparse",
                   quantity=r"looped transformers trained on the blocks $W_{13}$, $V_{31}$ from random matrices "
                            rf"($k = {k}$, {R} seeds): error vs the optimum (b)",
-                  predicted=sp["pred"], measured=sp["mean"], se=sp["se"], dof=sp["dof"], z=4, floor=ROUNDOFF * d,
+                  predicted=sp["pred"], measured=sp["mean"], se=sp["se"], dof=sp["dof"], floor=ROUNDOFF * d,
                   falsifier=W13_FIXED, falsifier_value=loss_a, headline=True,
-                  reason=rf"4 SE of the mean of {R} trained models, over training seeds or prompts (the wider band), "
+                  reason=rf"{Z_LEVEL:.3g} SE of the mean of {R} trained models, over training seeds or prompts (the wider band), "
                          "and of the optimum's loss on the independent spectra",
                   detail=_seeds_detail(sp, "the optimum's loss", d))
 
@@ -325,9 +325,9 @@ def record_full(v, tr: dict, *, floor: float, k: int, d: int) -> None:
     below the one-layer floor ``floor``; undecided, never passed, when it fails the bound while its error was still
     falling (``tr["undecided"]``)."""
     v.bound("cotloop_trained", quantity=rf"trained full looped model ($k = {k}$) below the one-layer floor",
-            bound=floor, measured=tr["mean"], comparison="upper", se=tr["se"], dof=tr["dof"], z=4, floor=ROUNDOFF * d,
+            bound=floor, measured=tr["mean"], comparison="upper", se=tr["se"], dof=tr["dof"], floor=ROUNDOFF * d,
             falsifier=CLAIMS[5].falsifier, falsifier_value=floor, undecided=tr["undecided"],
-            reason="the floor bounds every one-layer model; 4 standard errors over the evaluation prompts",
+            reason=f"the floor bounds every one-layer model; {Z_LEVEL:.3g} standard errors over the evaluation prompts",
             detail=r"The floor $d(d+1)/(n+d+1)$ is the smallest error of any one-layer model "
                    "(`companion.cot.theory.no_cot.no_cot_floor`); the model's mean error on fresh prompts with its standard "
                    f"error over them (normal); round-off floor ${tex_number(ROUNDOFF * d)}$. Whether it was still "

@@ -20,7 +20,7 @@ import numpy as np
 from companion.claims import ClaimSpec, ResultSpec
 from companion.params import integer, real
 from companion.plotting import legend_outside, new_figure
-from companion.stats import ROUNDOFF, band_words, critical, replicate_se
+from companion.stats import ROUNDOFF, Z_LEVEL, band_words, critical, replicate_se
 
 from ...text import tex_number
 from ..model import no_cot_effective_matrix
@@ -192,7 +192,7 @@ def trained_eta_eff(d: int, n: int, *, lr: float, lr_final: float, path: float, 
 def record_trained(v, model: dict, eta_s: float, eta_mp: float, d: int, n: int) -> None:
     r"""Record the headline claim ``cot31_eta_eff`` on the verdict ``v``: the mean effective step
     :math:`\eta_{\rm eff} = \tr(A)/d` of the trained full no-CoT LSAs (``model``: :func:`trained_eta_eff`) against
-    :math:`\eta^\star = n/(n+d+1)` at 4 SE (Student-t on the seed spread) plus the last-quarter drift and
+    :math:`\eta^\star = n/(n+d+1)` at ``Z_LEVEL`` SE (Student-t on the seed spread) plus the last-quarter drift and
     round-off; the falsifier is the proportional-limit step :math:`n/(n+d)` (``eta_mp``)."""
     R, dof = len(model["etas"]), model["dof"]
     drift = abs(model["drift"])
@@ -201,15 +201,15 @@ def record_trained(v, model: dict, eta_s: float, eta_mp: float, d: int, n: int) 
             f"(path {model['path']:g})")
     v.statistical("cot31_eta_eff",
                   quantity=rf"{R} trained full no-CoT LSAs: mean effective step $\tr(A)/d$ against $\eta^\star$",
-                  predicted=eta_s, measured=model["mean"], se=model["se"], dof=dof, z=4,
+                  predicted=eta_s, measured=model["mean"], se=model["se"], dof=dof,
                   floor=ROUNDOFF + drift, falsifier=PROPORTIONAL_STEP, falsifier_value=eta_mp,
                   reason=rf"mean $\eta_{{\rm eff}}$ of {R} training seeds against $\eta^\star = n/(n+d+1)$; band: "
-                         "4 SE of the seed spread (Student-t), plus what the mean still moved over the last "
+                         f"{Z_LEVEL:.3g} SE of the seed spread (Student-t), plus what the mean still moved over the last "
                          "quarter of training",
                   detail=rf"Standard error {tex_number(model['se'])} of the mean of the {R} seeds' "
                          rf"$\eta_{{\rm eff}} = \tr(A)/d$, $A = W_{{24}}V_{{31}} + V_{{32}}W_{{14}}^\T$ "
                          f"(`replicate_se`, {band_words(dof)}: critical value "
-                         rf"${tex_number(critical(4, dof))}$ for the level of 4 normal SE). Floor: the last-quarter drift "
+                         rf"${tex_number(critical(Z_LEVEL, dof))}$ for the level of {Z_LEVEL:.3g} normal SE). Floor: the last-quarter drift "
                          rf"of the seeds' mean $\eta_{{\rm eff}}$, ${tex_number(drift)}$ (the optimisation error left), "
                          rf"plus round-off ${tex_number(ROUNDOFF)}$. Training: full no-CoT LSAs from random weights in "
                          f"one batch (Adam, fresh prompts, float64); the stopping rule (each seed's evaluation "
@@ -223,16 +223,16 @@ def record_trained(v, model: dict, eta_s: float, eta_mp: float, d: int, n: int) 
 def record_argmin(v, eta_mc: float, eta_mc_se: float, eta_s: float, eta_mp: float, num_mc: int) -> None:
     r"""Record ``cot31_eta_mc`` on the verdict ``v``: the Monte-Carlo argmin
     :math:`\hat\eta = \overline{\tr S}/\overline{\tr S^2}` of :math:`L_1(\eta) = \E\tr(I-\eta S)^2`
-    (:func:`eta_argmin_mc` on ``num_mc`` sampled S) against :math:`\eta^\star`, at 4 delta-method SE plus
+    (:func:`eta_argmin_mc` on ``num_mc`` sampled S) against :math:`\eta^\star`, at ``Z_LEVEL`` delta-method SE plus
     round-off; the falsifier is :math:`n/(n+d)` (``eta_mp``)."""
     v.statistical("cot31_eta_mc", quantity=r"Monte-Carlo argmin of $\E\tr(I - \eta S)^2$", predicted=eta_s,
-                  measured=eta_mc, se=eta_mc_se, z=4, floor=ROUNDOFF, falsifier=PROPORTIONAL_STEP,
+                  measured=eta_mc, se=eta_mc_se, floor=ROUNDOFF, falsifier=PROPORTIONAL_STEP,
                   falsifier_value=eta_mp,
                   reason=rf"the argmin $\overline{{\tr S}}/\overline{{\tr S^2}}$ over {num_mc} sampled $S$ against "
-                         r"$\eta^\star$; band: 4 SE of the ratio (linearised) over the $S$ sample, plus round-off",
+                         rf"$\eta^\star$; band: {Z_LEVEL:.3g} SE of the ratio (linearised) over the $S$ sample, plus round-off",
                   detail=rf"{num_mc} independent $S = XX^\T/n$ (Bartlett decomposition, `sample_S`). Standard "
                          rf"error {tex_number(eta_mc_se)} of the ratio of the two sample means, linearised to first order "
-                         "in the means (`argmin_se`), normal critical value 4 (many degrees of "
+                         f"in the means (`argmin_se`), normal critical value {Z_LEVEL:.3g} (many degrees of "
                          "freedom); floor round-off "
                          rf"${tex_number(ROUNDOFF)}$. Falsifier $n/(n+d) = {eta_mp:.6g}$ against "
                          rf"$\eta^\star = {eta_s:.6g}$.")

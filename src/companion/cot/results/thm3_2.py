@@ -22,7 +22,7 @@ from companion.claims import ClaimSpec, ResultSpec
 from companion.params import TrainingDiverged
 from companion.plotting import legend_outside, new_figure
 from companion.seeds import COT_EVAL, COT_PROMPTS
-from companion.stats import ROUNDOFF, combine, critical, median_se
+from companion.stats import ROUNDOFF, Z_LEVEL, combine, critical, median_se
 
 from ...text import tex_number
 from ..data import make_generator, sample_prompts
@@ -252,7 +252,7 @@ def _round_off(d: int) -> str:
 def record_trained(v, model: dict, k: int, *, d: int, eta: float, replicates: int, eval_batch: int):
     r"""Record the headline claim ``cot32_trained_k{k}`` on the verdict ``v`` and return its record: the mean error
     of the trained CoT transformers (``model``: :func:`trained_cot`) after k CoT steps against the exact
-    :math:`L_k(\eta) = \E\tr(I-\eta S)^{2k}`, at 4 SE (the wider of the seed and the prompt bands) plus round-off,
+    :math:`L_k(\eta) = \E\tr(I-\eta S)^{2k}`, at ``Z_LEVEL`` SE (the wider of the seed and the prompt bands) plus round-off,
     the nearer of :math:`L_{k-1}`, :math:`L_{k+1}` the competitor. Not applicable when no model was trained
     (``replicates = 0``) or training diverged near the stability edge."""
     ex = model["exact"]
@@ -274,7 +274,7 @@ def record_trained(v, model: dict, k: int, *, d: int, eta: float, replicates: in
                                 reason=reason, detail=detail)
     R = len(model["means"]) if "means" in model else 1
     seeds = math.isfinite(model["dof"])
-    band = "4 SE of the seed spread (Student-t)" if seeds else "4 SE over the evaluation prompts"
+    band = f"{Z_LEVEL:.3g} SE of the seed spread (Student-t)" if seeds else f"{Z_LEVEL:.3g} SE over the evaluation prompts"
     other = (rf"the prompts-only standard error ${tex_number(model['se_prompts'], '.4g')}$ (normal), a lower bound" if seeds else
              rf"the seed spread ${tex_number(model.get('se_seeds', math.nan), '.4g')}$ on $R - 1 = {R - 1}$ degrees of freedom")
     near_k = ex["near_k"]
@@ -286,12 +286,12 @@ def record_trained(v, model: dict, k: int, *, d: int, eta: float, replicates: in
         claim,
         quantity=rf"trained CoT transformers ({R} seeds): mean error after $k = {k}$ CoT steps against the exact "
                  r"$\E\tr(I - \eta S)^{2k}$",
-        predicted=ex["pred"], measured=model["mean"], se=model["se"], dof=model["dof"], z=4, floor=ROUNDOFF * d,
+        predicted=ex["pred"], measured=model["mean"], se=model["se"], dof=model["dof"], floor=ROUNDOFF * d,
         falsifier=NEIGHBOUR, falsifier_value=ex["near"], headline=True,
         reason=rf"mean error of {R} trained models after $k = {k}$ CoT steps against the exact $L_{{{k}}}(\eta)$; "
                f"band: {band}, the wider of two valid bands, plus round-off",
         detail=rf"Standard error ${tex_number(model['se'], '.4g')}$ from {model['se_from']}: the wider of two valid bands at the "
-               rf"level of 4 normal SE (critical value ${tex_number(critical(4, model['dof']), '.4g')}$); the other was {other}. "
+               rf"level of {Z_LEVEL:.3g} normal SE (critical value ${tex_number(critical(Z_LEVEL, model['dof']), '.4g')}$); the other was {other}. "
                rf"Each of the {R} models ran $k$ autoregressive CoT steps on its own {eval_batch // R} fresh prompts. "
                rf"Prediction exact: $L_{{{k}}}(\eta) = {tex_number(ex['pred'], '.4g')}$ from the loop-equation moments of the "
                rf"Wishart $S$ (`gd_error_wishart`) at the data's step $\eta = {eta:g}$, never from the learned "
@@ -305,17 +305,17 @@ def record_trained(v, model: dict, k: int, *, d: int, eta: float, replicates: in
 def record_exact(v, model_kt, ex: dict, k: int, *, d: int, num_model: int):
     r"""Record ``cot32_exact_k{k}`` on the verdict ``v`` and return its record: the construction's mean error after
     k CoT steps (``model_kt = (mean, se)`` over ``num_model`` prompts) against the exact :math:`L_k(\eta)`
-    (``ex``: :func:`neighbours`), at 4 SE over the prompts plus round-off; the competitor as in
+    (``ex``: :func:`neighbours`), at ``Z_LEVEL`` SE over the prompts plus round-off; the competitor as in
     :func:`record_trained`."""
     return v.statistical(
         f"cot32_exact_k{k}",
         quantity=rf"construction: mean error after $k = {k}$ CoT steps against the exact formula",
-        predicted=ex["pred"], measured=model_kt[0], se=model_kt[1], z=4, floor=ROUNDOFF * d,
+        predicted=ex["pred"], measured=model_kt[0], se=model_kt[1], floor=ROUNDOFF * d,
         falsifier=NEIGHBOUR, falsifier_value=ex["near"],
         reason=rf"mean error of the construction on {num_model} prompts against the exact $L_{{{k}}}(\eta)$; band: "
-               "4 SE over the prompts, plus round-off",
+               f"{Z_LEVEL:.3g} SE over the prompts, plus round-off",
         detail=rf"Standard error ${tex_number(model_kt[1], '.4g')}$ of the mean over the {num_model} i.i.d. prompts, normal "
-               rf"critical value 4. Prediction $L_{{{k}}}(\eta) = {tex_number(ex['pred'], '.4g')}$ from the loop-equation moments "
+               rf"critical value {Z_LEVEL:.3g}. Prediction $L_{{{k}}}(\eta) = {tex_number(ex['pred'], '.4g')}$ from the loop-equation moments "
                rf"(`gd_error_wishart`). Competitor $L_{{{ex['near_k']}}} = {tex_number(ex['near'], '.4g')}$, the nearer of "
                rf"$L_{{{k - 1}}} = {tex_number(ex['km1'], '.4g')}$ and $L_{{{k + 1}}} = {tex_number(ex['kp1'], '.4g')}$. Floor: "
                f"{_round_off(d)}.")
@@ -324,7 +324,7 @@ def record_exact(v, model_kt, ex: dict, k: int, *, d: int, num_model: int):
 def record_law(v, med: dict, law: dict, k_list, *, d: int, num_model: int) -> None:
     r"""Record ``cot32_law_k{k}`` on the verdict ``v`` for every k of ``k_list``: the median of the construction's
     errors after k CoT steps against the median of an independent sample of the k-step law (``med``, ``law``:
-    :func:`law_medians`), at 4 combined order-statistic SE plus round-off; the falsifier is the median of the
+    :func:`law_medians`), at ``Z_LEVEL`` combined order-statistic SE plus round-off; the falsifier is the median of the
     one-step law."""
     one = float(np.median(law[1]))
     for k in k_list:
@@ -332,15 +332,15 @@ def record_law(v, med: dict, law: dict, k_list, *, d: int, num_model: int) -> No
         v.statistical(
             f"cot32_law_k{k}",
             quantity=rf"median error after $k = {k}$ CoT steps against the median of the $k$-step GD law",
-            predicted=m_pred, measured=m_model, se=se, z=4, floor=ROUNDOFF * d, falsifier=LAW.falsifier,
+            predicted=m_pred, measured=m_model, se=se, floor=ROUNDOFF * d, falsifier=LAW.falsifier,
             falsifier_value=one,
             reason="median of the construction's errors against the median of an independent sample of the "
-                   "$k$-step law; band: 4 SE of the two medians (order statistics), plus round-off",
+                   f"$k$-step law; band: {Z_LEVEL:.3g} SE of the two medians (order statistics), plus round-off",
             detail=rf"The law $\sum_j(1-\eta\lambda_j)^{{2k}}z_j^2$, $z\sim\Nor(0, I)$, on {len(law[k])} independent "
                    rf"spectra of $S$ (`gd_error_samples`), against the construction's errors on {num_model} prompts; "
                    r"medians, because rare prompts dominate the mean at larger $\eta$. Standard error "
                    rf"${tex_number(se, '.4g')}$: the order-statistic standard errors of the two medians (`median_se`) in "
-                   rf"quadrature, normal critical value 4. Falsifier: the median of the one-step law, "
+                   rf"quadrature, normal critical value {Z_LEVEL:.3g}. Falsifier: the median of the one-step law, "
                    rf"${tex_number(one, '.4g')}$. Floor: {_round_off(d)}.")
 
 
@@ -348,7 +348,7 @@ def record_mp(v, mp_k2, fit: dict, mp_k: float, k: int, *, eta: float, gamma: fl
     r"""Record on the verdict ``v`` the numerics claim ``cot32_mp_quadrature`` (the Marchenko–Pastur quadrature at
     k = 2 against the closed-form moments, ``mp_k2``: :func:`mp_quadrature_pair`) and the headline
     ``cot32_mp_limit``: the intercept of the finite-d fit (``fit``: :func:`mp_limit_fit`, at k) against the
-    Marchenko–Pastur integral ``mp_k``, at 4 SE of the intercept plus the quadrature error; the falsifier is
+    Marchenko–Pastur integral ``mp_k``, at ``Z_LEVEL`` SE of the intercept plus the quadrature error; the falsifier is
     :math:`S = I`, :math:`(1-\eta)^{2k}`."""
     v.numerics("cot32_mp_quadrature",
                quantity=r"Marchenko–Pastur quadrature against the closed-form moments at $k = 2$",
@@ -363,15 +363,15 @@ def record_mp(v, mp_k2, fit: dict, mp_k: float, k: int, *, eta: float, gamma: fl
         "cot32_mp_limit",
         quantity=rf"intercept of the fit $a + b/d + c/d^2$ of $\frac1d\E\tr(I - \eta S)^{{2k}}$, $k = {k}$, against the "
                  "Marchenko–Pastur integral",
-        predicted=mp_k, measured=fit["a"], se=fit["a_se"], z=4, floor=1e-9, falsifier=IDENTITY_LIMIT,
+        predicted=mp_k, measured=fit["a"], se=fit["a_se"], floor=1e-9, falsifier=IDENTITY_LIMIT,
         falsifier_value=fal, headline=True,
-        reason=rf"Monte Carlo at {levels} sizes $(2^j d, 2^j n)$ extrapolated to $d\to\infty$; band: 4 SE of the "
+        reason=rf"Monte Carlo at {levels} sizes $(2^j d, 2^j n)$ extrapolated to $d\to\infty$; band: {Z_LEVEL:.3g} SE of the "
                "weighted least-squares intercept, plus the quadrature error",
         detail=rf"Monte Carlo of $\frac1d\E\tr(I-\eta S)^{{2k}}$ at $(2^j d, 2^j n)$, $j < {levels}$, with "
                rf"$\gamma = d/n = {gamma:.4g}$ fixed and 4 times fewer draws per doubling of $d$ (the variance falls "
                r"like $1/d^2$), and the weighted least-squares fit $a + b/d + c/d^2$ (`mp_limit_fit`: the first three "
                r"terms of the expansion of a real Wishart linear statistic in $1/d$). Standard error "
-               rf"${tex_number(fit['a_se'], '.4g')}$ of the intercept from the Monte-Carlo errors, normal critical value 4; "
+               rf"${tex_number(fit['a_se'], '.4g')}$ of the intercept from the Monte-Carlo errors, normal critical value {Z_LEVEL:.3g}; "
                rf"$\chi^2 = {fit['chi2']:.3g}$ on {fit['dof']} degrees of freedom. Floor $10^{{-9}}$, the quadrature "
                rf"error. Falsifier $(1-\eta)^{{2k}} = {tex_number(fal, '.4g')}$.")
 
@@ -379,18 +379,18 @@ def record_mp(v, mp_k2, fit: dict, mp_k: float, k: int, *, eta: float, gamma: fl
 def record_decay(v, err: np.ndarray, k_list, rho: float, *, d: int):
     r"""Record the bound ``cot32_decay_bound`` on the verdict ``v`` and return its record: the median of the
     construction's errors (``err``: :func:`construction_errors`) after :math:`\max(k_{\rm list})` steps below
-    :math:`d\rho_{\rm MP}^{2k}` (``rho``: :func:`companion.cot.theory.mp.mp_rate`), at 4 order-statistic SE plus
+    :math:`d\rho_{\rm MP}^{2k}` (``rho``: :func:`companion.cot.theory.mp.mp_rate`), at ``Z_LEVEL`` order-statistic SE plus
     round-off."""
     kb = max(k_list)
     m_kb, se_kb = median_se(err[:, kb])
     bound = d * rho ** (2 * kb)
     return v.bound(
         "cot32_decay_bound", quantity=rf"median error after $k = {kb}$ steps $\le d\rho_{{\rm MP}}^{{2k}}$",
-        bound=bound, measured=m_kb, comparison="upper", se=se_kb, z=4, floor=ROUNDOFF * d,
+        bound=bound, measured=m_kb, comparison="upper", se=se_kb, floor=ROUNDOFF * d,
         reason="the geometric bound, which holds on spectra inside the Marchenko–Pastur support, against the median "
                "prompt; band: 4 order-statistic SE, plus round-off",
         detail=rf"Median of the construction's errors after $k = {kb}$ steps on {err.shape[0]} prompts, "
-               rf"order-statistic standard error ${tex_number(se_kb, '.4g')}$ (`median_se`), normal critical value 4. Bound "
+               rf"order-statistic standard error ${tex_number(se_kb, '.4g')}$ (`median_se`), normal critical value {Z_LEVEL:.3g}. Bound "
                rf"$d\rho_{{\rm MP}}^{{2k}} = {tex_number(bound, '.4g')}$ with $\rho_{{\rm MP}} = {rho:.4g}$ (`mp_rate`), "
                f"{_times(bound, m_kb)} the median. Floor: {_round_off(d)}.")
 

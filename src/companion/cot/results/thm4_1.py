@@ -19,7 +19,7 @@ from companion.claims import ClaimSpec, ResultSpec
 from companion.params import ParameterError
 from companion.plotting import legend_outside, new_figure
 from companion.seeds import COT_EVAL
-from companion.stats import ROUNDOFF
+from companion.stats import ROUNDOFF, Z_LEVEL
 
 from ...text import tex_number
 from ..model import blocks, cot_effective_blocks
@@ -203,27 +203,27 @@ def regime_errors(d_list, c_n: float, c_k: float, num: int, rng: np.random.Gener
 
 
 def regime_decay_ratio(regime: list[dict]) -> float:
-    """The largest ratio (err(next d) + 4 SE) / (err(d) - 4 SE) along the regime (:func:`regime_errors`): below 1
-    when the error falls at every step of d by more than 4 standard errors on each side."""
-    return max((b["err"] + 4 * b["se"]) / max(a["err"] - 4 * a["se"], 1e-300) for a, b in zip(regime, regime[1:]))
+    """The largest ratio (err(next d) + ``Z_LEVEL`` SE) / (err(d) - ``Z_LEVEL`` SE) along the regime (:func:`regime_errors`): below 1
+    when the error falls at every step of d by more than ``Z_LEVEL`` standard errors on each side."""
+    return max((b["err"] + Z_LEVEL * b["se"]) / max(a["err"] - Z_LEVEL * a["se"], 1e-300) for a, b in zip(regime, regime[1:]))
 
 
 def regime_no_decay_ratio(regime: list[dict]) -> float:
     """The falsifier's value of :func:`regime_decay_ratio`: the same statistic when the error does not decay with d
-    (each next error equal to the one before, with its own standard error), above 1 by the 4-SE margins."""
-    return max((a["err"] + 4 * b["se"]) / max(a["err"] - 4 * a["se"], 1e-300) for a, b in zip(regime, regime[1:]))
+    (each next error equal to the one before, with its own standard error), above 1 by the ``Z_LEVEL``-SE margins."""
+    return max((a["err"] + Z_LEVEL * b["se"]) / max(a["err"] - Z_LEVEL * a["se"], 1e-300) for a, b in zip(regime, regime[1:]))
 
 
 def regime_unresolved(regime: list[dict]) -> str | None:
-    """Why :func:`regime_decay_ratio` cannot decide, or ``None``: an error (other than the last) that is not 4 standard
-    errors above 0 leaves nothing to fall from by 4 more (at seed 52 of the page's smoke point such an error puts
+    """Why :func:`regime_decay_ratio` cannot decide, or ``None``: an error (other than the last) that is not ``Z_LEVEL``
+    standard errors above 0 leaves nothing to fall from by as many more (at seed 52 of the page's smoke point such an error puts
     the floor 1e-300 in the ratio's denominator, and the ratio reads 7.8e295)."""
-    low = [a for a in regime[:-1] if a["err"] - 4 * a["se"] <= 0]
+    low = [a for a in regime[:-1] if a["err"] - Z_LEVEL * a["se"] <= 0]
     if not low:
         return None
     return ("the Monte-Carlo error at " + ", ".join(f"$d = {a['d']}$ (${tex_number(a['err'])} \\pm {tex_number(a['se'], '.2g')}$)"
                                                     for a in low)
-            + " is within 4 SE of 0: a decay by more than 4 SE from it cannot be measured with this sample")
+            + f" is within {Z_LEVEL:.3g} SE of 0: a decay by more than {Z_LEVEL:.3g} SE from it cannot be measured with this sample")
 
 
 def full_eval(runs, pred, k: int, eval_batch: int, seed: int, eta: float) -> dict:
@@ -357,12 +357,12 @@ def record_full_eval(v, model: dict, pred, prev, *, replicates: int, k: int, d: 
     v.statistical("cot41_full_eval",
                   quantity=rf"full training ({replicates} seeds): mean evaluation error after $k = {k}$ CoT steps "
                            r"vs $\E\tr(I - \eta S)^{2k}$",
-                  predicted=pred.mean, measured=model["mean"], se=model["se"], dof=model["dof"], z=4, floor=floor,
+                  predicted=pred.mean, measured=model["mean"], se=model["se"], dof=model["dof"], floor=floor,
                   falsifier=PREV_STEP, falsifier_value=prev.mean, headline=True,
-                  reason=rf"4 SE of the mean of {model['escape'].kept.replicates} trained models, over training "
+                  reason=rf"{Z_LEVEL:.3g} SE of the mean of {model['escape'].kept.replicates} trained models, over training "
                          "seeds or prompts (the "
                          "wider band), and of the independent Monte-Carlo prediction",
-                  detail=f"{model['escape'].words()}. Level of 4 normal standard errors; the wider of two valid bands "
+                  detail=f"{model['escape'].words()}. Level of {Z_LEVEL:.3g} normal standard errors; the wider of two valid bands "
                          f"decided: {model['se_from']}, "
                          "combined (Welch) with the standard error of the independent Monte-Carlo sample of spectra "
                          rf"(`companion.cot.stats.trained_vs_prediction`); round-off floor ${tex_number(floor)}$ "
@@ -373,25 +373,25 @@ def record_regime(v, regime: list[dict]) -> None:
     r"""The regime :math:`n = \lceil c_n d\ln d\rceil`, :math:`k = \lceil c_k\ln d\rceil` (``regime``,
     :func:`regime_errors`): one bound ``cot41_regime_d{d}`` per dimension (the per-coordinate k-step GD error below
     the Marchenko–Pastur edge bound :math:`\rho_{\rm MP}^{2k}`), and ``cot41_regime_decay`` (the error falls at every
-    step of d, :func:`regime_decay_ratio`; undecided where an error is within 4 SE of 0, :func:`regime_unresolved`)."""
+    step of d, :func:`regime_decay_ratio`; undecided where an error is within ``Z_LEVEL`` SE of 0, :func:`regime_unresolved`)."""
     for r_ in regime:
         v.bound(f"cot41_regime_d{r_['d']}",
                 quantity=rf"$d = {r_['d']}$, $n = {r_['n']}$, $k = {r_['k']}$: per-coordinate GD error "
                          r"$\le \rho_{\rm MP}^{2k}$",
-                bound=r_["bound"], measured=r_["err"], comparison="upper", se=r_["se"], z=4, floor=ROUNDOFF,
-                reason="geometric decay on spectra inside the Marchenko–Pastur support; 4 Monte-Carlo standard errors",
+                bound=r_["bound"], measured=r_["err"], comparison="upper", se=r_["se"], floor=ROUNDOFF,
+                reason=f"geometric decay on spectra inside the Marchenko–Pastur support; {Z_LEVEL:.3g} Monte-Carlo standard errors",
                 detail=r"Monte-Carlo mean of $\frac1d\E\tr(I-\eta S)^{2k}$ at the step "
                        rf"$\eta = 2/(\lambda_+ + \lambda_-) = {r_['eta']:.4g}$ that balances the edges, against "
-                       r"$\rho_{\rm MP}^{2k}$ (`companion.cot.theory.mp.mp_rate`); band 4 SE plus the round-off floor "
+                       rf"$\rho_{{\rm MP}}^{{2k}}$ (`companion.cot.theory.mp.mp_rate`); band {Z_LEVEL:.3g} SE plus the round-off floor "
                        rf"${tex_number(ROUNDOFF)}$.")
     v.qualitative("cot41_regime_decay",
-                  quantity=r"largest ratio $(\mathrm{err}(d') + 4\,\mathrm{SE}) / (\mathrm{err}(d) - 4\,\mathrm{SE})$ "
+                  quantity=rf"largest ratio $(\mathrm{{err}}(d') + z\,\mathrm{{SE}}) / (\mathrm{{err}}(d) - z\,\mathrm{{SE}})$, $z = {Z_LEVEL:.3g}$, "
                            r"over consecutive $d < d'$ of `d_regime`",
                   predicted=1.0, measured=regime_decay_ratio(regime), comparison="upper", tolerance=0.0,
                   falsifier=REGIME_DECAY.falsifier, falsifier_value=regime_no_decay_ratio(regime),
-                  reason=r"the error must fall at every step of $d$ by more than 4 standard errors on each side",
+                  reason=rf"the error must fall at every step of $d$ by more than {Z_LEVEL:.3g} standard errors on each side",
                   detail="The falsifier's value is the same statistic with each error equal to the one before "
-                         "(with its own standard error): above 1 by the 4-SE margins (`regime_no_decay_ratio`).",
+                         f"(with its own standard error): above 1 by the {Z_LEVEL:.3g}-SE margins (`regime_no_decay_ratio`).",
                   undecided=regime_unresolved(regime))
 
 

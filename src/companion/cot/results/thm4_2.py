@@ -21,7 +21,7 @@ import torch
 
 from companion.claims import ClaimSpec, ResultSpec
 from companion.plotting import legend_outside, new_figure
-from companion.stats import ROUNDOFF, band_words, mean_se, median_se, replicate_se, welch, wider
+from companion.stats import ROUNDOFF, Z_LEVEL, band_words, mean_se, median_se, replicate_se, welch, wider
 from companion.text import id_part
 
 from ...text import tex_number
@@ -106,7 +106,7 @@ def _fraction_se(p: float, num: int) -> float:
 
 
 def ood_row(res, Sigma: np.ndarray, eta: float, k_list: list, n: int, num_eval: int, num_mc: int,
-            seed: int, rng: np.random.Generator, z: float = 4.0) -> dict:
+            seed: int, rng: np.random.Generator, z: float = Z_LEVEL) -> dict:
     r"""Everything :prf:ref:`cot-thm-4-2` says about one test covariance :math:`\Sigma`; :math:`K` = max(``k_list``).
 
     The trained model (``res``; R replicate models when trained with ``replicates=R``, each on its own
@@ -479,9 +479,9 @@ def record_covariances(v, rows: dict, id_growth: float, *, num_mc: int, escape: 
 def _record_one_step(v, nm: str, r: dict, sig: str, floor: float, num_mc: int) -> None:
     v.statistical(f"cot42_one_step_{nm}",
                   quantity=rf"{sig}: one-step error at $V = -\eta^\star I$, Monte Carlo vs the formula",
-                  predicted=r["one_pred"], measured=r["one_mc"][0], se=r["one_mc"][1], z=4, floor=floor,
+                  predicted=r["one_pred"], measured=r["one_mc"][0], se=r["one_mc"][1], floor=floor,
                   falsifier=PRINTED_FACTOR, falsifier_value=r["one_j26"],
-                  reason="4 standard errors of the Monte-Carlo mean over the sample of $S_\\Sigma$, plus round-off",
+                  reason=f"{Z_LEVEL:.3g} standard errors of the Monte-Carlo mean over the sample of $S_\\Sigma$, plus round-off",
                   detail=rf"Mean of $\|I - \eta^\star S_\Sigma\|_F^2$ over {num_mc} independent matrices "
                          r"$S_\Sigma$ (normal, many degrees of freedom) against "
                          rf"`companion.cot.theory.ood.one_step_ood_error`; round-off floor ${tex_number(floor)}$.")
@@ -500,14 +500,14 @@ def _record_model(v, nm: str, r: dict, sig: str, floor: float, escape: str = "")
                                + ("the law median + the models minus exact GD on the same prompts" if paired else
                                   "one model")
                                + r") vs the median of the $K$-step GD law",
-                      predicted=model.predicted, measured=model.measured, se=model.se, dof=model.dof, z=4,
+                      predicted=model.predicted, measured=model.measured, se=model.se, dof=model.dof,
                       floor=floor, falsifier=NEAR_STEP, falsifier_value=model.falsifier_value,
-                      reason=(f"4 SE of the {R} models' median differences to exact GD on their own prompts (the "
+                      reason=(f"{Z_LEVEL:.3g} SE of the {R} models' median differences to exact GD on their own prompts (the "
                               "law's median cancels)" if paired else
-                              "4 SE of the model's and the law's order statistics")
+                              f"{Z_LEVEL:.3g} SE of the model's and the law's order statistics")
                              + f"; the competitor takes {model.falsifier_k} steps",
                       detail=(f"{escape}. " if escape else "")
-                             + rf"Falsifier at {model.falsifier_k} steps (of $K \pm 1$, the nearer); level of 4 SE: "
+                             + rf"Falsifier at {model.falsifier_k} steps (of $K \pm 1$, the nearer); level of {Z_LEVEL:.3g} SE: "
                              + (f"the spread of the {R} models' median differences to exact GD on their own prompts "
                                 "(measured minus predicted is that difference: the Monte-Carlo error of the law's "
                                 "median cancels)" if paired else
@@ -530,11 +530,11 @@ def _record_growth(v, nm: str, r: dict, sig: str, id_growth: float, num_mc: int,
                                rf"prompts whose error after $K = {K}$ steps exceeds $\|w^\star\|^2$, trained model "
                                rf"vs GD law (median errors at $K$: model ${tex_number(g['model_median'])}$, GD law "
                                rf"${tex_number(g['law_median'])}$)",
-                      predicted=growth.predicted, measured=growth.measured, se=growth.se, dof=growth.dof, z=4,
+                      predicted=growth.predicted, measured=growth.measured, se=growth.se, dof=growth.dof,
                       falsifier=NO_BOUNDARY, falsifier_value=growth.falsifier_value,
-                      reason=rf"4 SE of the binomial error of the independent sample and of the {R} models' "
+                      reason=rf"{Z_LEVEL:.3g} SE of the binomial error of the independent sample and of the {R} models' "
                              "fractions (their spread or the binomial error, the wider)",
-                      detail=(f"{escape}. " if escape else "") + "Level of 4 SE: binomial error of the independent "
+                      detail=(f"{escape}. " if escape else "") + f"Level of {Z_LEVEL:.3g} SE: binomial error of the independent "
                              "sample and, for the "
                              rf"{R} models, the wider band of their fractions' spread and the binomial error, "
                              f"combined by Welch ({band_words(growth.dof)}).")
@@ -553,9 +553,9 @@ def _record_condition(v, nm: str, r: dict, sig: str, floor: float) -> None:
                 quantity=rf"{sig}: condition holds (${r['cond']:.3f} < 2$); median error after $K = {K}$ steps "
                          rf"$\le d\rho_\Sigma^{{2K}}$ (slack: the bound is ${tex_number(cond.predicted / cond.measured)}$ "
                          "times the median)",
-                bound=cond.predicted, measured=cond.measured, comparison="upper", se=cond.se, dof=cond.dof, z=4,
+                bound=cond.predicted, measured=cond.measured, comparison="upper", se=cond.se, dof=cond.dof,
                 floor=floor,
-                reason="geometric decay under the spectral sufficient condition; level of 4 SE of the model's "
+                reason=f"geometric decay under the spectral sufficient condition; level of {Z_LEVEL:.3g} SE of the model's "
                        "median",
                 detail=r"$\rho_\Sigma = \max(|1-\eta\lambda_{\min}(\Sigma)(1-\sqrt{d/n})^2|, "
                        r"|1-\eta\lambda_{\max}(\Sigma)(1+\sqrt{d/n})^2|)$; the model's median after $K$ steps "

@@ -47,6 +47,7 @@ from companion.mesa.results import number_tag
 from companion.mesa.stability import ReducedBound, reduced_stability
 from companion.mesa.train import TrainingDiverged, run
 from companion.plotting import COLORS, legend_outside, new_figure
+from companion.stats import Z_LEVEL
 
 from ...text import tex_number
 
@@ -495,16 +496,16 @@ def divergence_check(design: Design) -> Divergence:
 def _jackknife_words(n_batches: int, off: float, dof, pred: float, floor: str) -> tuple[str, str]:
     """The reason and the method of a trained-ab claim banded by the restricted GD's jackknife plus the run's
     measured off-manifold feedback (:func:`companion.mesa.evidence.offmanifold_floor`)."""
-    reason = (f"4 SE of the restricted GD's jackknife over {n_batches} batches of the training set, Student-t; "
+    reason = (f"{Z_LEVEL:.3g} SE of the restricted GD's jackknife over {n_batches} batches of the training set, Student-t; "
               f"plus this run's measured off-manifold bias (${tex_number(off, '+.3g')}$) and round-off")
-    detail = (f"level of 4 SE: jackknife SE ({n_batches} batches) of the restricted GD, Student-t on {dof} degrees "
+    detail = (f"level of {Z_LEVEL:.3g} SE: jackknife SE ({n_batches} batches) of the restricted GD, Student-t on {dof} degrees "
               f"of freedom; + {offmanifold_words(off, predicted=pred, see='mesa/thm4_1_emergence')} + {floor}")
     return reason, detail
 
 
 def record_fig5(v, fig5: dict, cst: float, epochs_fig5: int, n_batches: int, L_zero: float) -> None:
     r"""Claims ``fig5_ab_{sw}`` and ``fig5_same_loss_{sw}`` per initialisation scale :math:`\sigma_w`
-    (:func:`fig5_evidence`): the trained mean :math:`a_jb_j` against the per-coordinate population GD, at 4 SE of
+    (:func:`fig5_evidence`): the trained mean :math:`a_jb_j` against the per-coordinate population GD, at ``Z_LEVEL`` SE of
     the restricted GD's jackknife plus the run's measured off-manifold feedback
     (:func:`companion.mesa.evidence.offmanifold_floor`); and the paired test loss of the part on the diagonal
     manifold against the diagonal init's (predicted 0), where the population GD has converged to within 1 % of c*
@@ -516,7 +517,7 @@ def record_fig5(v, fig5: dict, cst: float, epochs_fig5: int, n_batches: int, L_z
         v.statistical(
             f"fig5_ab_{tag(sw)}", quantity=rf"$\sigma_w = {sw:g}$: trained mean over $j$ of $a_j b_j$ vs per-coordinate "
                                            "population GD",
-            predicted=e.predicted, measured=e.measured, se=e.se, dof=e.dof, z=4,
+            predicted=e.predicted, measured=e.measured, se=e.se, dof=e.dof,
             floor=offmanifold_floor(e.floor, e.off), falsifier=e.falsifier,
             falsifier_value=e.falsifier_value,
             reason=why, detail=how)
@@ -531,11 +532,11 @@ def record_fig5(v, fig5: dict, cst: float, epochs_fig5: int, n_batches: int, L_z
         full, full_se = q.dL_full
         v.statistical(
             f"fig5_same_loss_{tag(sw)}", quantity=loss_q,
-            predicted=0.0, measured=q.dL[0], se=q.dL[1], z=4, floor=1e-12 * L_zero,
+            predicted=0.0, measured=q.dL[0], se=q.dL[1], floor=1e-12 * L_zero,
             falsifier=_NO_MESA, falsifier_value=q.dL_f,
-            reason=f"4 SE of the mean paired difference over i.i.d. test sequences (radius of $x_1$ integrated); "
+            reason=f"{Z_LEVEL:.3g} SE of the mean paired difference over i.i.d. test sequences (radius of $x_1$ integrated); "
                    rf"beside it, the full models differ by ${tex_number(full, '.3g')} \pm {tex_number(full_se, '.2g')}$",
-            detail="4 SE (normal) of the mean paired difference over i.i.d. test sequences (the radius of $x_1$ "
+            detail=f"{Z_LEVEL:.3g} SE (normal) of the mean paired difference over i.i.d. test sequences (the radius of $x_1$ "
                    "integrated) + round-off ($10^{-12}$ of the zero predictor's loss). Beside it, measured: the full "
                    rf"models differ by ${tex_number(full, '.4g')} \pm {tex_number(full_se, '.2g')}$, what the entries off the "
                    f"manifold still cost after {epochs_fig5} epochs, whose decay the theory does not give (the "
@@ -544,7 +545,7 @@ def record_fig5(v, fig5: dict, cst: float, epochs_fig5: int, n_batches: int, L_z
 
 def record_inits(v, init_rows: dict, n_batches: int) -> None:
     r"""Claims ``init_{a,b}_{a0}_{b0}``: per diagonal init (:func:`init_evidence`) the final mean diagonal a and b
-    against the population GD that conserves :math:`a^2-b^2`, at 4 SE of the restricted GD's jackknife plus the
+    against the population GD that conserves :math:`a^2-b^2`, at ``Z_LEVEL`` SE of the restricted GD's jackknife plus the
     run's measured off-manifold feedback and complex64 round-off; the falsifier is equal factors
     :math:`a=b=\sqrt{ab}`."""
     for (a0, b0), q in init_rows.items():
@@ -554,7 +555,7 @@ def record_inits(v, init_rows: dict, n_batches: int) -> None:
             v.statistical(
                 f"init_{k}_{tag(a0)}_{tag(b0)}", quantity=f"init $({a0:g}, {b0:g})$: final mean diagonal ${k}$ vs "
                                                           "population GD",
-                predicted=pred, measured=meas, se=se, dof=q.dof, z=4,
+                predicted=pred, measured=meas, se=se, dof=q.dof,
                 floor=offmanifold_floor(1e-5 * abs(pred), off),
                 falsifier=_EQUAL_FACTORS, falsifier_value=q.f,
                 reason=why, detail=how)
@@ -580,7 +581,7 @@ def record_stability(v, max_number: float, lr_number: float, lr: float, d: int, 
 
 def record_euler_rate(v, rate: EulerRate, n_rate: int, m_rate: int, kappa: float) -> None:
     r"""Claim ``euler_rate`` (the page's headline): the contraction multiplier of the trained transformer
-    (:func:`euler_rate`), extrapolated in m, against forward Euler on the reduced system, at 4 SE of the replicate
+    (:func:`euler_rate`), extrapolated in m, against forward Euler on the reduced system, at ``Z_LEVEL`` SE of the replicate
     spreads (Welch) plus complex64 round-off; the falsifier is the gradient flow's multiplier
     :math:`e^{-\eta\alpha(a^2+b^2)}`. Not applicable where the window of the reading is under two epochs."""
     des = rate.design
@@ -594,11 +595,11 @@ def record_euler_rate(v, rate: EulerRate, n_rate: int, m_rate: int, kappa: float
         quantity=rf"contraction multiplier of $a_j b_j - c^*$ per epoch of the trained transformer (sparse $c = 1$ "
                  rf"from $({des.a0:g}, {des.a0:g})$, $\eta\alpha(a^2 + b^2) = {des.x:.3g}$, epochs "
                  rf"{des.k1} to {des.k2}), extrapolated to $m\to\infty$, vs forward Euler on the reduced system",
-        headline=True, predicted=des.predicted, measured=rate.measured, se=rate.se, dof=rate.dof, z=4,
+        headline=True, predicted=des.predicted, measured=rate.measured, se=rate.se, dof=rate.dof,
         floor=rate.floor, falsifier=_FLOW, falsifier_value=des.falsifier_value,
-        reason=f"4 SE of {n_rate} replicate training sets at each of two sizes, extrapolated in $m$, Student-t "
+        reason=f"{Z_LEVEL:.3g} SE of {n_rate} replicate training sets at each of two sizes, extrapolated in $m$, Student-t "
                "(Welch); plus complex64 round-off",
-        detail=f"level of 4 SE: {n_rate} replicate training sets at $m = {m_rate}$ and {n_rate} at $m/4$, Richardson "
+        detail=f"level of {Z_LEVEL:.3g} SE: {n_rate} replicate training sets at $m = {m_rate}$ and {n_rate} at $m/4$, Richardson "
                f"$(4x(m) - x(m/4))/3$, SE from the replicate spreads, {stats.band_words(rate.dof)} (Welch) + complex64 "
                "round-off")
 

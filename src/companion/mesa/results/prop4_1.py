@@ -45,6 +45,7 @@ from companion.mesa.stability import stable_lr
 from companion.mesa.train import init_diagonal, run
 from companion.plotting import COLORS, legend_outside, new_figure
 from companion.seeds import MESA_POSITION_EVAL
+from companion.stats import Z_LEVEL
 
 __all__ = ["CLAIMS", "RESULT", "manifest", "sweep_replicates", "Design", "design", "paper_design", "paper_runs",
            "figure_runs", "t_sweep", "NoRecovery", "no_recovery", "limit_positions", "LimitLosses", "limit_position_losses",
@@ -253,7 +254,7 @@ def limit_position_losses(law, scale: float, d: int, T: int, positions, m_eval: 
 
 def record_ratio(v, sweep: dict, reps: dict, m_sweep: int) -> None:
     r"""Claims ``ratio_T{T}``: at each T of the sweep, the trained :math:`ab\,\sigma^2` extrapolated in m
-    (:func:`t_sweep`) against the population GD, at 4 SE (Student-t on the Welch degrees of freedom) plus what the
+    (:func:`t_sweep`) against the population GD, at ``Z_LEVEL`` SE (Student-t on the Welch degrees of freedom) plus what the
     extrapolation leaves of the off-manifold feedback (:func:`companion.mesa.evidence.offmanifold_floor`) and the
     complex64 round-off; the falsifier is the :math:`T\to\infty` constant 1/5."""
     for TT, q in sweep.items():
@@ -261,19 +262,19 @@ def record_ratio(v, sweep: dict, reps: dict, m_sweep: int) -> None:
         v.statistical(
             f"ratio_T{TT}", quantity=rf"$T = {TT}$: trained $ab\,\sigma^2$ (the mean ratio), extrapolated in $m$, "
                                      "vs population GD",
-            predicted=q.predicted, measured=q.measured, se=q.se, dof=q.dof, z=4,
+            predicted=q.predicted, measured=q.measured, se=q.se, dof=q.dof,
             floor=offmanifold_floor(q.floor, q.off),
             falsifier=r"$T\to\infty$ constant $1/5$", falsifier_value=q.falsifier_value, headline=True,
-            reason=f"4 SE of {reps[TT]} replicate training sets per size, extrapolated in $m$, Student-t; plus the "
+            reason=f"{Z_LEVEL:.3g} SE of {reps[TT]} replicate training sets per size, extrapolated in $m$, Student-t; plus the "
                    f"measured off-manifold remnant (${r / q.se:+.2f}$ SE) and round-off",
-            detail=f"level of 4 SE; the SE from {reps[TT]} replicate training sets at $m = {m_sweep}$ and "
+            detail=f"level of {Z_LEVEL:.3g} SE; the SE from {reps[TT]} replicate training sets at $m = {m_sweep}$ and "
                    f"$m = {q.m_small}$ (Richardson), Student-t on {q.dof:.1f} Welch degrees of freedom; + "
                    f"{offmanifold_words(q.off, se=q.se, see='mesa/thm4_1_emergence')} + complex64 round-off")
 
 
 def record_no_recovery(v, cap: dict, sigma: float, a0: float, b0: float) -> None:
     """Claims ``no_recovery_last`` and ``no_recovery_whole``: the trained model's last-position and whole-sequence
-    test loss (:func:`no_recovery`) against the population loss at the population-GD ab, at 4 SE plus the measured
+    test loss (:func:`no_recovery`) against the population loss at the population-GD ab, at ``Z_LEVEL`` SE plus the measured
     finite-m systematic terms and round-off; the falsifier is recovery (loss 0)."""
     for k, q in cap.items():
         what = "last-position" if k == "last" else "whole-sequence"
@@ -281,30 +282,30 @@ def record_no_recovery(v, cap: dict, sigma: float, a0: float, b0: float) -> None
         v.statistical(
             f"no_recovery_{k}", quantity=rf"$\sigma = {sigma:g}$, init $({a0:g}, {b0:g})$: {what} test loss of the "
                                          "trained model vs population loss at the population-GD $ab$",
-            predicted=ev.predicted, measured=ev.measured, se=ev.se, dof=ev.dof, z=4,
+            predicted=ev.predicted, measured=ev.measured, se=ev.se, dof=ev.dof,
             floor=1e-12 * ev.zero_loss + q.off_loss,
             falsifier="the model recovers the sequence (loss $0$)", falsifier_value=0.0, headline=k == "last",
-            reason=f"4 SE of the test-set mean and of the jackknife spread of $ab$ through the loss; plus the "
+            reason=f"{Z_LEVEL:.3g} SE of the test-set mean and of the jackknife spread of $ab$ through the loss; plus the "
                    f"measured systematic terms ({q.off_loss:.3g}: off-manifold shift, curvature, entries off the "
                    "manifold) and round-off",
-            detail=f"level of 4 SE, Student-t on {ev.dof:.1f} Welch degrees of freedom: {loss_words(ev)}; "
+            detail=f"level of {Z_LEVEL:.3g} SE, Student-t on {ev.dof:.1f} Welch degrees of freedom: {loss_words(ev)}; "
                    f"{offmanifold_words(q.off, predicted=q.c_pop)} + round-off")
 
 
 def record_limit(v, lim: dict, t_lim, m_test: int) -> None:
     r"""Claims ``limit_t{t}``: the limit model's loss at test position t (:func:`limit_position_losses`) against
-    :math:`\ell_t(c^*)` at 4 SE; the falsifier is, at the longest t (the headline), recovery (loss 0), and before
+    :math:`\ell_t(c^*)` at ``Z_LEVEL`` SE; the falsifier is, at the longest t (the headline), recovery (loss 0), and before
     it the floor :math:`\ell_\infty(c^*)` (no context-length term)."""
     for t, mu, se, pr in zip(t_lim, lim.mean, lim.se, lim.pred):
         last = t == t_lim[-1]
         v.statistical(
             f"limit_t{t}", quantity=rf"limit model ($ab = c^*$), loss at test position $t = {t}$ vs $\ell_t(c^*)$",
-            predicted=pr, measured=mu, se=se, dof=lim.dof, z=4, floor=1e-12 * pr, headline=last,
+            predicted=pr, measured=mu, se=se, dof=lim.dof, floor=1e-12 * pr, headline=last,
             falsifier=FALSIFIER_RECOVERY if last else FALSIFIER_FLOOR,
             falsifier_value=0.0 if last else lim.floor,
-            reason=f"4 SE of the mean over {m_test} i.i.d. test sequences, the radius of $x_1$ integrated exactly "
+            reason=f"{Z_LEVEL:.3g} SE of the mean over {m_test} i.i.d. test sequences, the radius of $x_1$ integrated exactly "
                    r"($\chi^2$ moments), plus round-off",
-            detail=f"4 SE of the mean over {m_test} i.i.d. test sequences (Student-t on {lim.dof} degrees of "
+            detail=f"{Z_LEVEL:.3g} SE of the mean over {m_test} i.i.d. test sequences (Student-t on {lim.dof} degrees of "
                    r"freedom), the radius of $x_1$ integrated exactly ($\chi^2$ moments; "
                    "`companion.mesa.results.prop4_1.limit_position_losses`) + round-off ($10^{-12}$ of the "
                    "prediction)")

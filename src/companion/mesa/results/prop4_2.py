@@ -43,6 +43,7 @@ from companion.mesa.results import init_tag
 from companion.mesa.train import run
 from companion.plotting import new_figure
 from companion.seeds import MESA_OFFDIAG_MC, MESA_TRAIN_DATA
+from companion.stats import Z_LEVEL
 
 __all__ = ["CLAIMS", "RESULT", "tag", "manifest", "Design", "design", "paper_design", "paper_runs", "figure_runs",
            "replicates", "AbBeyond", "ab_beyond", "mc_data", "offdiag_exact_error", "BlockValue", "OffdiagGradient",
@@ -256,19 +257,19 @@ _BLOCK = {"pv": r"\WPV", "kq": r"\WKQ_{21}"}
 def record_ab_unmasked(v, beyond: AbBeyond, rep_u: ExtrapolatedAb, a0: float, b0: float, epochs: int, m_rep: int, n_rep: int,
                        m_mom: int) -> None:
     r"""Claim ``ab_unmasked`` (the headline): the unmasked trained ab extrapolated in m with the masked runs as
-    control variate (:func:`ab_beyond`) against the unmasked population GD beyond Assumption 4.1, at 4 SE (Welch)
+    control variate (:func:`ab_beyond`) against the unmasked population GD beyond Assumption 4.1, at ``Z_LEVEL`` SE (Welch)
     plus complex64 round-off; the falsifier is the masked reduced-system population GD (``FALSIFIER_AB``)."""
     v.statistical(
         "ab_unmasked",
         quantity=rf"unmasked full-one training, init $({a0:g}, {b0:g})$: trained $ab$ at epoch {epochs}, extrapolated "
                  rf"from $m = {m_rep}$ and $m = {rep_u.m_small}$ with the masked runs on the same training sets as "
                  "control variate, vs the unmasked population GD beyond Assumption 4.1",
-        predicted=beyond.predicted, measured=beyond.measured, se=beyond.se, dof=beyond.dof, z=4,
+        predicted=beyond.predicted, measured=beyond.measured, se=beyond.se, dof=beyond.dof,
         floor=ROUNDOFF32 * abs(beyond.predicted), falsifier=FALSIFIER_AB,
         falsifier_value=beyond.falsifier_value, headline=True,
-        reason=f"4 SE of {n_rep} paired replicate training sets per size (unmasked minus masked, extrapolated in $m$) "
+        reason=f"{Z_LEVEL:.3g} SE of {n_rep} paired replicate training sets per size (unmasked minus masked, extrapolated in $m$) "
                "and of the prediction's Monte-Carlo moments; plus complex64 round-off",
-        detail=f"level of 4 SE: {n_rep} paired replicate training sets per size (Richardson of the differences) and "
+        detail=f"level of {Z_LEVEL:.3g} SE: {n_rep} paired replicate training sets per size (Richardson of the differences) and "
                f"the jackknife SE of the prediction's Monte-Carlo moments ({m_mom} sequences), "
                f"{stats.band_words(beyond.dof)} (Welch); + complex64 round-off")
 
@@ -289,35 +290,35 @@ def record_exact_formula(v, exact_err: float, n_points: int) -> None:
 def record_mc(v, mc: OffdiagGradient, f_pv: float, f_kq: float, a: float, b: float, d: int, T: int,
               n_groups: int) -> None:
     """Claims ``mc_pv`` and ``mc_kq``: the Monte-Carlo mean off-diagonal gradient of each red block at (a, b)
-    (:func:`offdiag_mc`) against the closed form, at 4 SE over groups of sequences; the falsifier is an invariant
+    (:func:`offdiag_mc`) against the closed form, at ``Z_LEVEL`` SE over groups of sequences; the falsifier is an invariant
     diagonal manifold (gradient 0)."""
     for (k, q), f in zip(mc.blocks(), (f_pv, f_kq)):
         v.statistical(
             f"mc_{k}",
             quantity=rf"mean off-diagonal $\partial L/\partial {_BLOCK[k]}$ at $({a:g}, {b:g})$, $d = {d}$, $T = {T}$: "
                      "Monte Carlo vs formula",
-            predicted=f, measured=q.measured, se=q.se, dof=mc.dof, z=4, floor=1e-12 * abs(f),
+            predicted=f, measured=q.measured, se=q.se, dof=mc.dof, floor=1e-12 * abs(f),
             falsifier=_INVARIANT, falsifier_value=0.0,
-            reason=f"4 SE over {n_groups} groups of sequences, Student-t; plus round-off",
-            detail=f"level of 4 SE: the SE over {n_groups} groups of sequences, Student-t on {mc.dof} degrees of "
+            reason=f"{Z_LEVEL:.3g} SE over {n_groups} groups of sequences, Student-t; plus round-off",
+            detail=f"level of {Z_LEVEL:.3g} SE: the SE over {n_groups} groups of sequences, Student-t on {mc.dof} degrees of "
                    "freedom; + round-off ($10^{-12}$ of the formula)")
 
 
 def record_first_step(v, steps: dict, n_groups: int) -> None:
     r"""Claims ``first_step_{pv,kq}_{init}``: the mean off-diagonal entry of each red block after the first GD step
     of the trained transformer from every init (:func:`first_steps`) against :math:`-\eta` times the closed-form
-    gradient, at 4 SE of the training-set gradient over groups; the falsifier is no off-diagonal step."""
+    gradient, at ``Z_LEVEL`` SE of the training-set gradient over groups; the falsifier is no off-diagonal step."""
     for ini, step in steps.items():
         for k, q in step.blocks():
             v.statistical(
                 f"first_step_{k}_{tag(ini)}",
                 quantity=rf"init $({ini[0]:g}, {ini[1]:g})$: mean off-diagonal ${_BLOCK[k]}$ entry after the first GD "
                          r"step of the trained transformer vs $-\eta$ times the formula",
-                predicted=q.predicted, measured=q.measured, se=q.se, dof=step.dof, z=4,
+                predicted=q.predicted, measured=q.measured, se=q.se, dof=step.dof,
                 floor=1e-6 * abs(q.predicted), falsifier=_NO_STEP, falsifier_value=0.0,
-                reason=f"4 SE of the training-set gradient over {n_groups} groups of sequences, Student-t; plus "
+                reason=f"{Z_LEVEL:.3g} SE of the training-set gradient over {n_groups} groups of sequences, Student-t; plus "
                        "complex64 round-off",
-                detail=rf"level of 4 SE: the SE of the training-set gradient over {n_groups} groups (times $\eta$), "
+                detail=rf"level of {Z_LEVEL:.3g} SE: the SE of the training-set gradient over {n_groups} groups (times $\eta$), "
                        f"Student-t on {step.dof} degrees of freedom; + complex64 round-off ($10^{{-6}}$ of the "
                        "prediction)")
 

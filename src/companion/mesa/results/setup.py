@@ -26,6 +26,7 @@ from companion.mesa.model import per_sequence_loss, predict, predict_direct
 from companion.mesa.train import init_diagonal
 from companion.plotting import legend_outside, new_figure
 from companion.seeds import MESA_FORMULA_MC, MESA_RANDOM_WEIGHTS, MESA_TRAIN_DATA
+from companion.stats import Z_LEVEL
 
 __all__ = ["CLAIMS", "RESULT", "RADIAL", "manifest", "population_gradient", "diagonal_gradients", "FormulaChecks", "formula_checks", "SetupChecks",
            "setup_checks",
@@ -245,24 +246,24 @@ def record_checks(v, setup: SetupChecks, m: int) -> None:
                       r"of size $ab/(t-1)$ from $\hat W = 0$ on the in-context OLS loss), on the sequences of the "
                       "literal evaluation; relative to the largest prediction.")
     v.statistical("loss_formula", quantity="Monte-Carlo loss at $(aI, bI)$ vs population $L(ab)$",
-                  predicted=f.L_pop, measured=f.L_emp, se=f.L_se, z=4, floor=f.L_floor,
+                  predicted=f.L_pop, measured=f.L_emp, se=f.L_se, floor=f.L_floor,
                   falsifier=setup.falsifier, falsifier_value=f.L_fal,
-                  reason=f"4 SE of the mean of {m} i.i.d. per-sequence losses{radial} + float64 round-off of "
+                  reason=f"{Z_LEVEL:.3g} SE of the mean of {m} i.i.d. per-sequence losses{radial} + float64 round-off of "
                          "the sum",
                   detail=f"Mean of {m} i.i.d. per-sequence losses at $(aI, bI)$ (seed stream `MESA_FORMULA_MC`; "
-                         f"SE {f.L_se:.3g}, normal band at 4 SE).{how} Floor: float64 round-off of the sum, "
+                         f"SE {f.L_se:.3g}, normal band at {Z_LEVEL:.3g} SE).{how} Floor: float64 round-off of the sum, "
                          f"{f.L_floor:.2g}. The falsifier is the same formula with the falsifier's "
                          r"$\alpha$.")
     v.statistical("grad_formula",
                   quantity=r"Monte-Carlo diagonal gradient of $\WKQ_{21}$ vs $b(\alpha ab - \beta)$",
-                  predicted=f.g_pop, measured=f.g_emp, se=f.g_se, dof=f.g_dof, z=4,
+                  predicted=f.g_pop, measured=f.g_emp, se=f.g_se, dof=f.g_dof,
                   floor=f.g_floor, falsifier=setup.falsifier, falsifier_value=f.g_fal,
-                  reason=f"level of 4 SE: the SE from {f.n_groups} independent groups of sequences{radial}, "
+                  reason=f"level of {Z_LEVEL:.3g} SE: the SE from {f.n_groups} independent groups of sequences{radial}, "
                          f"Student-t on {f.g_dof} degrees of freedom; + float64 round-off",
                   detail=f"Mean over {f.n_groups} independent groups of sequences (seed stream "
                          "`MESA_FORMULA_MC`) of the mean diagonal gradient of the red block $\\WKQ_{21}$ "
                          f"(`companion.mesa.results.setup.diagonal_gradients`); SE {f.g_se:.3g} from the group means, "
-                         f"Student-t at the level of 4 normal SE on {f.g_dof} degrees of freedom.{how} "
+                         f"Student-t at the level of {Z_LEVEL:.3g} normal SE on {f.g_dof} degrees of freedom.{how} "
                          f"Floor: float64 round-off, {f.g_floor:.2g}. The falsifier is "
                          r"$b(\alpha_f ab - \beta)$ with the falsifier's $\alpha_f$.")
 

@@ -48,6 +48,7 @@ from companion.mesa.figures import POPULATION, TRAINED, init_label
 from companion.mesa.train import run
 from companion.plotting import COLORS, legend_outside, new_figure
 from companion.seeds import MESA_TRAIN_DATA
+from companion.stats import Z_LEVEL
 from companion.text import number_tag
 
 __all__ = ["CLAIMS", "RESULT", "tag", "manifest", "Setting", "Design", "design", "paper_design", "paper_runs",
@@ -277,12 +278,12 @@ def noise_numbers(dev: AbClaim, m: int, d: int) -> dict:
     """The numbers of the page's noise model (by the names the page glues them under), from the evidence ``dev`` of
     the Gaussian middle scale: the
     standard error in % of c*, the finite-m bias at m_rep and m_rep/4 (in %) and their ratio (4 for a 1/m law),
-    the Student-t bands and false-alarm rates of four standard errors, and the delta-method SE of m4/m6."""
+    the Student-t bands and false-alarm rates of ``Z_LEVEL`` standard errors, and the delta-method SE of m4/m6."""
     q = dev.replicates
     return dict(
         se_pct=float(100 * dev.se / q.cstar),
-        crit4=stats.critical(4, 4), crit10=stats.critical(4, 10),  # the band of 4 dof and of 10, at the level of 4 normal SE
-        alarm4=100 * stats.false_alarm(4, 4), alarm_normal=100 * stats.false_alarm(4),  # % false alarms, 4 dof and normal
+        crit4=stats.critical(stats.Z_LEVEL, 4), crit10=stats.critical(stats.Z_LEVEL, 10),  # the band of 4 dof and of 10, at the level
+        alarm4=100 * stats.false_alarm(stats.Z_LEVEL, 4), alarm_normal=100 * stats.false_alarm(stats.Z_LEVEL),  # % false alarms of Z_LEVEL SE, 4 dof and normal
         delta_pct=100 * moment_ratio_rel_se(m * d),
         bias_big=float(100 * (dev.mean_big / q.predicted - 1)),
         bias_small=float(100 * (dev.mean_small / q.predicted - 1)),
@@ -440,16 +441,16 @@ def record_ab(v, rep: dict, a0: float, b0: float, epochs: int) -> None:
                     f"(plain Richardson estimate {q.raw.measured:.5g}, SE {q.raw.se:.3g})." if k else "")
         v.statistical(tag(law, s), quantity=f"{law} scale {s:g}, init $({a0:g}, {b0:g})$: trained $ab$ at epoch "
                       f"{epochs}, extrapolated from $m = {r.m}$ and ${r.m_small}$, vs population GD",
-                      predicted=r.predicted, measured=q.measured, se=q.se, dof=q.dof, z=4,
+                      predicted=r.predicted, measured=q.measured, se=q.se, dof=q.dof,
                       floor=offmanifold_floor(r.floor, r.off),
                       falsifier=r.falsifier, falsifier_value=r.falsifier_value, headline=True,
-                      reason=f"4 SE (Student-t, {q.dof:.1f} degrees of freedom) of {r.n_rep} replicate training "
+                      reason=f"{Z_LEVEL:.3g} SE (Student-t, {q.dof:.1f} degrees of freedom) of {r.n_rep} replicate training "
                              "sets per size, extrapolated in $m$" + (" with control variates" if k else "")
                              + f"; + the measured off-manifold remnant ({r_se:+.2f} SE) and round-off",
                       detail=f"{r.n_rep} replicate training sets (independent seeds) at $m = {r.m}$ and at "
                              f"$m = {r.m_small}$; Richardson combination for a $1/m$ bias, "
                              r"$\tfrac13(4\,\overline{ab}(m) - \overline{ab}(m/4))$." + controls
-                             + f" SE {q.se:.3g} from the replicate spread, Student-t at the level of 4 normal SE "
+                             + f" SE {q.se:.3g} from the replicate spread, Student-t at the level of {Z_LEVEL:.3g} normal SE "
                              f"on {q.dof:.1f} Welch degrees of freedom; + "
                              + offmanifold_words(r.off, se=q.se)
                              + f" + complex64 round-off ({r.floor:.2g}). The falsifier is the same population GD "
@@ -464,15 +465,15 @@ def record_one_step(v, dev: AbClaim) -> None:
     v.bound("one_step_scaling", quantity=f"$\\log_2$ of the trained model's deviation from one-step GD at "
             f"$m = {r.m_small}$ over $m = {r.m}$ (Gaussian, {r.n_rep} replicates each): the "
             "deviation shrinks with $m$", bound=0.0,
-            measured=one.log2, comparison="lower", se=one.se, dof=one.dof, z=4, floor=0.0,
+            measured=one.log2, comparison="lower", se=one.se, dof=one.dof, floor=0.0,
             falsifier=_ONE_STEP_FALSIFIER, falsifier_value=0.0,
-            reason=f"level of 4 SE; the SE from the replicate spread (propagated to first order), Student-t on "
+            reason=f"level of {Z_LEVEL:.3g} SE; the SE from the replicate spread (propagated to first order), Student-t on "
                    f"{one.dof:.1f} Welch degrees of freedom",
             detail=f"Relative deviation of the trained predictions from one-step GD with the learned diagonals on "
                    f"fresh sequences (`companion.mesa.evidence.one_step_deviation`), mean over {r.n_rep} "
                    f"replicates per size: {one.big:.3g} at $m = {r.m}$, {one.small:.3g} at "
                    f"$m = {r.m_small}$. SE {one.se:.3g} of the $\\log_2$ ratio propagated to first order from "
-                   f"the two replicate spreads, Student-t at the level of 4 normal SE on {one.dof:.1f} Welch "
+                   f"the two replicate spreads, Student-t at the level of {Z_LEVEL:.3g} normal SE on {one.dof:.1f} Welch "
                    "degrees of freedom. The rate (1 for an $m^{-1/2}$ deviation) is not claimed.")
 
 

@@ -32,6 +32,7 @@ from companion.mesa.figures import POPULATION, init_label
 from companion.mesa.model import loss_grad_fast
 from companion.mesa.train import init_diagonal, run
 from companion.plotting import COLORS, legend_outside, new_figure
+from companion.stats import Z_LEVEL
 from companion.text import number_tag
 
 __all__ = ["CLAIMS", "RESULT", "elsewhere", "LAWS", "tag", "manifest", "Condition", "conditions", "Design", "design", "paper_design",
@@ -308,7 +309,7 @@ def record_capability(v, cap: dict, a0: float, b0: float) -> None:
     ``(a0, b0)``) that no other page records (:func:`elsewhere`). Where Assumption 4.2 holds, an ordering: the
     trained test loss lies below the loss of the non-recovering theory by the band; where it fails, the trained
     test loss against the population loss at the population-GD :math:`ab`, with the falsifier of :func:`capability`.
-    The band: 4 SE (Student-t level) of :func:`companion.mesa.evidence.loss_evidence` plus its measured
+    The band: ``Z_LEVEL`` SE (Student-t level) of :func:`companion.mesa.evidence.loss_evidence` plus its measured
     systematic parts and the complex64 round-off."""
     for (law, s), q in cap.items():
         if q.elsewhere:  # at the paper's settings the Gaussian's claims are no_recovery_* of Prop 4.1
@@ -324,13 +325,13 @@ def record_capability(v, cap: dict, a0: float, b0: float) -> None:
                       f"({roundoff:.2g}, $10^{{-13}}$ of the zero predictor's loss). The falsifier's value "
                       f"{c.falsifier_value:.4g} is {_FALSIFIER_DETAIL.get(c.falsifier, c.falsifier)}.")
             if q.holds:  # recovery: the trained loss lies far below what any non-recovering theory allows
-                crit = stats.critical(4, e.dof)
+                crit = stats.critical(stats.Z_LEVEL, e.dof)
                 v.qualitative(f"{what}_{tag(law, s)}", quantity=f"{head}, below the loss of the non-recovering "
-                              "(independent-coordinates) theory minus 4 SE (Student-t level)",
+                              f"(independent-coordinates) theory minus {Z_LEVEL:.3g} SE (Student-t level)",
                               predicted=c.falsifier_value - crit * e.se - c.floor, measured=e.measured,
                               comparison="upper", tolerance=0.0, falsifier=c.falsifier,
                               falsifier_value=c.falsifier_value,
-                              reason=f"ordering with a margin of 4 SE ({bw}) of the test-set mean and "
+                              reason=f"ordering with a margin of {Z_LEVEL:.3g} SE ({bw}) of the test-set mean and "
                                      "of $ab$ through the loss, + the measured off-manifold shift and cost, and "
                                      "round-off",
                               detail=f"Margin below the falsifier's loss: {crit:.3g} SE + the systematic parts "
@@ -338,10 +339,10 @@ def record_capability(v, cap: dict, a0: float, b0: float) -> None:
                 continue
             sys_se = f"{c.systematic / e.se:.3g} SE" if e.se > 0 else f"{c.systematic:.3g}"
             v.statistical(f"{what}_{tag(law, s)}", quantity=f"{head} vs population loss at the population-GD $ab$",
-                          predicted=e.predicted, measured=e.measured, se=e.se, dof=e.dof, z=4,
+                          predicted=e.predicted, measured=e.measured, se=e.se, dof=e.dof,
                           floor=c.floor, falsifier=c.falsifier, falsifier_value=c.falsifier_value,
                           headline=k == "whole",
-                          reason=f"4 SE ({bw}) of the test-set mean and of $ab$ through the loss; + the measured "
+                          reason=f"{Z_LEVEL:.3g} SE ({bw}) of the test-set mean and of $ab$ through the loss; + the measured "
                                  f"off-manifold shift and cost ({sys_se}) and complex64 round-off",
                           detail=detail)
 

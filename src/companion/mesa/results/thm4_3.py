@@ -49,6 +49,7 @@ from companion.mesa.results import init_tag
 from companion.mesa.train import run
 from companion.plotting import COLORS, legend_outside, new_figure
 from companion.seeds import MESA_LOSS_EVAL
+from companion.stats import Z_LEVEL
 
 __all__ = ["CLAIMS", "RESULT", "tag", "manifest", "design", "paper_design", "paper_runs", "figure_runs", "replicates",
            "paired_differences", "MaskingGap", "masking_gap", "equivariant_losses", "PairedLosses",
@@ -272,7 +273,7 @@ def _sizes(m_rep: int, rep: ExtrapolatedAb) -> str:
 
 def record_ab_masked(v, rep: ExtrapolatedAb, gap: MaskingGap, a0: float, b0: float, epochs: int, m_rep: int, n_rep: int) -> None:
     """Claim ``ab_masked`` (the headline): the masked trained ab extrapolated in m against the masked population GD
-    (limit c*), at 4 SE (Student-t, Welch) plus what the extrapolation leaves of the off-manifold feedback
+    (limit c*), at ``Z_LEVEL`` SE (Student-t, Welch) plus what the extrapolation leaves of the off-manifold feedback
     (:func:`companion.mesa.evidence.offmanifold_floor`) and complex64 round-off; the falsifier is the unmasked
     population GD's ab (``gap.c_u[0]``, :func:`masking_gap`)."""
     r = rep.off.measured
@@ -280,12 +281,12 @@ def record_ab_masked(v, rep: ExtrapolatedAb, gap: MaskingGap, a0: float, b0: flo
         "ab_masked",
         quantity=f"masked training, init $({a0:g}, {b0:g})$: trained $ab$ at epoch {epochs}, extrapolated from "
                  f"{_sizes(m_rep, rep)}, vs population GD (limit: the masked $c^*$)",
-        predicted=rep.predicted, measured=rep.measured, se=rep.se, dof=rep.dof, z=4,
+        predicted=rep.predicted, measured=rep.measured, se=rep.se, dof=rep.dof,
         floor=offmanifold_floor(rep.floor, rep.off),
         falsifier=FALSIFIER_AB, falsifier_value=float(gap.c_u[0]), headline=True,
-        reason=f"4 SE of {n_rep} replicate training sets per size, extrapolated in $m$, Student-t; plus the measured "
+        reason=f"{Z_LEVEL:.3g} SE of {n_rep} replicate training sets per size, extrapolated in $m$, Student-t; plus the measured "
                f"off-manifold remnant (${r / rep.se:+.2f}$ SE) and round-off",
-        detail=f"level of 4 SE; the SE from {n_rep} replicate training sets per size (Richardson), Student-t on "
+        detail=f"level of {Z_LEVEL:.3g} SE; the SE from {n_rep} replicate training sets per size (Richardson), Student-t on "
                f"{rep.dof:.1f} Welch degrees of freedom; + {offmanifold_words(rep.off, se=rep.se)} "
                "+ complex64 round-off")
 
@@ -294,18 +295,18 @@ def record_loss_masked(v, rep: ExtrapolatedAb, paired: PairedLosses, L_pred: flo
                        b0: float, m_rep: int, n_rep: int, m_test: int) -> None:
     r"""Claim ``loss_masked``: the masked whole-sequence test loss extrapolated in m and paired with the
     population-GD model on the same test sequences (``paired.loss``, :func:`paired_with_prediction`) against the
-    population loss ``L_pred`` at the population-GD ab, at 4 SE (Welch); the falsifier ``L_fal`` is the population
+    population loss ``L_pred`` at the population-GD ab, at ``Z_LEVEL`` SE (Welch); the falsifier ``L_fal`` is the population
     loss at the :math:`T\to\infty` constant 1."""
     q = paired.loss
     v.statistical(
         "loss_masked",
         quantity=f"masked training, init $({a0:g}, {b0:g})$: whole-sequence test loss, extrapolated from "
                  f"{_sizes(m_rep, rep)} ($1/m$ law), vs population loss at the population-GD $ab$",
-        predicted=L_pred, measured=q.measured, se=q.se, dof=q.dof, z=4, floor=1e-12 * q.zero_loss,
+        predicted=L_pred, measured=q.measured, se=q.se, dof=q.dof, floor=1e-12 * q.zero_loss,
         falsifier=_LOSS_FALSIFIER, falsifier_value=L_fal,
-        reason=f"4 SE of {n_rep} replicate training sets per size and of the {m_test} common i.i.d. test sequences, "
+        reason=f"{Z_LEVEL:.3g} SE of {n_rep} replicate training sets per size and of the {m_test} common i.i.d. test sequences, "
                "each paired with the population-GD model, extrapolated in $m$ (Welch); plus round-off",
-        detail=f"level of 4 SE: {n_rep} replicate training sets per size and the {m_test} common i.i.d. test "
+        detail=f"level of {Z_LEVEL:.3g} SE: {n_rep} replicate training sets per size and the {m_test} common i.i.d. test "
                "sequences, on which the loss of the population-GD model (known mean) is subtracted sequence by "
                f"sequence and its population loss added, {stats.band_words(q.dof)} (Welch); + round-off "
                "($10^{-12}$ of the zero predictor's loss)")
@@ -315,7 +316,7 @@ def record_masking_gap(v, paired: PairedLosses, gap: MaskingGap, rep: Extrapolat
                        m_rep: int, n_rep: int, m_test: int, m_mc: int) -> None:
     """Claim ``masking_gap``: the test-loss gap unmasked minus masked extrapolated in m and paired with the population
     GD's gap on the same test sequences (``paired.gap``, :func:`paired_with_prediction`) against the 4-parameter
-    population GD (:func:`masking_gap`), at 4 SE of the pair and of the prediction's endpoint (Welch); the falsifier
+    population GD (:func:`masking_gap`), at ``Z_LEVEL`` SE of the pair and of the prediction's endpoint (Welch); the falsifier
     is no gain (0)."""
     q = paired.gap
     gap_se, gap_dof = stats.welch((q.se, q.dof), (paired.se_gap_prediction, paired.dof_gap_prediction))
@@ -323,11 +324,11 @@ def record_masking_gap(v, paired: PairedLosses, gap: MaskingGap, rep: Extrapolat
         "masking_gap",
         quantity=f"init $({a0:g}, {b0:g})$: test loss unmasked minus masked (same training and test sets), "
                  f"extrapolated from {_sizes(m_rep, rep)} ($1/m$ law), vs the 4-parameter population GD",
-        predicted=gap.predicted, measured=q.measured, se=gap_se, dof=gap_dof, z=4,
+        predicted=gap.predicted, measured=q.measured, se=gap_se, dof=gap_dof,
         floor=1e-12 * rep.loss.zero_loss, falsifier=_COSTS_NOTHING, falsifier_value=0.0,
-        reason=f"4 SE of {n_rep} paired replicate training sets per size and of the {m_test} common test sequences, "
+        reason=f"{Z_LEVEL:.3g} SE of {n_rep} paired replicate training sets per size and of the {m_test} common test sequences, "
                "each paired with the population GD's gap, and of the prediction's endpoint (Welch); plus round-off",
-        detail=f"level of 4 SE: {n_rep} paired replicate training sets per size and the {m_test} common test "
+        detail=f"level of {Z_LEVEL:.3g} SE: {n_rep} paired replicate training sets per size and the {m_test} common test "
                "sequences, on which the population GD's gap is subtracted sequence by sequence (its Monte-Carlo mean "
                f"over {m_mc} sequences added back, so that its error cancels from the comparison), and the jackknife "
                "SE of the population GD's endpoint through the gap's gradient, "
@@ -338,48 +339,48 @@ def record_offdiag(v, rep_u: ExtrapolatedAb, gap: MaskingGap, rep: ExtrapolatedA
                    n_rep: int) -> None:
     r"""Claims ``offdiag_kq`` and ``offdiag_pv``: the unmasked mean off-diagonal entry of :math:`W^{KQ}_{21}` and
     :math:`W^{PV}_{11}` extrapolated in m (``rep_u``) against the 4-parameter population GD's (``gap.path``),
-    at 4 SE of both (Welch) plus complex64 round-off; the falsifier is an invariant diagonal manifold (0)."""
+    at ``Z_LEVEL`` SE of both (Welch) plus complex64 round-off; the falsifier is an invariant diagonal manifold (0)."""
     for k, q, j, blk in (("kq", rep_u.offdiag_kq, 1, r"\WKQ_{21}"), ("pv", rep_u.offdiag_pv, 3, r"\WPV_{11}")):
         o_se, o_dof = stats.welch((q.se, q.dof), (float(gap.se_end[j]), gap.se_end_dof))
         v.statistical(
             f"offdiag_{k}",
             quantity=f"unmasked, init $({a0:g}, {b0:g})$: mean off-diagonal entry of ${blk}$ at epoch {epochs}, "
                      f"extrapolated from {_sizes(m_rep, rep)}, vs the 4-parameter population GD",
-            predicted=float(gap.path[-1, j]), measured=q.measured, se=o_se, dof=o_dof, z=4,
+            predicted=float(gap.path[-1, j]), measured=q.measured, se=o_se, dof=o_dof,
             floor=ROUNDOFF32 * abs(float(gap.path[-1, j])), falsifier=_NO_OFFDIAG, falsifier_value=0.0,
-            reason=f"4 SE of {n_rep} replicate training sets per size, extrapolated in $m$, and of the prediction's "
+            reason=f"{Z_LEVEL:.3g} SE of {n_rep} replicate training sets per size, extrapolated in $m$, and of the prediction's "
                    "Monte-Carlo moments (Welch); plus complex64 round-off",
-            detail=f"level of 4 SE: {n_rep} replicate training sets per size (Richardson) and the jackknife SE of "
+            detail=f"level of {Z_LEVEL:.3g} SE: {n_rep} replicate training sets per size (Richardson) and the jackknife SE of "
                    f"the prediction's Monte-Carlo moments, {stats.band_words(o_dof)} (Welch); + complex64 round-off")
 
 
 def record_unmasked_lower(v, paired: dict, gaps: dict, epochs: int) -> None:
     """Claims ``unmasked_lower_{init}``: per init, the sign of the paired test-loss difference unmasked minus masked
-    (:func:`paired_differences`), below -4 SE; not applicable where the population GD from that init (``gaps``,
-    :func:`masking_gap`) predicts no gain resolved at 4 Monte-Carlo SE, and undecided (``not_resolvable`` on a miss)
-    where the predicted gain is under 8 SE of the paired test. The falsifier: masking costs nothing."""
+    (:func:`paired_differences`), below -``Z_LEVEL`` SE; not applicable where the population GD from that init (``gaps``,
+    :func:`masking_gap`) predicts no gain resolved at ``Z_LEVEL`` Monte-Carlo SE, and undecided (``not_resolvable`` on a miss)
+    where the predicted gain is under twice that margin of the paired test. The falsifier: masking costs nothing."""
     for ini, (mu, se) in paired.items():
         g = gaps[ini]
         where = f"init $({ini[0]:g}, {ini[1]:g})$"
-        if g.predicted + 4 * g.se >= 0:  # the population GD predicts no resolved gain from this init at this epoch
+        if g.predicted + Z_LEVEL * g.se >= 0:  # the population GD predicts no resolved gain from this init at this epoch
             v.not_applicable(
                 f"unmasked_lower_{tag(ini)}", kind="qualitative", quantity=f"{where}: unmasked minus masked test loss",
                 reason=f"the population GD from this init predicts a gap of ${g.predicted:.3g} \\pm {g.se:.2g}$ "
-                       f"(Monte Carlo) after {epochs} epochs, not below $-4$ SE: no gain of the unmasked model to order")
+                       f"(Monte Carlo) after {epochs} epochs, not below $-{Z_LEVEL:.3g}$ SE: no gain of the unmasked model to order")
             continue
-        # a 4-SE sign test finds a gap of 8 SE or more as reliably as it avoids a false alarm; below that, a miss
+        # a Z_LEVEL-SE sign test finds a gap of twice Z_LEVEL SE or more as reliably as it avoids a false alarm; below that, a miss
         # says nothing against the theory
-        weak = g.predicted + 4 * g.se >= -8 * se
+        weak = g.predicted + Z_LEVEL * g.se >= -2 * Z_LEVEL * se
         v.qualitative(
             f"unmasked_lower_{tag(ini)}",
-            quantity=f"{where}: unmasked minus masked test loss (paired, same test sequences), below $-4$ SE",
-            predicted=-4 * se, measured=mu, comparison="upper", tolerance=0.0, falsifier=_OPTIMAL, falsifier_value=0.0,
-            reason="sign with a margin of 4 SE of the mean paired difference over i.i.d. test sequences",
+            quantity=f"{where}: unmasked minus masked test loss (paired, same test sequences), below $-{Z_LEVEL:.3g}$ SE",
+            predicted=-Z_LEVEL * se, measured=mu, comparison="upper", tolerance=0.0, falsifier=_OPTIMAL, falsifier_value=0.0,
+            reason=f"sign with a margin of {Z_LEVEL:.3g} SE of the mean paired difference over i.i.d. test sequences",
             detail="the mean over the run's test sequences of the per-sequence loss of the unmasked model minus the "
-                   "masked one (same test sequences), against $-4$ SE; made where the population GD from this init "
-                   "predicts a gain resolved at 4 Monte-Carlo SE",
-            undecided=(f"the population GD predicts a gap of ${g.predicted:.3g} \\pm {g.se:.2g}$, less than 8 SE "
-                       f"(${8 * se:.3g}$) of the paired test below $0$: a 4-SE sign test misses a gap this small by "
+                   f"masked one (same test sequences), against $-{Z_LEVEL:.3g}$ SE; made where the population GD from this init "
+                   f"predicts a gain resolved at {Z_LEVEL:.3g} Monte-Carlo SE",
+            undecided=(f"the population GD predicts a gap of ${g.predicted:.3g} \\pm {g.se:.2g}$, less than {2 * Z_LEVEL:.3g} SE "
+                       f"(${2 * Z_LEVEL * se:.3g}$) of the paired test below $0$: a {Z_LEVEL:.3g}-SE sign test misses a gap this small by "
                        "chance more often than it raises a false alarm") if weak else None)
 
 
