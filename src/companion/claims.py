@@ -56,7 +56,12 @@ class ClaimSpec:
     the result only uses). A supporting claim is still decided, recorded and fails the build when it fails; it is
     never a headline. ``experiment``: "" unless the claim reads trained models (or one paired design) that other
     claims, on this page or another, read too; then the name of that experiment, the same words on every such
-    claim, so that the book counts one experiment with several readings, not several facts."""
+    claim, so that the book counts one experiment with several readings, not several facts.
+
+    ``undecided``: "" unless a rule, fixed before any run, can leave the claim ``not_resolvable`` at some
+    parameters; then that rule in words, from design quantities (the predicted effect, the measured noise, the
+    sizes, whether training had stopped improving), never from the compared value. Where it holds the claim is
+    undecided whether the comparison would pass or miss (:meth:`companion.verdict.Verdict.check`)."""
 
     id: str
     kind: str
@@ -67,6 +72,7 @@ class ClaimSpec:
     alternatives: tuple[str, ...] = ()
     supporting: str = ""
     experiment: str = ""
+    undecided: str = ""
 
     def __post_init__(self):
         if self.kind not in KINDS:

@@ -330,12 +330,12 @@ class Verdict:
         Use the kind-specific methods (:meth:`identity`, :meth:`numerics`, :meth:`statistical`,
         :meth:`bound`, :meth:`qualitative`); they fill ``kind`` and enforce what each kind needs.
 
-        ``undecided``: a reason, measured at these parameters, why a *failure* would not be evidence against the
-        theory (e.g. a trained model whose loss was still falling significantly when its training stopped, so
-        the claim about *the trained model* is not yet testable). Given, a claim that is not accepted is recorded
-        ``not_resolvable`` with the reason in its note instead of ``failed``; an accepted claim is judged as
-        without it. Never a way to pass: it only turns a failure into an undecided claim, and the reason must say
-        what was measured."""
+        ``undecided``: why this comparison cannot decide the claim at these parameters, from a rule fixed before
+        the comparison and declared in the claim's manifest line (:attr:`companion.claims.ClaimSpec.undecided`):
+        a predicted effect too small for the measured noise, a trained model still improving when its training
+        stopped. Given (not None), the claim is ``not_resolvable`` with the reason as its note *whatever the
+        comparison gives*: a pass and a miss alike, so the rule can neither rescue a failure nor keep a lucky pass
+        (the record's ``in_band`` still says what the comparison gave). The reason says what was measured."""
         self._new_id(claim)
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}; got {kind!r}")
@@ -361,8 +361,11 @@ class Verdict:
         if undecided is not None:
             if not undecided.strip():
                 raise ValueError(f"{claim}: say what was measured that leaves the claim undecided")
-            if status == "failed":
-                status, notes = "not_resolvable", [undecided]
+            spec = self.result.spec_of(claim) if self.result is not None else None
+            if spec is not None and not spec.undecided:
+                self.spec_problems.append(f"{claim}: left undecided, but {self.result.module}.CLAIMS declares no "
+                                          f"rule for it ({spec.id!r} has no `undecided`)")
+            status, notes = "not_resolvable", [undecided]
         z_score = detect = powered = None
         if se is not None and _num(se) > 0 and math.isfinite(meas) and math.isfinite(pred):
             z_score = (meas - pred) / _num(se)

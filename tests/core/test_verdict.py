@@ -267,9 +267,10 @@ def test_a_falsifier_without_a_value_is_never_rejected(tmp_path):
                 reason="r")
 
 
-def test_an_undecided_reason_turns_a_failure_into_not_resolvable_and_never_a_pass(tmp_path):
-    """``undecided`` (a measured reason, e.g. a training run still improving when it stopped): a bound that would
-    fail is not_resolvable with the reason as its note; one that holds passes as without it; no empty reasons."""
+def test_an_undecided_reason_leaves_a_pass_and_a_miss_alike_not_resolvable(tmp_path):
+    """``undecided`` (a rule fixed before the comparison, e.g. a training run still improving when it stopped): a
+    bound that would fail and one that would hold are both not_resolvable with the reason as their note, their
+    ``in_band`` saying what the comparison gave; without a reason the comparison decides; no empty reasons."""
     v = make(tmp_path, manifest=("above", "below", "plain", "empty"))
     why = "training had not converged: the error fell 0.1 +- 0.01 over the last fifth of its steps"
     above = v.bound("above", quantity="q", bound=1.0, measured=1.5, comparison="upper", reason="r", se=0.01,
@@ -277,7 +278,7 @@ def test_an_undecided_reason_turns_a_failure_into_not_resolvable_and_never_a_pas
     assert above.status == "not_resolvable" and above.note == why and not above.in_band and not above.passed
     below = v.bound("below", quantity="q", bound=1.0, measured=0.5, comparison="upper", reason="r", se=0.01,
                     falsifier="the floor", falsifier_value=1.0, undecided=why)
-    assert below.status == "passed" and below.note is None
+    assert below.status == "not_resolvable" and below.note == why and below.in_band and not below.passed
     plain = v.bound("plain", quantity="q", bound=1.0, measured=1.5, comparison="upper", reason="r", se=0.01,
                     falsifier="the floor", falsifier_value=1.0)
     assert plain.status == "failed"
@@ -286,10 +287,10 @@ def test_an_undecided_reason_turns_a_failure_into_not_resolvable_and_never_a_pas
                 falsifier="the floor", falsifier_value=1.0, undecided=" ")
 
 
-def test_a_sign_test_without_the_power_to_find_the_predicted_effect_is_undecided_when_it_misses(tmp_path):
+def test_a_sign_test_without_the_power_to_find_the_predicted_effect_is_undecided_hit_or_miss(tmp_path):
     """A qualitative sign claim takes the same ``undecided`` reason (Thm 4.3's ``unmasked_lower_*``: at a held-out
-    seed of its smoke point the predicted gap was under 8 SE of the paired test, and the 4-SE sign test missed it):
-    a miss is not_resolvable with the reason, a hit passes as without it."""
+    seed of its smoke point the predicted gap was under twice the level's SE of the paired test, and the sign test
+    missed it): a miss and a hit are both not_resolvable with the reason."""
     v = make(tmp_path, manifest=("miss", "hit"))
     why = "the predicted gap -3.7 is less than 8 SE (7.5) below 0"
     miss = v.qualitative("miss", quantity="q", predicted=-3.75, measured=-3.0, comparison="upper", tolerance=0.0,
@@ -297,7 +298,23 @@ def test_a_sign_test_without_the_power_to_find_the_predicted_effect_is_undecided
     assert miss.status == "not_resolvable" and miss.note == why and not miss.in_band and not miss.passed
     hit = v.qualitative("hit", quantity="q", predicted=-3.75, measured=-5.0, comparison="upper", tolerance=0.0,
                         falsifier="no gap", falsifier_value=0.0, reason="r", undecided=why)
-    assert hit.status == "passed" and hit.note is None
+    assert hit.status == "not_resolvable" and hit.note == why and hit.in_band and not hit.passed
+
+
+def test_a_claim_left_undecided_without_a_rule_in_its_manifest_line_is_a_problem(tmp_path):
+    """The rule behind ``undecided`` is declared before the run (``ClaimSpec.undecided``): a claim whose manifest
+    line declares none and that is left undecided anyway is a spec problem, which ``finish`` reports."""
+    ruled = ClaimSpec("ruled", "qualitative", "monte_carlo", falsifier="f", undecided="a design rule in words")
+    bare = ClaimSpec("bare", "qualitative", "monte_carlo", falsifier="f")
+    res = ResultSpec(paper="toy", number="Theorem 2", title="t", label="toy-thm-2", notebook="toy/thm2",
+                     module="toy.thm2", claims=(ruled, bare))
+    v = Verdict("toy/thm2", manifest=["ruled", "bare"], parameters={}, results_dir=tmp_path, result=res)
+    kw = dict(quantity="q", predicted=0.0, measured=-1.0, comparison="upper", tolerance=0.0, falsifier="f",
+              falsifier_value=1.0, reason="r", undecided="measured: too little power")
+    v.qualitative("ruled", **kw)
+    assert v.spec_problems == []
+    v.qualitative("bare", **kw)
+    assert len(v.spec_problems) == 1 and "bare" in v.spec_problems[0] and "no `undecided`" in v.spec_problems[0]
 
 
 def test_a_statistical_record_carries_its_signed_z_and_the_deviation_it_detects(tmp_path):

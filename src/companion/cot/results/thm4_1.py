@@ -41,7 +41,9 @@ TOL, MARGIN = 1e-6, 100.0
 FIT = (1e-8, 1e-5)
 REGIME_DECAY = ClaimSpec("cot41_regime_decay", "qualitative", "monte_carlo",
                          prediction="companion.cot.results.thm4_1.regime_errors",
-                         falsifier=r"no decay with $d$: each error equal to the one before")
+                         falsifier=r"no decay with $d$: each error equal to the one before",
+                         undecided="a Monte-Carlo error before the last $d$ within the level's standard errors of 0: "
+                                   "nothing to fall from by as many more (`regime_unresolved`)")
 REGIME = ClaimSpec("cot41_regime_d{d:num}", "bound", "monte_carlo", prediction="companion.cot.theory.mp.mp_rate")
 CLAIMS = (
     ClaimSpec("cot41_separation", "qualitative", "ode", prediction="companion.cot.theory.dynamics.v_curvature",

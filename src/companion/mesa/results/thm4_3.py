@@ -80,7 +80,10 @@ CLAIMS = (
               prediction="companion.mesa.results.thm4_3.masking_gap",
               falsifier=_OPTIMAL, experiment=MASKING_PAIR,
               supporting="the sign of the gap that `masking_gap` measures and predicts at the middle init, per init "
-                         "on one training set each: the same fact, weaker"),
+                         "on one training set each: the same fact, weaker",
+              undecided="the population GD's predicted gain (less its Monte-Carlo error at the level) is under twice "
+                        "the level's standard errors of the paired test: a sign test at the level misses it by chance "
+                        "more often than it raises a false alarm"),
 )
 
 RESULT = ResultSpec(paper="mesa", number="Theorem 4.3", title="masking the off-diagonal gradients",
@@ -357,7 +360,7 @@ def record_offdiag(v, rep_u: ExtrapolatedAb, gap: MaskingGap, rep: ExtrapolatedA
 def record_unmasked_lower(v, paired: dict, gaps: dict, epochs: int) -> None:
     """Claims ``unmasked_lower_{init}``: per init, the sign of the paired test-loss difference unmasked minus masked
     (:func:`paired_differences`), below -``Z_LEVEL`` SE; not applicable where the population GD from that init (``gaps``,
-    :func:`masking_gap`) predicts no gain resolved at ``Z_LEVEL`` Monte-Carlo SE, and undecided (``not_resolvable`` on a miss)
+    :func:`masking_gap`) predicts no gain resolved at ``Z_LEVEL`` Monte-Carlo SE, and undecided (``not_resolvable``, a hit and a miss alike)
     where the predicted gain is under twice that margin of the paired test. The falsifier: masking costs nothing."""
     for ini, (mu, se) in paired.items():
         g = gaps[ini]
