@@ -313,7 +313,12 @@ def test_the_page_says_which_files_were_restamped():
                                                                   {"from": "b", "commit": "fedcba9876543", "seeds": 5}])]
     words = page._restamp_words(files)
     assert "1 of the files" in words and "at least 5" in words and "`fedcba9876`" in words and "0123" not in words
-    assert page._restamp_words(files[:1]) == ""
+    assert page._restamp_words(files[:1]) == "" and "another level" not in words
+    rel = {"from_level": 4.0, "level": 3.93, "crit": 9, "in_band": 2, "failed_by_flip": 1, "unknown": 5}
+    files.append(dict(_data([0.5]), restamped=[{"from": "c", "commit": "0123456789abc", "seeds": 2, "relevel": rel}]))
+    words = page._restamp_words(files)
+    assert "1 of them was made at another level" in words and "(4 to 3.93 normal SE)" in words, words
+    assert "2 runs left or entered their band (1 counted failed), and 5 runs kept the status" in words, words
 
 
 @pytest.mark.slow

@@ -199,7 +199,29 @@ def _restamp_words(files: list[dict]) -> str:
     return (f" {len(done)} of the files were made by earlier code that records the same numbers: each was carried over"
             f" to the current code by `companion calibrate --restamp` when its first seeds (at least {few}), run again,"
             " gave every column again (commit" + ("s " if len({e['commit'][:10] for e in last}) > 1 else " ")
-            + ", ".join(f"`{c}`" for c in sorted({e["commit"][:10] for e in last})) + ").")
+            + ", ".join(f"`{c}`" for c in sorted({e["commit"][:10] for e in last})) + ")." + _relevel_words(files))
+
+
+def _runs(n: int) -> str:
+    return f"{n} run" + ("" if n == 1 else "s")
+
+
+def _relevel_words(files: list[dict]) -> str:
+    """A sentence on the files whose bands a restamp redrew at a new level
+    (:func:`companion.run.calibrate.relevel_data`; empty if none): how many, from and to which level, how many runs
+    moved in or out of their band, and how many statuses were kept as recorded because what decides them (the
+    falsifier's distance) is not in the file."""
+    entries = [e["relevel"] for d in files for e in d.get("restamped", []) if e.get("relevel")]
+    if not entries:
+        return ""
+    levels = sorted({(e["from_level"], e["level"]) for e in entries})
+    return (f" {len(entries)} of them {'was' if len(entries) == 1 else 'were'} made at another level: a restamp redrew their bands at the book's level "
+            "(" + "; ".join(f"{a:.3g} to {b:.3g} normal SE" for a, b in levels) + ") from the recorded scores, "
+            f"{_runs(sum(e['in_band'] for e in entries))} left or entered their band ("
+            f"{sum(e['failed_by_flip'] for e in entries)} counted failed), and "
+            f"{_runs(sum(e['unknown'] for e in entries))} kept the status they were recorded with (undecided runs whose "
+            "falsifier a narrower band might now reject: the file does not hold its distance; no miss count "
+            "depends on it).")
 
 
 def calibration_markdown(directory: Path | None = None, figures: bool = True) -> str:
@@ -245,11 +267,13 @@ def calibration_markdown(directory: Path | None = None, figures: bool = True) ->
         "(`companion.stats.level`; the Student-t quantile at the same level where a standard error has few degrees of "
         "freedom). Measured: "
         f"at the smoke points, {budget['misses']} of {budget['runs']} claim runs left their band "
-        f"({budget['failures']} failed; {hidden} were made `not_resolvable` by a gate that turns a miss into an "
-        f"undecided claim): a false-alarm rate per claim and run of {_pct(budget['rate'])} (95 % upper limit "
+        f"({budget['failures']} failed; {hidden} were left `not_resolvable` by the rule their claim declares for "
+        f"undecided runs): a false-alarm rate per claim and run of {_pct(budget['rate'])} (95 % upper limit "
         f"{_pct(budget['rate_high'])}), against the {_pct(level)} of a calibrated {z:.3g}-SE band. "
         f"With the {budget['claims']} statistical claims of the smoke points run once each, as in one build, the "
-        f"chance of at least one false alarm is {_pct(budget['build'])} (at most {_pct(budget['build_high'])}); "
+        f"chance of at least one false alarm is {_pct(budget['build'])} (at most {_pct(budget['build_high'])}), "
+        + ("above the target: the claims outside the limits below spend more than their share; "
+           if budget["build"] > BUILD_FALSE_FAIL else "within the target; ") +
         f"for a 100-point sweep of every page, {_pct(sweep['build'])} (at most {_pct(sweep['build_high'])}), "
         f"about {100 * budget['claims'] * budget['rate']:.3g} expected false alarms (at most "
         f"{100 * budget['claims'] * budget['rate_high']:.3g}).\n")
