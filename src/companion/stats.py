@@ -21,10 +21,10 @@ The standard errors come from here:
 
 **One error budget.** Were every theorem right, one whole build should fail with probability at most
 :data:`BUILD_FALSE_FAIL`. A build decides at most :data:`BUILD_CLAIMS` claims against a band of standard errors,
-so each gets the two-sided level :math:`\alpha = ` ``BUILD_FALSE_FAIL / BUILD_CLAIMS`` (Bonferroni: the chance that
+so each gets the two-sided level :math:`\\alpha` = ``BUILD_FALSE_FAIL / BUILD_CLAIMS`` (Bonferroni: the chance that
 any of them fails is at most the sum), i.e. :data:`Z_LEVEL` normal standard errors (:func:`level`), the default
 ``z`` of every statistical claim. The committed calibration measures how far each claim's real false-fail rate is
-from :math:`\alpha` (:mod:`companion.calibration`).
+from :math:`\\alpha` (:mod:`companion.calibration`).
 
 **Degrees of freedom.** A standard error estimated from R replicates rests on R − 1 degrees of freedom; its
 ratio to the true one is a chi variable, so ``z`` such standard errors do not cover the normal level

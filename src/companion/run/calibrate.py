@@ -231,7 +231,7 @@ def file_level(data: dict) -> float:
 
 def relevel_data(data: dict, z: float = Z_LEVEL) -> tuple[dict, dict]:
     r"""A calibration file's data with its bands redrawn at the level ``z``: per claim and seed the critical value
-    :math:`c = ` :func:`companion.stats.critical` ``(z, dof)`` and the in-band flag :math:`|z_i| \le c + f_i` (the
+    :math:`c` = :func:`companion.stats.critical` ``(z, dof)`` and the in-band flag :math:`|z_i| \le c + f_i` (the
     score :math:`z_i` and the floor in SE :math:`f_i` do not depend on the level; a statistical claim's band is
     two-sided). The status follows where it can: a run that leaves the band fails (a gate that would have made it
     undecided is not recorded: counted ``failed_by_flip``), and a pass whose band now exceeds
