@@ -210,7 +210,9 @@ def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
 def collect(points: Iterable[Mapping]) -> dict:
     """The per-claim columns of a calibration file from a sweep's finished points (``results.jsonl`` lines with
     their records): seeds in order, and per statistical claim the signed z, the dof and the status at each seed
-    (None where the claim was not applicable or the point crashed)."""
+    (None where the claim was not applicable or the point crashed), the critical value, the in-band flag, the floor
+    and the falsifier's distance from the prediction (``gap_se``), both in SE: what a restamp needs to redraw a
+    band and decide its power at another level (:func:`companion.run.calibrate.relevel_data`)."""
     pts = sorted((p for p in points if p.get("status") in ("ok", "failed")),
                  key=lambda p: int(p["parameters"]["seed"]))
     seeds = [int(p["parameters"]["seed"]) for p in pts]
@@ -220,7 +222,7 @@ def collect(points: Iterable[Mapping]) -> dict:
             if rec.get("kind") != "statistical":
                 continue
             c = claims.setdefault(rec["claim"], {k: [None] * len(pts) for k in ("z", "dof", "status", "crit",
-                                                                                  "in_band", "floor_se")})
+                                                                                  "in_band", "floor_se", "gap_se")})
             z = signed_z(rec)
             c["z"][i] = None if z is None else float(f"{z:.6g}")
             c["dof"][i] = rec.get("dof")
@@ -229,6 +231,8 @@ def collect(points: Iterable[Mapping]) -> dict:
             c["in_band"][i] = rec.get("in_band")
             fl, se = rec.get("floor"), rec.get("se")
             c["floor_se"][i] = float(f"{fl / se:.4g}") if fl is not None and se else None
+            fv, p_ = rec.get("falsifier_value"), rec.get("predicted")
+            c["gap_se"][i] = float(f"{abs(fv - p_) / se:.4g}") if None not in (fv, p_) and se else None
     return {"seeds": seeds, "claims": dict(sorted(claims.items()))}
 
 

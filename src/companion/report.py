@@ -501,8 +501,8 @@ def decisive_claim(records: list[dict]) -> tuple[dict | None, bool]:
     """The claim that decides a result, and whether it is decisive.
 
     Decisive: a headline statistical claim on a ``trained`` model that passed (so its band is at most 8 SE and
-    its falsifier was rejected), whose falsifier is a close competitor (:func:`is_close_competitor`: within
-    50 % of the prediction) rejected with power (:func:`is_powered`); of several, the one whose falsifier is
+    its falsifier was rejected with power, :func:`is_powered`, the verdict's rule), whose falsifier is a close
+    competitor (:func:`is_close_competitor`: within 50 % of the prediction); of several, the one whose falsifier is
     closest to the prediction (the hardest competitor it beats), then the largest ``|z_falsifier|``. Without one,
     the best headline claim (else the best claim that is evidence): passed before not resolvable before failed
     before not applicable, statistical before the other kinds, a trained model before the other targets, then the
@@ -546,7 +546,8 @@ def _glance_row(spec: ResultSpec, records: list[dict]) -> str:
         if (r.get("target") == "trained" and st == "passed" and not is_close_competitor(r)
                 and isinstance(p, (int, float)) and isinstance(f, (int, float)) and p):
             why += f" (its falsifier lies {abs(f - p) / abs(p):.0%} from the prediction: not a close competitor)"
-        elif (r.get("target") == "trained" and st == "passed" and is_close_competitor(r) and not is_powered(r)
+        elif (r.get("target") == "trained" and st in ("passed", "not_resolvable") and is_close_competitor(r)
+              and not is_powered(r)
               and detectable_of(r) is not None and p):
             why += (f" (its falsifier lies {abs(f - p) / abs(p):.1%} from the prediction, inside the "
                     f"{detectable_of(r) / abs(p):.1%} the band detects with probability {POWER:g}: not rejected with "

@@ -14,14 +14,17 @@ A claim is evidence, or it is not a claim. Every claim has a **kind**:
     ``floor``; a standard error from few replicates gives its degrees of freedom (``dof``) and ``z`` becomes
     the Student-t critical value at the same level (:func:`companion.stats.critical`). It names its
     **falsifier**, the plausible wrong answer a sceptic would propose, with that answer's value. The claim
-    *passes* when the theory is accepted **and** the falsifier rejected **and** the critical value ``crit``
-    is at most :data:`MAX_CRIT` (8: at the book's level :data:`companion.stats.Z_LEVEL`, 7.1 degrees of freedom or
-    more, e.g. 9 replicates). Otherwise,
-    when the theory is accepted, the status is ``not_resolvable`` (never a silent pass): the falsifier is
-    accepted too (the parameters have no power to separate them), the falsifier has no value, or
-    ``crit > 8`` (a band so wide that it decides nothing); the record's ``note`` says which. When the theory
-    is rejected it *fails*, whatever its ``crit``. A quantity without sampling noise is an identity or a numerics claim, not a
-    statistical one.
+    *passes* when the theory is accepted **and** the falsifier is rejected *with power* **and** the critical value
+    ``crit`` is at most :data:`MAX_CRIT` (8: at the book's level :data:`companion.stats.Z_LEVEL`, 7.1 degrees of
+    freedom or more, e.g. 9 replicates). With power: the falsifier lies at least the deviation that the band
+    detects with probability :data:`companion.stats.POWER` (:func:`companion.stats.detectable`,
+    :math:`(c + q_{0.99})\\,\\mathrm{se} + \\text{floor}`) from the prediction, so that were it the truth, the
+    theory's band would hold it in at most one run in a hundred; a design quantity (prediction, falsifier,
+    measured noise) that does not read the measurement. Otherwise, when the theory is accepted, the status is
+    ``not_resolvable`` (never a silent pass): the falsifier lies nearer than that (the parameters have no power to
+    separate them), it has no value, or ``crit > 8`` (a band so wide that it decides nothing); the record's
+    ``note`` says which. When the theory is rejected it *fails*, whatever its ``crit`` and its power. A quantity
+    without sampling noise is an identity or a numerics claim, not a statistical one.
 ``bound``
     An inequality a theorem states (``comparison="upper"`` or ``"lower"``), with a round-off or
     statistical tolerance; it may name a falsifier too.
@@ -99,7 +102,7 @@ from . import notebooks as nbs
 from .claims import EVIDENCE_KINDS, KINDS, STATUSES, ClaimSpec, ResultSpec
 from .registry import PAPERS
 from .report import answer_markdown, forest_html, verdict_table_markdown
-from .stats import MANY_DOF, Z_LEVEL, critical, detectable
+from .stats import MANY_DOF, POWER, Z_LEVEL, critical, detectable
 from .text import number_text, slug
 
 __all__ = [
@@ -152,15 +155,24 @@ def _distances(pred: float, meas: float, tol: float, comparison: str, error: flo
 
 
 def _falsifier_rejected(kind: str, pred: float, meas: float, tol: float, comparison: str, falsifier: str | None,
-                        fval: float | None, crit: float | None) -> tuple[bool, list[str]]:
-    """Whether the falsifier lies outside the band (a claim without a falsifier has nothing to separate), and the
-    notes that say why not; a statistical band wider than :data:`MAX_CRIT` SE decides nothing."""
+                        fval: float | None, crit: float | None, detect: float | None = None) -> tuple[bool, list[str]]:
+    """Whether the falsifier counts as rejected (a claim without a falsifier has nothing to separate), and the
+    notes that say why not. A statistical claim's falsifier is rejected *with power*: it lies at least ``detect``
+    (:func:`companion.stats.detectable`) from the prediction, a design quantity that does not read the
+    measurement; any other kind's falsifier is rejected when it lies outside the band around the measurement. A
+    statistical band wider than :data:`MAX_CRIT` SE decides nothing."""
     notes = []
     if not falsifier:
         rejected = True  # nothing to separate the theory from
     elif fval is None:
         rejected = False
         notes.append("the falsifier has no value, so it cannot be rejected")
+    elif kind == "statistical" and detect is not None:
+        gap = abs(fval - pred)
+        rejected = math.isfinite(gap) and gap >= detect
+        if not rejected:
+            notes.append(f"the falsifier lies {gap:.3g} from the prediction, nearer than the {detect:.3g} the band "
+                         f"detects with probability {POWER:g}: these parameters cannot separate them")
     else:
         rejected = math.isfinite(meas) and abs(meas - fval) > (tol * abs(pred) if comparison == "rel" else tol)
         if not rejected:
@@ -356,7 +368,10 @@ class Verdict:
         if crit is None and z is not None:
             crit = float(z)
         z_th, z_f = _distances(pred, meas, tol, comparison, error, crit, fval)
-        rejected, notes = _falsifier_rejected(kind, pred, meas, tol, comparison, falsifier, fval, crit)
+        detect = None
+        if kind == "statistical" and crit is not None and se is not None:
+            detect = detectable(crit, _num(se), float(floor or 0.0), dof)
+        rejected, notes = _falsifier_rejected(kind, pred, meas, tol, comparison, falsifier, fval, crit, detect)
         status = "failed" if not accepted else ("passed" if rejected else "not_resolvable")
         if undecided is not None:
             if not undecided.strip():
@@ -366,13 +381,11 @@ class Verdict:
                 self.spec_problems.append(f"{claim}: left undecided, but {self.result.module}.CLAIMS declares no "
                                           f"rule for it ({spec.id!r} has no `undecided`)")
             status, notes = "not_resolvable", [undecided]
-        z_score = detect = powered = None
+        z_score = powered = None
         if se is not None and _num(se) > 0 and math.isfinite(meas) and math.isfinite(pred):
             z_score = (meas - pred) / _num(se)
-        if kind == "statistical" and crit is not None and se is not None:
-            detect = detectable(crit, _num(se), float(floor or 0.0), dof)
-            if fval is not None:
-                powered = bool(abs(fval - pred) >= detect)
+        if detect is not None and fval is not None:
+            powered = bool(abs(fval - pred) >= detect)
         rec = Record(
             notebook=self.notebook, claim=claim, kind=kind, status=status, quantity=quantity,
             predicted=_plain(pred), measured=_plain(meas), tolerance=tol, comparison=comparison,
@@ -431,8 +444,9 @@ class Verdict:
                     reason: str, headline: bool = False, dof: float | None = None,
                     detail: str | None = None) -> Record:
         """A simulation against an independent prediction at ``crit * se + floor``; passes only when the
-        falsifier is rejected at the same tolerance and ``crit <= MAX_CRIT`` (``not_resolvable`` when the
-        theory is accepted but not both; a falsifier without a value is never rejected).
+        falsifier is rejected with power (it lies at least :func:`companion.stats.detectable` from the prediction)
+        and ``crit <= MAX_CRIT`` (``not_resolvable`` when the theory is accepted but not both; a falsifier without
+        a value is never rejected).
 
         ``crit`` is ``z``, or with ``dof`` (the degrees of freedom of ``se``, e.g. R - 1 for R replicates) the
         Student-t quantile at the same level (:func:`companion.stats.critical`). ``z`` defaults to the book's level
@@ -579,6 +593,10 @@ class Verdict:
                             "z_falsifier", "crit", "dof"):
                     val = getattr(r, key)
                     glue(f"{r.claim}_{key}", float(val) if val is not None else math.nan, display=False)
+                # the power of a statistical claim in its SE: the falsifier's distance and what the band detects
+                for key, val in (("gap_se", None if r.falsifier_value is None or r.predicted is None
+                                  else abs(r.falsifier_value - r.predicted)), ("detect_se", r.detectable)):
+                    glue(f"{r.claim}_{key}", val / r.se if val is not None and r.se else math.nan, display=False)
                 glue(f"{r.claim}_verdict", r.status.replace("_", " "), display=False)
             glue("verdict_answer", Markdown(self.answer_markdown()), display=False)
         display(

@@ -334,5 +334,23 @@ def test_a_statistical_record_carries_its_signed_z_and_the_deviation_it_detects(
     assert t.detectable == pytest.approx((critical(Z_LEVEL, 9) + st.t.ppf(POWER, 9)) * 0.01)
     near = v.statistical("near", quantity="q", predicted=1.0, measured=1.0, se=0.01, falsifier="f",
                          falsifier_value=1.05, reason="r")
-    # rejected at 5 SE, but a truth at the falsifier would stay inside the band in 1 run of 8: not powered
-    assert near.status == "passed" and near.passed and near.in_band and near.powered is False
+    # 5 SE from the measurement, but a truth at the falsifier would stay inside the band in 1 run of 8: not powered,
+    # so not rejected
+    assert near.status == "not_resolvable" and not near.passed and near.in_band and near.powered is False
+    assert "nearer than the" in near.note and "cannot separate them" in near.note
+
+
+def test_a_statistical_falsifier_is_rejected_by_the_design_not_by_the_measurement(tmp_path):
+    """Whether a statistical claim's falsifier is rejected is its power (:func:`companion.stats.detectable` from the
+    prediction), fixed before the comparison: an in-band measurement close to the falsifier still passes when the
+    design has power, one at the prediction stays undecided when it has none, and a miss fails either way."""
+    v = make(tmp_path, manifest=("edge", "centre", "miss", "miss_weak"))
+    kw = dict(quantity="q", predicted=1.0, se=0.01, falsifier="f", reason="r")
+    # the falsifier 6.5 SE away (detectable 6.3 SE): a measurement 3.5 SE towards it is 3 SE from it, inside the
+    # band a data rule would draw around it, and passes
+    edge = v.statistical("edge", measured=1.035, falsifier_value=1.065, **kw)
+    assert edge.powered and edge.in_band and edge.status == "passed"
+    centre = v.statistical("centre", measured=1.0, falsifier_value=1.06, **kw)  # 6 SE: under the 6.3 detected
+    assert centre.powered is False and centre.status == "not_resolvable"
+    assert v.statistical("miss", measured=1.05, falsifier_value=1.5, **kw).status == "failed"
+    assert v.statistical("miss_weak", measured=1.05, falsifier_value=1.06, **kw).status == "failed"

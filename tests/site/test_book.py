@@ -498,11 +498,13 @@ def test_a_decisive_claim_rejects_its_falsifier_with_power_and_the_closest_falsi
     from companion.stats import POWER
 
     # prediction 0.25, falsifier 0.2: 0.05 apart; at se 0.009 the band detects 6.33 * 0.009 = 0.057
-    weak = _stat("mesa/a", "weak", 5.9, se=0.009)
+    weak = _stat("mesa/a", "weak", 5.9, se=0.009)  # a pass recorded before the verdict's power rule
     assert detectable_of(weak) == pytest.approx((4 + NormalDist().inv_cdf(POWER)) * 0.009) and not is_powered(weak)
     assert decisive_claim([weak]) == (weak, False)
-    assert f"inside the 22.8% the band detects with probability {POWER:g}: not rejected with power" in \
-        glance_markdown(_glance_specs(), [weak])
+    why = f"inside the 22.8% the band detects with probability {POWER:g}: not rejected with power"
+    assert why in glance_markdown(_glance_specs(), [weak])
+    # the verdict now leaves such a claim undecided (companion.verdict): its row says why all the same
+    assert why in glance_markdown(_glance_specs(), [dict(weak, status="not_resolvable")])
     far = _stat("mesa/a", "far", 200.0, falsifier_value=0.15)  # 40 % away, rejected far out
     near = _stat("mesa/a", "near", 40.0, falsifier_value=0.22)  # 12 % away, (0.03 > 0.0063): powered
     assert decisive_claim([far, near, weak]) == (near, True)

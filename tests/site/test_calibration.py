@@ -308,6 +308,44 @@ def test_relevel_redraws_every_band_at_the_new_level_and_the_statuses_that_follo
     assert critical(7.0, 30) > 8 and wide["claims"]["c"]["status"][1] == "not_resolvable"
 
 
+def test_relevel_decides_the_power_of_a_pass_from_the_falsifiers_distance():
+    """With the falsifier's distance recorded (``gap_se``), a pass at a wider level is undecided when the falsifier
+    lies nearer than the wider band detects, and stays a pass when it lies beyond; without it the pass is unknown."""
+    from companion.run.calibrate import relevel_data
+    from companion.stats import detectable
+
+    col = {"z": [0.5, 0.5, 0.5], "dof": [None] * 3, "status": ["passed"] * 3, "crit": [3.9] * 3,
+           "in_band": [True] * 3, "floor_se": [0.0] * 3, "gap_se": [7.0, 9.0, None]}
+    new, counts = relevel_data({"seeds": [1, 2, 3], "level": 3.9, "claims": {"c": col}}, 4.8)
+    assert detectable(4.8, 1.0) > 7.0 > detectable(3.9, 1.0) and detectable(4.8, 1.0) < 9.0
+    assert new["claims"]["c"]["status"] == ["not_resolvable", "passed", "passed"] and counts["unknown"] == 1
+
+
+def test_repower_keeps_every_score_and_failure_and_counts_the_passes_it_cannot_decide():
+    """A file from before the power rule: its in-band passes and undecided runs are unknown (counted), its failures
+    and out-of-band runs are kept; a restamp's comparison takes passed and not_resolvable as equal there and ignores
+    the falsifier distance the file lacks, and the rerun seeds' statuses replace the file's."""
+    from companion.run.calibrate import STATUS_RULE, _with_rerun, compare_columns, repower_data
+
+    col = {"z": [0.5, 9.0, -0.2, 0.1], "dof": [None] * 4, "status": ["passed", "failed", "not_resolvable", "passed"],
+           "crit": [3.9] * 4, "in_band": [True, False, True, True], "floor_se": [0.0] * 4}
+    old = {"seeds": [1, 2, 3, 4], "claims": {"c": col}}
+    data, counts = repower_data(old)
+    c = data["claims"]["c"]
+    assert data["rule"] == STATUS_RULE and counts == {"rule": STATUS_RULE, "unknown": 3}
+    assert c["status"] == col["status"] and c["z"] == col["z"] and c["gap_se"] == [None] * 4 and "gap_se" not in col
+    now = {"seeds": [1, 2], "claims": {"c": dict({k: v[:2] for k, v in col.items()}, status=["not_resolvable", "failed"],
+                                                gap_se=[5.0, 20.0])}}
+    assert compare_columns(data, now, [1, 2], split_unknown=True) == []
+    assert compare_columns(data, now, [1, 2]) != []  # a file at the rule compares statuses exactly
+    failed = json.loads(json.dumps(now))
+    failed["claims"]["c"]["status"][0] = "failed"
+    assert compare_columns(data, failed, [1], split_unknown=True)  # a failure is never an unknown
+    merged = _with_rerun(data, now, counts)
+    assert merged["claims"]["c"]["status"] == ["not_resolvable", "failed", "not_resolvable", "passed"]
+    assert merged["claims"]["c"]["gap_se"] == [5.0, 20.0, None, None] and counts["unknown"] == 2
+
+
 def test_the_page_says_which_files_were_restamped():
     files = [_data([0.1, 0.2]), dict(_data([0.3, 0.4]), restamped=[{"from": "a", "commit": "0123456789abc", "seeds": 7},
                                                                   {"from": "b", "commit": "fedcba9876543", "seeds": 5}])]
@@ -319,6 +357,12 @@ def test_the_page_says_which_files_were_restamped():
     words = page._restamp_words(files)
     assert "1 of them was made at another level" in words and "(4 to 3.93 normal SE)" in words, words
     assert "2 runs left or entered their band (1 counted failed), and 5 runs kept the status" in words, words
+    assert "rejected with power" not in words
+    files.append(dict(_data([0.5]), restamped=[{"from": "d", "commit": "0123456789abc", "seeds": 2,
+                                                "repower": {"rule": "power", "unknown": 7}}]))
+    words = page._restamp_words(files)
+    assert "1 of them was made before a statistical claim's falsifier had to be rejected with power" in words, words
+    assert "7 runs inside their band kept the status" in words, words
 
 
 @pytest.mark.slow

@@ -14,7 +14,8 @@ It checks K seeds, not all: a change that acts at some seeds only (a gate, a rul
 the first K and move others; such a change is recalibrated. A change of the book's level (:data:`companion.stats.Z_LEVEL`,
 the error budget split over its claims) moves no score: a restamp first carries the file's bands over to the new
 level (:func:`relevel_data`: every critical value and in-band flag recomputed from the scores, the statuses where they
-follow), then compares as above.
+follow), then compares as above. A file whose statuses were decided before the verdict's power rule
+(:data:`STATUS_RULE`) is carried over by :func:`repower_data`: the rule moves no score, no band and no failure.
 
 Points: ``smoke`` (``tests/smoke/<paper>.yaml``, what the tests run), ``domain:I`` (the I-th point of
 ``tests/domain/<paper>.yaml``) and ``paper`` (the notebook's defaults, the paper's settings).
@@ -37,14 +38,15 @@ import yaml
 from .. import notebooks as nbs
 from ..calibration import FIRST_SEED, calibration_dir, code_version, collect, file_name, median
 from ..paths import repo_root
-from ..stats import Z_LEVEL, critical
+from ..stats import Z_LEVEL, critical, detectable
 from ..verdict import MAX_CRIT
 from .inputs import SweepError
 from .store import read_results
 from .sweep import run_sweep
 
 __all__ = ["POINTS", "point_parameters", "domain_points", "calibrate", "runs_dir", "dumps", "extend_data", "restamp",
-           "compare_columns", "RESTAMP_RTOL", "relevel_data", "file_level", "LEVEL_BEFORE_BUDGET"]
+           "compare_columns", "RESTAMP_RTOL", "relevel_data", "file_level", "LEVEL_BEFORE_BUDGET", "STATUS_RULE",
+           "repower_data"]
 
 #: the kinds of point a calibration runs at
 POINTS = ("smoke", "domain:I", "paper")
@@ -158,7 +160,7 @@ def calibrate(notebook: str, point: str = "smoke", seeds: int = 100, first_seed:
                                           for k in ("ok", "failed", "error")}},
         "seconds_per_run": _rounded(median([p.get("seconds") for p in finished])),
         "wall_seconds": meta.get("wall_seconds"), "workers": meta.get("workers"), "level": Z_LEVEL,
-        **collect(finished),
+        "rule": STATUS_RULE, **collect(finished),
     }
     if base is not None:
         data = extend_data(base, data)
@@ -188,10 +190,17 @@ def _write(path: Path, data: dict) -> None:
 RESTAMP_RTOL = {"z": 2e-5, "floor_se": 2e-3, "crit": 1e-9, "dof": 1e-9}
 
 
-def compare_columns(old: dict, new: dict, seeds: list[int]) -> list[str]:
+#: the statuses of the in-band runs a file may hold without knowing which: passed or undecided
+#: (:func:`repower_data`)
+_IN_BAND = ("passed", "not_resolvable")
+
+
+def compare_columns(old: dict, new: dict, seeds: list[int], split_unknown: bool = False) -> list[str]:
     """The differences between two calibrations' data at ``seeds`` (each held by both): one line per claim whose
     column differs at some seed beyond :data:`RESTAMP_RTOL` (status and in_band exactly), and per claim recorded
-    by one only. Empty when they agree."""
+    by one only. Empty when they agree. ``split_unknown``: ``old`` does not know whether its in-band runs passed
+    (:func:`repower_data`): passed and not_resolvable compare equal there, and a column ``old`` does not hold at a
+    seed (None, e.g. ``gap_se`` before it was recorded) is not compared."""
     where_old = {s: i for i, s in enumerate(old["seeds"])}
     where_new = {s: i for i, s in enumerate(new["seeds"])}
     lines = []
@@ -206,7 +215,7 @@ def compare_columns(old: dict, new: dict, seeds: list[int]) -> list[str]:
             for s in seeds:
                 x = (a.get(key) or [None] * len(old["seeds"]))[where_old[s]]
                 y = (b.get(key) or [None] * len(new["seeds"]))[where_new[s]]
-                if _same(key, x, y):
+                if _same(key, x, y) or (split_unknown and (x is None or (key == "status" and {x, y} <= set(_IN_BAND)))):
                     continue
                 lines.append(f"{claim}: {key} at seed {s} was {x!r}, now {y!r}")
                 break
@@ -229,15 +238,41 @@ def file_level(data: dict) -> float:
     return float(data.get("level", LEVEL_BEFORE_BUDGET))
 
 
+#: how a calibration file's statuses were decided: ``"power"``, a statistical claim's falsifier rejected when it lies
+#: at least the band's detectable deviation from the prediction (:mod:`companion.verdict`); a file without ``rule``
+#: decided it from the measurement (the falsifier outside the band around it)
+STATUS_RULE = "power"
+
+
+def repower_data(data: dict) -> tuple[dict, dict]:
+    """A calibration file whose statuses predate :data:`STATUS_RULE`, carried over to it. The rule moves no score, no
+    band and no failure (a run that leaves its band fails under either rule); it decides anew only whether an
+    in-band run passed or was undecided, which needs the falsifier's distance (``gap_se``) that such a file does not
+    hold: those runs keep their status and are counted ``unknown`` (no statistic of a calibration reads that split:
+    :func:`companion.calibration.miss_counts`), and a restamp replaces them at the seeds it reruns. Returns the
+    data (with ``rule`` and an empty ``gap_se`` column) and the counts."""
+    counts = {"rule": STATUS_RULE, "unknown": 0}
+    claims = {}
+    for claim, col in data["claims"].items():
+        col = {k: list(v) for k, v in col.items()}
+        col.setdefault("gap_se", [None] * len(col["status"]))
+        counts["unknown"] += sum(1 for st, b in zip(col["status"], col.get("in_band") or [None] * len(col["status"]))
+                                 if st in _IN_BAND and b is not False)
+        claims[claim] = col
+    return dict(data, rule=STATUS_RULE, claims=claims), counts
+
+
 def relevel_data(data: dict, z: float = Z_LEVEL) -> tuple[dict, dict]:
     r"""A calibration file's data with its bands redrawn at the level ``z``: per claim and seed the critical value
     :math:`c` = :func:`companion.stats.critical` ``(z, dof)`` and the in-band flag :math:`|z_i| \le c + f_i` (the
     score :math:`z_i` and the floor in SE :math:`f_i` do not depend on the level; a statistical claim's band is
     two-sided). The status follows where it can: a run that leaves the band fails (a gate that would have made it
     undecided is not recorded: counted ``failed_by_flip``), and a pass whose band now exceeds
-    :data:`companion.verdict.MAX_CRIT` is ``not_resolvable``; whether a falsifier is rejected at the new band is not
-    recorded, so an undecided run stays undecided at a narrower band, a pass stays a pass at a wider one and a
-    failure that a wider band takes in stays a failure (counted ``unknown``: none of them changes a miss count).
+    :data:`companion.verdict.MAX_CRIT`, or whose falsifier (``gap_se`` from it) lies nearer than the new band detects
+    (:func:`companion.stats.detectable`), is ``not_resolvable``. What the file cannot decide is kept and counted
+    ``unknown`` (none of it changes a miss count): an undecided run at a narrower band (its falsifier may now be
+    rejected with power, or a declared rule may hold), a pass at a wider one whose falsifier's distance the file does
+    not hold, a failure that a wider band takes in.
     Returns the new data (with ``level``) and the counts; a restamp then checks its first seeds against a rerun."""
     z0 = file_level(data)
     counts = {"from_level": z0, "level": float(z), "crit": 0, "in_band": 0, "failed_by_flip": 0, "unknown": 0}
@@ -263,9 +298,13 @@ def relevel_data(data: dict, z: float = Z_LEVEL) -> tuple[dict, dict]:
                 elif inside:  # a failure now inside the band: passed or undecided, by its falsifier
                     counts["unknown"] += 1
                 continue
+            gap = (col.get("gap_se") or [None] * (i + 1))[i]
             if inside and st == "passed" and c > MAX_CRIT:
                 col["status"][i] = "not_resolvable"
-            elif inside and ((st == "not_resolvable" and z < z0 and c <= MAX_CRIT) or (st == "passed" and z > z0)):
+            elif inside and st == "passed" and gap is not None and gap < detectable(c, 1.0, col["floor_se"][i] or 0.0, dof):
+                col["status"][i] = "not_resolvable"  # the falsifier nearer than the wider band detects: no power
+            elif inside and ((st == "not_resolvable" and z < z0 and c <= MAX_CRIT)
+                             or (st == "passed" and z > z0 and gap is None)):
                 counts["unknown"] += 1
         claims[claim] = col
     return dict(data, level=float(z), claims=claims), counts
@@ -291,9 +330,11 @@ def restamp(notebook: str, point: str = "smoke", seeds: int = 10, *, workers: in
     if data.get("code_version") == version:
         log(f"{path.name} is at the current code already ({version}): nothing to restamp")
         return path, []
-    relevel = None
+    relevel = repower = None
     if file_level(data) != Z_LEVEL:  # the bands of another level: redrawn at this one, then checked like the rest
         data, relevel = relevel_data(data, Z_LEVEL)
+    if data.get("rule") != STATUS_RULE:  # statuses from before the power rule: its passes are unknown
+        data, repower = repower_data(data)
     if (data.get("parameters") or {}) != params:
         raise SweepError(f"--restamp: {path.name} was made at other parameters than the point's now; rerun it "
                          "without --restamp")
@@ -311,14 +352,33 @@ def restamp(notebook: str, point: str = "smoke", seeds: int = 10, *, workers: in
     now = collect(finished)
     missing = sorted(set(check) - set(now["seeds"]))
     diffs = [f"seed {s}: no finished run (crashed or error)" for s in missing]
-    diffs += compare_columns(data, now, [s for s in check if s not in missing])
+    diffs += compare_columns(data, now, [s for s in check if s not in missing], split_unknown=repower is not None)
     if diffs:
         return path, diffs
+    if repower is not None:  # the rerun seeds' statuses and falsifier distances are known now
+        data = _with_rerun(data, now, repower)
     entry = {"from": data["code_version"], "commit": _commit(), "seeds": len(check),
              "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-             **({"relevel": relevel} if relevel else {})}
+             **({"relevel": relevel} if relevel else {}), **({"repower": repower} if repower else {})}
     _write(path, dict(data, code_version=version, restamped=[*data.get("restamped", []), entry]))
     return path, []
+
+
+def _with_rerun(data: dict, now: dict, counts: dict) -> dict:
+    """``data`` (:func:`repower_data`) with the status and ``gap_se`` of every seed that ``now`` reran taken from the
+    rerun (its other columns agree: :func:`compare_columns`), ``counts["unknown"]`` lowered by the in-band runs thus
+    decided."""
+    where = {s: i for i, s in enumerate(data["seeds"])}
+    for claim, new in now["claims"].items():
+        col = data["claims"].get(claim)
+        if col is None:
+            continue
+        for j, s in enumerate(now["seeds"]):
+            i = where[s]
+            if col["status"][i] in _IN_BAND and col["in_band"][i] is not False:
+                counts["unknown"] -= 1
+            col["status"][i], col["gap_se"][i] = new["status"][j], new["gap_se"][j]
+    return data
 
 
 def _extendable(path: Path, version: str, params: dict) -> dict:

@@ -199,7 +199,8 @@ def _restamp_words(files: list[dict]) -> str:
     return (f" {len(done)} of the files were made by earlier code that records the same numbers: each was carried over"
             f" to the current code by `companion calibrate --restamp` when its first seeds (at least {few}), run again,"
             " gave every column again (commit" + ("s " if len({e['commit'][:10] for e in last}) > 1 else " ")
-            + ", ".join(f"`{c}`" for c in sorted({e["commit"][:10] for e in last})) + ")." + _relevel_words(files))
+            + ", ".join(f"`{c}`" for c in sorted({e["commit"][:10] for e in last})) + ")." + _relevel_words(files)
+            + _repower_words(files))
 
 
 def _runs(n: int) -> str:
@@ -222,6 +223,21 @@ def _relevel_words(files: list[dict]) -> str:
             f"{_runs(sum(e['unknown'] for e in entries))} kept the status they were recorded with (undecided runs whose "
             "falsifier a narrower band might now reject: the file does not hold its distance; no miss count "
             "depends on it).")
+
+
+def _repower_words(files: list[dict]) -> str:
+    """A sentence on the files whose statuses a restamp carried over to the verdict's power rule
+    (:func:`companion.run.calibrate.repower_data`; empty if none): how many, and how many in-band runs keep a status
+    the rule may have decided otherwise (the file does not hold the falsifier's distance)."""
+    entries = [e["repower"] for d in files for e in d.get("restamped", []) if e.get("repower")]
+    if not entries:
+        return ""
+    return (f" {len(entries)} of them {'was' if len(entries) == 1 else 'were'} made before a statistical claim's "
+            "falsifier had to be rejected with power (from the prediction's distance to it, not from the measurement): "
+            "that rule moves no score, no band and no failure, and the restamp took the statuses of the seeds it ran "
+            f"again; {_runs(sum(e['unknown'] for e in entries))} inside their band kept the status they were recorded "
+            "with, passed or not resolvable, which the rule may have decided otherwise (the files do not hold the "
+            "falsifier's distance; no statistic on this page reads it).")
 
 
 def calibration_markdown(directory: Path | None = None, figures: bool = True) -> str:
