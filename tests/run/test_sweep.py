@@ -310,6 +310,34 @@ def test_a_run_in_a_warm_kernel_records_what_a_run_in_a_new_one_records(name, tm
     assert first.records and strip(first.records) == strip(again.records)
 
 
+@pytest.mark.slow  # starts a kernel: not in the fast lane
+def test_a_warm_kernel_starts_processes_after_a_reset(tmp_path):
+    """After the reset between two runs, the kernel's ``__main__`` keeps the module attributes that starting a
+    process needs: a spawned process (what a local Dask cluster's nannies are) starts and ends cleanly in the second
+    run as in the first, and the previous run's names are gone. (The shell's reset deleted ``__spec__``, and the
+    Sweeps page, run after another page in the book's warm kernels, failed with "Nanny failed to start".)"""
+    from companion.run.jupyter_kernel import MODULE_ATTRIBUTES, WarmKernel
+
+    cell = ("import multiprocessing as _mp, os as _os\n"
+            "_p = _mp.get_context('spawn').Process(target=_os.getpid); _p.start(); _p.join()\n"
+            "print('exit', _p.exitcode, 'left' if 'left_over' in globals() else 'clean', "
+            f"[k for k in {MODULE_ATTRIBUTES!r} if k not in globals()])\n"
+            "left_over = 1")
+    kernel = WarmKernel()
+    try:
+        outs = []
+        for _ in range(2):
+            kernel.ready(str(tmp_path))
+            out = []
+            reply = kernel.kc.execute_interactive(cell, timeout=120, output_hook=lambda m, out=out: out.append(
+                m["content"].get("text") or "".join(m["content"].get("traceback") or [])))
+            outs.append("".join(out).strip())
+            assert reply["content"]["status"] == "ok", outs[-1]
+        assert outs == ["exit 0 clean []", "exit 0 clean []"], outs
+    finally:
+        kernel.shutdown()
+
+
 @pytest.mark.slow
 def test_a_warm_kernel_runs_a_notebook_of_another_folder_in_that_folder(tmp_path):
     """A notebook of another folder (cot after mesa, as `make test`'s notebook runs go) runs in the same kernel,

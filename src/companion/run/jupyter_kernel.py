@@ -8,7 +8,7 @@ import os
 import shutil
 import tempfile
 
-__all__ = ["WarmKernel", "KERNEL_ARGUMENTS", "RESET_CODE", "SOCKETS_ENV", "WARM_ENGINE"]
+__all__ = ["WarmKernel", "KERNEL_ARGUMENTS", "RESET_CODE", "MODULE_ATTRIBUTES", "SOCKETS_ENV", "WARM_ENGINE"]
 
 
 #: the kernel logs a transport warning at every start, and "KeyboardInterrupt caught in kernel" (ERROR) when
@@ -16,12 +16,22 @@ __all__ = ["WarmKernel", "KERNEL_ARGUMENTS", "RESET_CODE", "SOCKETS_ENV", "WARM_
 KERNEL_ARGUMENTS = ["--IPKernelApp.log_level=CRITICAL"]
 
 
+#: the attributes of the kernel's ``__main__`` module that the shell's reset deletes with the user's names and
+#: that :data:`RESET_CODE` puts back: without ``__spec__``, ``multiprocessing``'s spawn start method cannot prepare a
+#: child (``get_preparation_data`` reads it), so a notebook that starts processes (a local Dask cluster: the Sweeps
+#: page) failed with "Nanny failed to start" whenever another notebook had run in its kernel before it
+MODULE_ATTRIBUTES = ("__doc__", "__loader__", "__package__", "__spec__")
+
+
 #: what a warm kernel runs before each notebook: the previous run's figures and names go. Figures are closed
 #: first; then the shell's hard reset (what ``%reset -f`` runs), whose output-cache flush collects the garbage
-#: once. The magic itself would collect twice more, about 0.1 s each in a kernel that has imported torch.
+#: once, and the module attributes it deletes (:data:`MODULE_ATTRIBUTES`) are put back as they were (one
+#: expression: the reset also deletes every name the cell could have kept them in). The magic itself would collect
+#: twice more, about 0.1 s each in a kernel that has imported torch.
 RESET_CODE = ("import sys as _s\n"
               "if 'matplotlib.pyplot' in _s.modules: _s.modules['matplotlib.pyplot'].close('all')\n"
-              "get_ipython().reset(new_session=False)")
+              "(lambda ns, keep: (get_ipython().reset(new_session=False), ns.update(keep)))"
+              f"(globals(), {{k: globals()[k] for k in {MODULE_ATTRIBUTES!r} if k in globals()}});")  # ";": no output
 
 
 #: the folder under which a :class:`WarmKernel` puts its socket folder: a :class:`RunServer` names one of its
