@@ -338,6 +338,9 @@ def test_repower_keeps_every_score_and_failure_and_counts_the_passes_it_cannot_d
                                                 gap_se=[5.0, 20.0])}}
     assert compare_columns(data, now, [1, 2], split_unknown=True) == []
     assert compare_columns(data, now, [1, 2]) != []  # a file at the rule compares statuses exactly
+    holes = json.loads(json.dumps(data))
+    holes["claims"]["c"]["z"][0] = None  # any other column is compared as before, a hole in the old file too
+    assert compare_columns(holes, now, [1], split_unknown=True) == ["c: z at seed 1 was None, now 0.5"]
     failed = json.loads(json.dumps(now))
     failed["claims"]["c"]["status"][0] = "failed"
     assert compare_columns(data, failed, [1], split_unknown=True)  # a failure is never an unknown

@@ -199,8 +199,8 @@ def compare_columns(old: dict, new: dict, seeds: list[int], split_unknown: bool 
     """The differences between two calibrations' data at ``seeds`` (each held by both): one line per claim whose
     column differs at some seed beyond :data:`RESTAMP_RTOL` (status and in_band exactly), and per claim recorded
     by one only. Empty when they agree. ``split_unknown``: ``old`` does not know whether its in-band runs passed
-    (:func:`repower_data`): passed and not_resolvable compare equal there, and a column ``old`` does not hold at a
-    seed (None, e.g. ``gap_se`` before it was recorded) is not compared."""
+    (:func:`repower_data`): passed and not_resolvable compare equal there, and the falsifier's distance
+    (``gap_se``), which it did not record, is not compared."""
     where_old = {s: i for i, s in enumerate(old["seeds"])}
     where_new = {s: i for i, s in enumerate(new["seeds"])}
     lines = []
@@ -215,7 +215,8 @@ def compare_columns(old: dict, new: dict, seeds: list[int], split_unknown: bool 
             for s in seeds:
                 x = (a.get(key) or [None] * len(old["seeds"]))[where_old[s]]
                 y = (b.get(key) or [None] * len(new["seeds"]))[where_new[s]]
-                if _same(key, x, y) or (split_unknown and (x is None or (key == "status" and {x, y} <= set(_IN_BAND)))):
+                if _same(key, x, y) or (split_unknown and ((key == "gap_se" and x is None)
+                                                            or (key == "status" and {x, y} <= set(_IN_BAND)))):
                     continue
                 lines.append(f"{claim}: {key} at seed {s} was {x!r}, now {y!r}")
                 break
