@@ -7,7 +7,7 @@ import math
 import pytest
 
 from companion.claims import ClaimSpec, ResultSpec
-from companion.stats import POWER, Z_LEVEL, critical
+from companion.stats import POWER, Z_LEVEL, critical, detectable
 from companion.verdict import KINDS, MAX_CRIT, Verdict, VerdictError, result_of
 
 
@@ -345,12 +345,18 @@ def test_a_statistical_falsifier_is_rejected_by_the_design_not_by_the_measuremen
     prediction), fixed before the comparison: an in-band measurement close to the falsifier still passes when the
     design has power, one at the prediction stays undecided when it has none, and a miss fails either way."""
     v = make(tmp_path, manifest=("edge", "centre", "miss", "miss_weak"))
-    kw = dict(quantity="q", predicted=1.0, se=0.01, falsifier="f", reason="r")
-    # the falsifier 6.5 SE away (detectable 6.3 SE): a measurement 3.5 SE towards it is 3 SE from it, inside the
-    # band a data rule would draw around it, and passes
-    edge = v.statistical("edge", measured=1.035, falsifier_value=1.065, **kw)
+    se = 0.01
+    kw = dict(quantity="q", predicted=1.0, se=se, falsifier="f", reason="r")
+    det = detectable(Z_LEVEL, se)  # (c + q_0.99) SE, about 6.3 SE at the book's level
+    # the falsifier just beyond what the band detects; a measurement 0.9 band towards it lies nearer to it than the
+    # band's half-width (a data rule would not reject it), and passes
+    far = 1.0 + 1.03 * det
+    near_edge = 1.0 + 0.9 * Z_LEVEL * se
+    assert far - near_edge < Z_LEVEL * se
+    edge = v.statistical("edge", measured=near_edge, falsifier_value=far, **kw)
     assert edge.powered and edge.in_band and edge.status == "passed"
-    centre = v.statistical("centre", measured=1.0, falsifier_value=1.06, **kw)  # 6 SE: under the 6.3 detected
+    centre = v.statistical("centre", measured=1.0, falsifier_value=1.0 + 0.95 * det, **kw)
     assert centre.powered is False and centre.status == "not_resolvable"
-    assert v.statistical("miss", measured=1.05, falsifier_value=1.5, **kw).status == "failed"
-    assert v.statistical("miss_weak", measured=1.05, falsifier_value=1.06, **kw).status == "failed"
+    out = 1.0 + 1.5 * Z_LEVEL * se
+    assert v.statistical("miss", measured=out, falsifier_value=1.5, **kw).status == "failed"
+    assert v.statistical("miss_weak", measured=out, falsifier_value=1.0 + 0.95 * det, **kw).status == "failed"
