@@ -18,8 +18,8 @@ KERNEL_ARGUMENTS = ["--IPKernelApp.log_level=CRITICAL"]
 
 #: the attributes of the kernel's ``__main__`` module that the shell's reset deletes with the user's names and
 #: that :data:`RESET_CODE` puts back: without ``__spec__``, ``multiprocessing``'s spawn start method cannot prepare a
-#: child (``get_preparation_data`` reads it), so a notebook that starts processes (a local Dask cluster: the Sweeps
-#: page) failed with "Nanny failed to start" whenever another notebook had run in its kernel before it
+#: child (``get_preparation_data`` reads it), and a notebook that starts processes (a local Dask cluster, as the
+#: Sweeps page does; Dask reports "Nanny failed to start") could not run after another notebook in the same kernel
 MODULE_ATTRIBUTES = ("__doc__", "__loader__", "__package__", "__spec__")
 
 
