@@ -16,6 +16,7 @@ from companion.cot import cot_inference, gd_trajectory, make_generator, sample_p
 from companion.cot import stats as cot_stats
 from companion.cot.model import lsa, outcome_loss
 from companion.cot.train import evaluate, replicate_seed, train_full, train_looped_isotropic
+from companion.seeds import COT_EVAL, COT_PROMPTS
 from companion.stats import critical, median_se
 
 
@@ -71,8 +72,20 @@ def test_replicate_errors_give_each_replicate_its_own_prompts():
     res = train_full("cot", 2, 5, 2, 0.3, steps=5, lr=0.01, batch=4, eval_every=5, eval_batch=4, seed=0, replicates=2)
     e = cot_stats.replicate_errors("cot", res, 2, 50, 9)
     assert e.shape == (2, 50)
-    p1 = sample_prompts(50, 2, 5, make_generator(replicate_seed(9, 1)))
+    p1 = sample_prompts(50, 2, 5, make_generator(COT_EVAL.replicate(9, 1)))
     assert np.allclose(e[1], cot_stats.model_errors("cot", res.replicate(1), p1, 2))
+
+
+def test_replicate_errors_never_judge_a_model_on_its_own_training_stream(monkeypatch):
+    """The evaluation prompts of replicate r come from ``cot.eval``, not from ``cot.prompts`` of the same seed (the
+    stream of replicate r's initialisation and minibatches), whichever seed the page hands over."""
+    seen = []
+    real = cot_stats.make_generator
+    monkeypatch.setattr(cot_stats, "make_generator", lambda s: seen.append(s) or real(s))
+    res = train_full("no_cot", 2, 5, 1, steps=3, lr=0.01, batch=4, eval_every=3, eval_batch=4, seed=11, replicates=3)
+    cot_stats.replicate_errors("no_cot", res, 1, 20, 11)
+    assert seen == [COT_EVAL.replicate(11, r) for r in range(3)]
+    assert not set(seen) & {COT_PROMPTS.replicate(11, r) for r in range(3)}
 
 
 def test_standard_error_over_seeds_and_prompts():

@@ -27,13 +27,13 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 
-from companion.seeds import COT_TRAIN_EVAL
+from companion.seeds import COT_EVAL, COT_TRAIN_EVAL
 from companion.stats import Z_LEVEL, band_words, combine, mean_se, median_se, replicate_se, welch, wider
 
 from .data import make_generator, sample_prompts
 from .grads import cot_step_grads
 from .model import cot_inference, looped_predict, no_cot_predict, per_prompt_error
-from .train import TrainResult, replicate_seed, threads1
+from .train import TrainResult, threads1
 
 __all__ = ["model_errors", "replicate_errors", "trained_vs_prediction", "replicate_median", "nearer_neighbour",
            "SADDLE_RATIO", "Escape", "left_saddle"]
@@ -112,10 +112,12 @@ def model_errors(objective: str, res, prompts, k: int) -> np.ndarray:
 
 def replicate_errors(objective: str, res, k: int, num: int, seed: int) -> np.ndarray:
     """Per-prompt errors of every replicate of a :class:`~companion.cot.train.TrainResult` trained with
-    ``replicates=R``, replicate r on its *own* ``num`` fresh prompts (seed ``replicate_seed(seed, r)``), shape
-    (R, num): R independent repetitions of the whole experiment, training and evaluation."""
+    ``replicates=R``, replicate r on its *own* ``num`` fresh prompts from the ``cot.eval`` stream
+    (:data:`companion.seeds.COT_EVAL` ``.replicate(seed, r)``, ``seed`` the page's seed), shape (R, num): R
+    independent repetitions of the whole experiment, training and evaluation. The stream is applied here, so no
+    caller can judge a model on the draws of its own training stream (``cot.prompts``, the same seed)."""
     d, n = res.config["d"], res.config["n"]
-    return np.stack([model_errors(objective, res.replicate(r), sample_prompts(num, d, n, make_generator(replicate_seed(seed, r))), k)
+    return np.stack([model_errors(objective, res.replicate(r), sample_prompts(num, d, n, make_generator(COT_EVAL.replicate(seed, r))), k)
                      for r in range(res.replicates)])
 
 

@@ -12,7 +12,6 @@ import numpy as np
 
 from companion.claims import ClaimSpec, ResultSpec
 from companion.plotting import legend_outside, new_figure
-from companion.seeds import COT_EVAL
 from companion.stats import ROUNDOFF, Z_LEVEL, band_words
 
 from ...text import tex_number
@@ -72,9 +71,9 @@ def cot_vs_no_cot(d: int, n: int, eta: float, k: int, *, steps: int, lr: float, 
     pred, prev, floor = gd.gd_error_mc(k, eta, eigs), gd.gd_error_mc(k - 1, eta, eigs), no_cot.no_cot_floor(d, n)
     eta999, q999 = gd.divergence_step(eigs, 1e-3)  # one prompt in a thousand diverges from this step on
     return dict(n=n, eta=eta, cot=cot, noc=noc, pred=pred, prev=prev, floor=floor, floor_mp=no_cot.no_cot_floor_mp(d, n),
-                m_cot=trained_vs_prediction(replicate_errors("cot", cot, k, eval_batch // replicates, COT_EVAL(seed)),
+                m_cot=trained_vs_prediction(replicate_errors("cot", cot, k, eval_batch // replicates, seed),
                                             pred.mean, pred.se),
-                m_noc=trained_vs_prediction(replicate_errors("no_cot", noc, 1, eval_batch // replicates, COT_EVAL(seed)),
+                m_noc=trained_vs_prediction(replicate_errors("no_cot", noc, 1, eval_batch // replicates, seed),
                                             floor),
                 unstable=float(np.mean(eta * eigs[:, -1] > 2)), q999=q999, eta999=eta999)
 

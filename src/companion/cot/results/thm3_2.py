@@ -21,7 +21,7 @@ import torch
 from companion.claims import ClaimSpec, ResultSpec
 from companion.params import TrainingDiverged
 from companion.plotting import legend_outside, new_figure
-from companion.seeds import COT_EVAL, COT_PROMPTS
+from companion.seeds import COT_PROMPTS
 from companion.stats import ROUNDOFF, Z_LEVEL, combine, critical, median_se
 
 from ...text import tex_number
@@ -122,7 +122,7 @@ def trained_cot(d: int, n: int, k_train: int, k: int, eta: float, *, steps: int,
                                  seed=seed, eval_every=max(1, steps // 20), eval_batch=200, replicates=replicates)
     except TrainingDiverged as exc:
         return dict(diverged=exc.message, exact=exact)
-    errors = replicate_errors("cot", runs, k, eval_batch // replicates, COT_EVAL(seed))
+    errors = replicate_errors("cot", runs, k, eval_batch // replicates, seed)
     return dict(trained_vs_prediction(errors, exact["pred"]), runs=runs, exact=exact)
 
 

@@ -18,7 +18,6 @@ from scipy import integrate
 from companion.claims import ClaimSpec, ResultSpec
 from companion.params import ParameterError
 from companion.plotting import legend_outside, new_figure
-from companion.seeds import COT_EVAL
 from companion.stats import ROUNDOFF, Z_LEVEL
 
 from ...text import tex_number
@@ -235,7 +234,7 @@ def full_eval(runs, pred, k: int, eval_batch: int, seed: int, eta: float) -> dic
     GD error ``pred`` (:func:`companion.cot.theory.gd.gd_error_mc`): :func:`companion.cot.stats.trained_vs_prediction`,
     with ``escape`` (the :class:`companion.cot.stats.Escape`)."""
     escape = left_saddle(runs, eta, k)
-    errors = replicate_errors("cot", escape.kept, k, eval_batch // runs.replicates, COT_EVAL(seed))
+    errors = replicate_errors("cot", escape.kept, k, eval_batch // runs.replicates, seed)
     return dict(trained_vs_prediction(errors, pred.mean, pred.se), escape=escape)
 
 
