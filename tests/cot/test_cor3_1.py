@@ -71,3 +71,50 @@ def test_the_trained_pairs_sentence_counts_the_passes_and_the_growth():
     assert "(5, 20), (10, 40), (20, 80)" in words and "grows 4.0-fold" in words and f"{growth:.1f}-fold" in words
     assert "2 of the 3 claims pass" in words
     assert cor3_1.trained_summary(recs[:1], {pairs[0]: trained[pairs[0]]}).startswith("One pair is trained here")
+
+
+def _models(d, perturb, seed=0):
+    """Two no-CoT models side by side as a TrainResult: the GD construction (A = eta* I, odd in the labels) and,
+    when ``perturb`` > 0, the construction with every weight moved by N(0, perturb^2)."""
+    import torch
+
+    from companion.cot.model import construction
+    from companion.cot.train import TrainResult
+
+    K, V = construction(d, no_cot.eta_star(d, 4 * d))
+    g = torch.Generator().manual_seed(seed)
+    K2 = K + perturb * torch.randn(K.shape, generator=g, dtype=K.dtype)
+    V2 = V + perturb * torch.randn(V.shape, generator=g, dtype=V.dtype)
+    return TrainResult(torch.stack([K, K2]), torch.stack([V, V2]), np.array([0]), np.zeros((1, 2)), np.zeros(1), [],
+                       dict(d=d, n=4 * d, seed=3))
+
+
+def test_the_even_part_is_zero_for_the_gd_step_and_splits_the_error_exactly():
+    """The construction is odd in the labels: no even part. A perturbed model has one, and on a prompt set closed
+    under w* -> -w* its mean error is exactly the odd part's error plus the even part's energy (a wrong factor or
+    sign in the even part breaks the identity)."""
+    import torch
+
+    from companion.cot.data import Prompts, make_generator, sample_prompts
+    from companion.cot.stats import model_errors
+
+    d = 3
+    res = _models(d, 0.05)
+    p = sample_prompts(500, d, 4 * d, make_generator(1))
+    both = Prompts(torch.cat([p.X, p.X]), torch.cat([p.w_star, -p.w_star]))
+    even = cor3_1.even_part_energy(res, both)
+    assert even[0] < 1e-24 and even[1] > 1e-4
+    from companion.cot.model import no_cot_predict
+
+    m = res.replicate(1)
+    w_pos, w_neg = no_cot_predict(p, m.W_KQ, m.W_PV), no_cot_predict(Prompts(p.X, -p.w_star), m.W_KQ, m.W_PV)
+    odd = (w_pos - w_neg) / 2
+    odd_error = float(((odd - p.w_star) ** 2).sum(-1).mean())
+    assert model_errors("no_cot", m, both, 1).mean() == pytest.approx(odd_error + even[1], rel=1e-12)
+
+
+def test_the_even_part_rule_holds_for_the_gd_step_and_not_for_a_perturbed_model():
+    """``even_part_met`` reads the run's own evaluation prompts and compares the mean even energy with a tenth of
+    the claim's standard error over its prompts: zero passes, a visible even part does not."""
+    assert cor3_1.even_part_met(2000)(_models(3, 0.0)) is True
+    assert cor3_1.even_part_met(2000)(_models(3, 0.05)) is False

@@ -14,21 +14,29 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import torch
 from matplotlib.ticker import NullFormatter, ScalarFormatter
 
 from companion.claims import ClaimSpec, ResultSpec
 from companion.plotting import legend_outside, new_figure
+from companion.seeds import COT_TRAIN_EVAL
 from companion.stats import ROUNDOFF, Z_LEVEL, critical, mean_se
 
 from ...text import tex_number
-from ..stats import replicate_errors, trained_vs_prediction
+from ..data import Prompts, make_generator, sample_prompts
+from ..model import no_cot_predict
+from ..stats import model_errors, replicate_errors, trained_vs_prediction
 from ..theory import gd, no_cot, wishart
-from .thm3_1 import CONVERGED, MAX_DOUBLINGS, last_quarter_drift, train_until_converged
+from ..train import threads1
+from .thm3_1 import CONVERGED, MAX_DOUBLINGS, RULE_PROMPTS, last_quarter_drift, train_until_converged
 
-__all__ = ["CLAIMS", "RESULT", "PROPORTIONAL_FLOOR", "grid_pairs", "floor_from_moments",
-           "floor_mc", "trained_floor", "record_formula", "record_trained", "trained_summary", "figure", "manifest"]
+__all__ = ["CLAIMS", "RESULT", "PROPORTIONAL_FLOOR", "EVEN_SHARE", "grid_pairs", "floor_from_moments",
+           "floor_mc", "even_part_energy", "even_part_met", "trained_floor", "record_formula", "record_trained", "trained_summary", "figure", "manifest"]
 
 PROPORTIONAL_FLOOR = "the proportional-limit (Marchenko–Pastur) floor $d^2/(n+d)$"
+#: the stopping rule of the trained claims: the even part's energy at most this share of the claim's standard error
+#: (:func:`even_part_met`)
+EVEN_SHARE = 0.1
 
 IDENTITY = ClaimSpec("cot_c31_floor_formula", "identity", "closed_form", prediction="companion.cot.theory.no_cot.no_cot_floor")
 TRAINED = ClaimSpec("cot_c31_trained_d{d}_n{n}", "statistical", "trained", headline=True,
@@ -71,26 +79,69 @@ def floor_mc(d: int, n: int, num: int, rng: np.random.Generator, eta: float | No
     return mean_se(gd.gd_trace(eta, wishart.sample_S_eigs(d, n, num, rng), 1))
 
 
+def even_part_energy(res, prompts: Prompts) -> np.ndarray:
+    r"""Per replicate of a no-CoT :class:`~companion.cot.train.TrainResult`, the mean over ``prompts`` of
+    :math:`\|\hat w_{\rm even}\|^2`, :math:`\hat w_{\rm even} = \tfrac12\bigl(\hat w(X, y) + \hat w(X, -y)\bigr)`:
+    the part of the predictor even in the labels :math:`y = X^\T w^\star` (the prompt with :math:`-w^\star`).
+
+    The task is symmetric under :math:`w^\star \to -w^\star`, so the error splits as
+    :math:`\E\|\hat w_{\rm odd} - w^\star\|^2 + \E\|\hat w_{\rm even}\|^2` (the cross term is odd) and
+    every minimiser has :math:`\hat w_{\rm even} = 0`: its energy is an excess of the trained model over the best
+    one that needs no prediction to measure (:prf:ref:`cot-cor-3-1`)."""
+    flipped = Prompts(prompts.X, -prompts.w_star)
+    out = []
+    with threads1(), torch.no_grad():
+        for r in range(res.replicates):
+            m = res.replicate(r)
+            even = (no_cot_predict(prompts, m.W_KQ, m.W_PV) + no_cot_predict(flipped, m.W_KQ, m.W_PV)) / 2
+            out.append(float((even**2).sum(-1).mean()))
+    return np.array(out)
+
+
+def even_part_met(eval_batch: int):
+    r"""The further stopping rule of the trained claims of :prf:ref:`cot-cor-3-1` (the ``also`` of
+    :func:`companion.cot.results.thm3_1.train_until_converged`): on the run's own evaluation prompts
+    (``cot.train_eval``, :data:`~companion.cot.results.thm3_1.RULE_PROMPTS` of them, never the claim's), the
+    replicates' mean :func:`even_part_energy` is at most :data:`EVEN_SHARE` times the standard error the claim will
+    have over its prompts, :math:`s/\sqrt{R\,N}` (s the spread of the per-prompt errors there, N =
+    ``eval_batch`` per replicate; a lower bound of the claim's standard error). The even part is then too small to
+    move the claim's z by more than that share; the last-quarter fall of the loss does not see it, because it
+    decays slowly while the loss barely moves."""
+    def met(res) -> bool:
+        prompts = _rule_prompts(res)
+        err = np.concatenate([model_errors("no_cot", res.replicate(r), prompts, 1) for r in range(res.replicates)])
+        se = float(np.std(err, ddof=1)) / math.sqrt(res.replicates * eval_batch)
+        return bool(np.mean(even_part_energy(res, prompts)) <= EVEN_SHARE * se)
+    return met
+
+
+def _rule_prompts(res) -> Prompts:
+    """The stopping rule's prompts of a training run: its own evaluation set (``cot.train_eval``)."""
+    d, n = res.config["d"], res.config["n"]
+    return sample_prompts(RULE_PROMPTS, d, n, make_generator(COT_TRAIN_EVAL(res.config["seed"])))
+
+
 def trained_floor(d: int, n: int, *, lr: float, lr_final: float, path: float, replicates: int, eval_batch: int,
                   seed: int, batch: int = 64, z: float = Z_LEVEL) -> dict:
     r"""``replicates`` full no-CoT LSAs trained from random weights in one batch under the stopping rule
-    (:func:`companion.cot.results.thm3_1.train_until_converged`), replicate r evaluated on its own ``eval_batch``
-    fresh prompts, against the floor of :prf:ref:`cot-cor-3-1`.
+    (:func:`companion.cot.results.thm3_1.train_until_converged`, with :func:`even_part_met`), replicate r evaluated
+    on its own ``eval_batch`` fresh prompts, against the floor of :prf:ref:`cot-cor-3-1`.
 
     Returns
     -------
     dict
         :func:`companion.cot.stats.trained_vs_prediction` (mean, se, dof, ...), with ``drift``
         (:func:`companion.cot.results.thm3_1.last_quarter_drift` of the replicates' mean evaluation loss on the
-        run's fixed evaluation prompts), ``steps``, ``path`` and ``converged`` (of the stopping rule) and ``res``
-        (the training result).
+        run's fixed evaluation prompts), ``even`` (the replicates' mean :func:`even_part_energy` there), ``steps``,
+        ``path`` and ``converged`` (of the stopping rule) and ``res`` (the training result).
     """
     res, steps, p, converged = train_until_converged(d, n, lr=lr, lr_final=lr_final, path=path, replicates=replicates,
-                                                     seed=seed, batch=batch)
+                                                     seed=seed, batch=batch, also=even_part_met(eval_batch))
     err = replicate_errors("no_cot", res, 1, eval_batch, seed)
     out = trained_vs_prediction(err if res.replicates > 1 else err[0], no_cot.no_cot_floor(d, n), z=z)
     drift = float(np.mean(last_quarter_drift(res.steps, res.eval_loss)))
-    return dict(out, drift=drift, steps=steps, path=p, converged=converged, res=res)
+    even = float(np.mean(even_part_energy(res, _rule_prompts(res))))
+    return dict(out, drift=drift, even=even, steps=steps, path=p, converged=converged, res=res)
 
 
 
@@ -119,14 +170,15 @@ def record_trained(v, trained: dict, eval_batch: int):
     r"""Record the headline claims ``cot_c31_trained_d{d}_n{n}`` on the verdict ``v``, one per trained pair
     (``trained[d, n]``: :func:`trained_floor`): the mean error of the R seeds against the floor
     :math:`d(d+1)/(n+d+1)` at ``Z_LEVEL`` SE (the wider of the seed spread, Student-t, and the prompts) plus the
-    last-quarter drift and round-off; the falsifier is the proportional-limit floor :math:`d^2/(n+d)`. Returns the
-    record of the last pair (the largest, the one the prose reports), or None when no pair was trained."""
+    optimisation error left (the last-quarter drift and the even part's energy) and round-off; the falsifier is the
+    proportional-limit floor :math:`d^2/(n+d)`. Returns the record of the last pair (the largest, the one the prose
+    reports), or None when no pair was trained."""
     head = None
     for (d, n), t in trained.items():
         R = len(t["means"]) if "means" in t else 1
         seeds = math.isfinite(t["dof"])
         band = f"{Z_LEVEL:.3g} SE of the seed spread (Student-t)" if seeds else f"{Z_LEVEL:.3g} SE over the evaluation prompts"
-        drift = abs(t["drift"])
+        drift, even = abs(t["drift"]), t["even"]
         rule = (f"met after {t['steps']} Adam steps (path {t['path']:g})" if t["converged"] else
                 f"not met after {MAX_DOUBLINGS} doublings of the path; the last run had {t['steps']} Adam steps "
                 f"(path {t['path']:g})")
@@ -137,17 +189,21 @@ def record_trained(v, trained: dict, eval_batch: int):
             f"cot_c31_trained_d{d}_n{n}",
             quantity=rf"{R} trained no-CoT LSAs at $d = {d}$, $n = {n}$: mean error against $d(d+1)/(n+d+1)$",
             predicted=t["pred"], measured=t["mean"], se=t["se"], dof=t["dof"],
-            floor=ROUNDOFF * d + drift, falsifier=PROPORTIONAL_FLOOR, falsifier_value=fal, headline=True,
+            floor=ROUNDOFF * d + drift + even, falsifier=PROPORTIONAL_FLOOR, falsifier_value=fal, headline=True,
             reason=rf"mean error of {R} training seeds against the floor $d(d+1)/(n+d+1)$; band: {band}, plus "
-                   "what the mean loss still moved over the last quarter of training",
+                   "the optimisation error left (what the mean loss still moved over the last quarter of training, "
+                   "and the energy of the predictor's part even in the labels)",
             detail=rf"Each seed evaluated on its own {eval_batch} fresh prompts. Standard error {tex_number(t['se'])} "
                    f"from {t['se_from']}, the wider of two valid bands at the level of {Z_LEVEL:.3g} normal SE (critical "
                    rf"value ${tex_number(critical(Z_LEVEL, t['dof']))}$); the other was {other}. Floor: the last-quarter "
-                   rf"drift of the seeds' mean evaluation loss, ${tex_number(drift)}$ (the optimisation error left), "
-                   rf"plus round-off $d\cdot10^{{-13}} = {tex_number(ROUNDOFF * d)}$. Training: full no-CoT LSAs from "
+                   rf"drift of the seeds' mean evaluation loss, ${tex_number(drift)}$, and their mean energy of the "
+                   r"part of the predictor even in the labels, $\|\tfrac12(\hat w(X, y) + \hat w(X, -y))\|^2$ = "
+                   rf"${tex_number(even)}$ (zero at every minimiser; both on the run's own evaluation prompts, the "
+                   rf"optimisation error left), plus round-off $d\cdot10^{{-13}} = {tex_number(ROUNDOFF * d)}$. Training: full no-CoT LSAs from "
                    "random weights in one batch (Adam, fresh prompts, float64); the stopping rule (each seed's "
                    f"evaluation loss falls over the last quarter by at most {100 * CONVERGED:g} % of the floor "
-                   rf"$d(d+1)/(n+d+1)$) "
+                   rf"$d(d+1)/(n+d+1)$, and the seeds' mean even part is at most {EVEN_SHARE:g} times the claim's "
+                   "standard error over its prompts) "
                    rf"was {rule}. Falsifier $d^2/(n+d) = {fal:.6g}$ against the floor ${t['pred']:.6g}$, a "
                    r"relative gap $n/((d+1)(n+d))$.")
     return head

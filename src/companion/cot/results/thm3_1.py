@@ -27,7 +27,7 @@ from ..model import no_cot_effective_matrix
 from ..theory import gd, no_cot
 from ..train import cached_train_full
 
-__all__ = ["CLAIMS", "RESULT", "PROPORTIONAL_STEP", "CONVERGED", "MAX_DOUBLINGS", "eta_proportional", "adam_horizon",
+__all__ = ["CLAIMS", "RESULT", "PROPORTIONAL_STEP", "CONVERGED", "MAX_DOUBLINGS", "RULE_PROMPTS", "eta_proportional", "adam_horizon",
            "last_quarter_drift", "train_until_converged", "eta_argmin_mc", "trained_eta_eff", "no_cot_eta_eff",
            "record_trained", "record_argmin", "figure", "manifest"]
 
@@ -37,6 +37,9 @@ PROPORTIONAL_STEP = "the proportional-limit (Marchenko–Pastur) step $n/(n+d)$"
 CONVERGED = 0.01
 #: the most times the stopping rule doubles the path
 MAX_DOUBLINGS = 3
+#: the run's fixed evaluation prompts (train_full's ``eval_batch``, stream ``cot.train_eval``) on which the stopping
+#: rule reads the loss
+RULE_PROMPTS = 1000
 
 CLAIMS = (
     ClaimSpec("cot31_eta_eff", "statistical", "trained", headline=True, prediction="companion.cot.theory.no_cot.eta_star",
@@ -103,13 +106,15 @@ def last_quarter_drift(steps: np.ndarray, values: np.ndarray) -> np.ndarray:
 
 
 def train_until_converged(d: int, n: int, *, lr: float, lr_final: float, path: float, replicates: int, seed: int,
-                          batch: int = 64):
+                          batch: int = 64, also=None):
     r"""The stopping rule of :prf:ref:`cot-thm-3-1` and :prf:ref:`cot-cor-3-1`: train ``replicates`` full no-CoT
     LSAs in one batch (through the run cache) for :func:`adam_horizon` (lr, lr_final, path) steps; a replicate has
     converged when its evaluation loss (on the run's fixed evaluation prompts) fell over the last quarter by at
     most :data:`CONVERGED` times the floor. While one has not, train again from the same seeds with twice the
     path, at most :data:`MAX_DOUBLINGS` times. (A seed that sits on a saddle of the bilinear parametrisation,
-    a rank-one A, still loses loss steadily; one at the minimum only jitters.)
+    a rank-one A, still loses loss steadily; one at the minimum only jitters.) ``also``: a further test of a
+    claim's own, ``also(res) -> bool``, that the run must meet too (Cor 3.1's on the even part of the predictor,
+    :func:`companion.cot.results.cor3_1.even_part_met`).
 
     Returns
     -------
@@ -121,9 +126,9 @@ def train_until_converged(d: int, n: int, *, lr: float, lr_final: float, path: f
         p = path * 2**j
         steps = adam_horizon(lr, lr_final, p)
         res = cached_train_full("no_cot", d, n, 1, steps=steps, lr=lr, lr_final=lr_final, batch=batch, seed=seed,
-                                eval_every=max(1, steps // 20), eval_batch=1000, replicates=replicates)
+                                eval_every=max(1, steps // 20), eval_batch=RULE_PROMPTS, replicates=replicates)
         fall = -last_quarter_drift(res.steps, res.eval_loss)
-        converged = bool(np.all(fall <= CONVERGED * no_cot.no_cot_floor(d, n)))
+        converged = bool(np.all(fall <= CONVERGED * no_cot.no_cot_floor(d, n))) and (also is None or bool(also(res)))
         if converged:
             break
     return res, steps, p, converged
