@@ -191,8 +191,7 @@ def record_trained(v, trained: dict, eval_batch: int):
             predicted=t["pred"], measured=t["mean"], se=t["se"], dof=t["dof"],
             floor=ROUNDOFF * d + drift + even, falsifier=PROPORTIONAL_FLOOR, falsifier_value=fal, headline=True,
             reason=rf"mean error of {R} training seeds against the floor $d(d+1)/(n+d+1)$; band: {band}, plus "
-                   "the optimisation error left (what the mean loss still moved over the last quarter of training, "
-                   "and the energy of the predictor's part even in the labels)",
+                   "the optimisation error left (last-quarter drift, even part)",
             detail=rf"Each seed evaluated on its own {eval_batch} fresh prompts. Standard error {tex_number(t['se'])} "
                    f"from {t['se_from']}, the wider of two valid bands at the level of {Z_LEVEL:.3g} normal SE (critical "
                    rf"value ${tex_number(critical(Z_LEVEL, t['dof']))}$); the other was {other}. Floor: the last-quarter "
