@@ -52,3 +52,71 @@ def test_neighbours_take_the_nearer_exact_value():
         assert (ex["pred"], ex["km1"], ex["kp1"]) == (pred, km1, kp1)
         want = min((kp1, k + 1), (km1, k - 1), key=lambda t: abs(t[0] - pred))
         assert (ex["near"], ex["near_k"]) == want
+
+
+def test_the_stopping_rule_starts_at_half_the_horizon_and_doubles_it():
+    from companion.params import ParameterError
+
+    assert thm3_2.rule_horizons(1500) == [750, 1500, 3000, 6000, 12000]
+    assert thm3_2.rule_horizons(3) == [1, 3, 6, 12, 24]
+    with pytest.raises(ParameterError, match="'steps'"):
+        thm3_2.rule_horizons(1)
+
+
+def _fake_training(monkeypatch, step_of, perturb_of=lambda T: 0.0, R=2):
+    """Replace the trainer of ``converge_cot``: the run with horizon T is R copies of the GD construction with step
+    ``step_of(T)``, every weight then moved by ``perturb_of(T)`` N(0, 1) (which leaves an even part). Returns the
+    list of horizons asked for."""
+    import torch
+
+    from companion.cot.model import construction
+    from companion.cot.train import TrainResult
+
+    asked = []
+
+    def fake(objective, d, n, k_train, eta, *, steps, seed, replicates, **kw):
+        asked.append(steps)
+        K, V = construction(d, step_of(steps))
+        g = torch.Generator().manual_seed(0)  # the same perturbation at every horizon
+        Ks = torch.stack([K + perturb_of(steps) * torch.randn(K.shape, generator=g, dtype=K.dtype) for _ in range(R)])
+        Vs = torch.stack([V + perturb_of(steps) * torch.randn(V.shape, generator=g, dtype=V.dtype) for _ in range(R)])
+        return TrainResult(Ks, Vs, np.array([0]), np.zeros((1, R)), np.zeros(1), [],
+                           dict(objective=objective, d=d, n=n, k=k_train, eta=eta, steps=steps, seed=seed, replicates=R))
+
+    monkeypatch.setattr(thm3_2, "cached_train_full", fake)
+    return asked
+
+
+_RULE = dict(steps=1500, lr=1e-3, lr_final=1.0, replicates=2, eval_batch=2000, seed=5)
+
+
+def test_the_stopping_rule_stops_at_the_horizon_when_a_doubling_changes_nothing(monkeypatch):
+    """Training that has converged by ``steps // 2``: the rule compares with ``steps`` and stops there (not at the
+    check run, not later)."""
+    asked = _fake_training(monkeypatch, lambda T: 0.3)
+    out = thm3_2.converge_cot(3, 30, 4, 2, 0.3, **_RULE)
+    assert asked == [750, 1500] and out["converged"] and out["steps"] == 1500 == out["runs"].config["steps"]
+    assert out["change"] == 0.0 and out["even"] < 1e-20
+
+
+def test_the_stopping_rule_compares_consecutive_horizons_and_either_sign_of_change(monkeypatch):
+    """The step still grows up to 3000 Adam steps (the error falls: a negative change), then stays: the first
+    doubling that changes nothing is 3000 -> 6000. Comparing with the first run instead, or letting a fall pass
+    unsigned, stops elsewhere."""
+    asked = _fake_training(monkeypatch, lambda T: 0.3 * min(1.0, 0.55 + 0.15 * T / 1000))
+    out = thm3_2.converge_cot(3, 30, 4, 2, 0.3, **_RULE)
+    assert asked == [750, 1500, 3000, 6000] and out["converged"] and out["steps"] == 6000
+    means = [h["mean"] for h in out["history"]]
+    assert means[0] > means[1] > means[2] == means[3]
+
+
+def test_an_even_part_keeps_the_rule_from_stopping_and_the_claim_untested(monkeypatch):
+    """The same perturbed models at every horizon: no change, but an even part in the labels, which no minimiser
+    has; the rule never stops, and ``trained_cot`` returns no model to test."""
+    asked = _fake_training(monkeypatch, lambda T: 0.3, lambda T: 0.03)
+    out = thm3_2.converge_cot(3, 30, 4, 2, 0.3, **_RULE)
+    assert asked == thm3_2.rule_horizons(1500) and not out["converged"]
+    assert out["change"] == 0.0 and out["even"] > thm3_2.RULE_SHARE * out["se_rule"]
+    res = thm3_2.trained_cot(3, 30, 4, 2, 0.3, **_RULE)
+    assert set(res) == {"unconverged", "exact"} and res["unconverged"]["steps"] == 12000
+

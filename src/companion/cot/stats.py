@@ -30,14 +30,21 @@ import torch
 from companion.seeds import COT_EVAL, COT_TRAIN_EVAL
 from companion.stats import Z_LEVEL, band_words, combine, mean_se, median_se, replicate_se, welch, wider
 
-from .data import make_generator, sample_prompts
+from .data import Prompts, make_generator, sample_prompts
 from .grads import cot_step_grads
 from .model import cot_inference, looped_predict, no_cot_predict, per_prompt_error
 from .train import TrainResult, threads1
 
-__all__ = ["model_errors", "replicate_errors", "trained_vs_prediction", "replicate_median", "nearer_neighbour",
+__all__ = ["MAX_DOUBLINGS", "RULE_PROMPTS", "predict", "model_errors", "even_part_energy", "rule_prompts",
+           "replicate_errors", "trained_vs_prediction", "replicate_median", "nearer_neighbour",
            "SADDLE_RATIO", "Escape", "left_saddle"]
 
+#: the most times a stopping rule doubles a training's horizon (:func:`companion.cot.results.thm3_1.train_until_converged`,
+#: :func:`companion.cot.results.thm3_2.converge_cot`)
+MAX_DOUBLINGS = 3
+#: the prompts of a training run's own evaluation stream (``cot.train_eval``) on which a stopping rule reads the
+#: model (:func:`rule_prompts`)
+RULE_PROMPTS = 1000
 #: a CoT replicate has left the zero saddle when its teacher-forced loss is below this fraction of the zero model's
 #: (:func:`left_saddle`)
 SADDLE_RATIO = 0.25
@@ -96,18 +103,50 @@ def left_saddle(res: TrainResult, eta: float, k: int, num: int = 2000) -> Escape
     return Escape(ratio, escaped, kept)
 
 
-def model_errors(objective: str, res, prompts, k: int) -> np.ndarray:
-    r"""Per-prompt :math:`\|\hat w - w^\star\|^2` of a trained model (CoT: k autoregressive steps; no-CoT; looped
-    with k loops) on the given prompts; non-finite values (divergent prompts) become +inf."""
+def predict(objective: str, res, prompts, k: int) -> torch.Tensor:
+    r"""A trained model's estimate :math:`\hat w` on the given prompts, shape (B, d): after k autoregressive CoT
+    steps (``"cot"``), in one layer (``"no_cot"``) or after k loops (``"looped"``)."""
     with threads1(), torch.no_grad():
         if objective == "cot":
-            w_hat = cot_inference(prompts, res.W_KQ, res.W_PV, k)[:, -1]
-        elif objective == "no_cot":
-            w_hat = no_cot_predict(prompts, res.W_KQ, res.W_PV)
-        else:
-            w_hat = looped_predict(prompts, res.W_KQ, res.W_PV, k)
-        e = per_prompt_error(w_hat, prompts).numpy()
+            return cot_inference(prompts, res.W_KQ, res.W_PV, k)[:, -1]
+        if objective == "no_cot":
+            return no_cot_predict(prompts, res.W_KQ, res.W_PV)
+        return looped_predict(prompts, res.W_KQ, res.W_PV, k)
+
+
+def model_errors(objective: str, res, prompts, k: int) -> np.ndarray:
+    r"""Per-prompt :math:`\|\hat w - w^\star\|^2` of a trained model (CoT: k autoregressive steps; no-CoT; looped
+    with k loops, :func:`predict`) on the given prompts; non-finite values (divergent prompts) become +inf."""
+    with torch.no_grad():
+        e = per_prompt_error(predict(objective, res, prompts, k), prompts).numpy()
     return np.nan_to_num(e, nan=np.inf)
+
+
+def even_part_energy(objective: str, res, prompts: Prompts, k: int) -> np.ndarray:
+    r"""Per replicate of a :class:`~companion.cot.train.TrainResult`, the mean over ``prompts`` of
+    :math:`\|\hat w_{\rm even}\|^2`, :math:`\hat w_{\rm even} = \tfrac12\bigl(\hat w(X, y) + \hat w(X, -y)\bigr)`
+    (:func:`predict`; the prompt with :math:`-w^\star` has the labels :math:`-y`): the part of the estimate even in
+    the labels.
+
+    The task is symmetric under :math:`w^\star \to -w^\star`, and the estimates of the theorems' minimisers (one
+    GD step; k GD steps from :math:`w_0 = 0`) are linear in y, so odd. On a prompt set closed under the flip the
+    error splits as :math:`\E\|\hat w_{\rm odd} - w^\star\|^2 + \E\|\hat w_{\rm even}\|^2` (the cross term is
+    odd): the even part's energy is an excess of a trained model over the minimiser that needs no prediction to
+    measure. Non-finite values become +inf."""
+    flipped = Prompts(prompts.X, -prompts.w_star)
+    out = []
+    for r in range(res.replicates):
+        m = res.replicate(r)
+        even = (predict(objective, m, prompts, k) + predict(objective, m, flipped, k)) / 2
+        out.append(float((even**2).sum(-1).mean()))
+    return np.nan_to_num(np.array(out), nan=np.inf)
+
+
+def rule_prompts(res, num: int) -> Prompts:
+    """A stopping rule's prompts for a training run ``res``: ``num`` prompts of the run's own evaluation stream
+    (``cot.train_eval``), never a claim's test prompts (``cot.eval``)."""
+    d, n = res.config["d"], res.config["n"]
+    return sample_prompts(num, d, n, make_generator(COT_TRAIN_EVAL(res.config["seed"])))
 
 
 def replicate_errors(objective: str, res, k: int, num: int, seed: int) -> np.ndarray:

@@ -14,20 +14,17 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import torch
 from matplotlib.ticker import NullFormatter, ScalarFormatter
 
 from companion.claims import ClaimSpec, ResultSpec
 from companion.plotting import legend_outside, new_figure
-from companion.seeds import COT_TRAIN_EVAL
 from companion.stats import ROUNDOFF, Z_LEVEL, critical, mean_se
 
 from ...text import tex_number
-from ..data import Prompts, make_generator, sample_prompts
-from ..model import no_cot_predict
-from ..stats import model_errors, replicate_errors, trained_vs_prediction
+from ..data import Prompts
+from ..stats import even_part_energy as stats_even_part_energy
+from ..stats import model_errors, replicate_errors, rule_prompts, trained_vs_prediction
 from ..theory import gd, no_cot, wishart
-from ..train import threads1
 from .thm3_1 import CONVERGED, MAX_DOUBLINGS, RULE_PROMPTS, last_quarter_drift, train_until_converged
 
 __all__ = ["CLAIMS", "RESULT", "PROPORTIONAL_FLOOR", "EVEN_SHARE", "grid_pairs", "floor_from_moments",
@@ -82,20 +79,14 @@ def floor_mc(d: int, n: int, num: int, rng: np.random.Generator, eta: float | No
 def even_part_energy(res, prompts: Prompts) -> np.ndarray:
     r"""Per replicate of a no-CoT :class:`~companion.cot.train.TrainResult`, the mean over ``prompts`` of
     :math:`\|\hat w_{\rm even}\|^2`, :math:`\hat w_{\rm even} = \tfrac12\bigl(\hat w(X, y) + \hat w(X, -y)\bigr)`:
-    the part of the predictor even in the labels :math:`y = X^\T w^\star` (the prompt with :math:`-w^\star`).
+    the part of the predictor even in the labels :math:`y = X^\T w^\star` (the prompt with :math:`-w^\star`;
+    :func:`companion.cot.stats.even_part_energy` with one layer).
 
     The task is symmetric under :math:`w^\star \to -w^\star`, so the error splits as
     :math:`\E\|\hat w_{\rm odd} - w^\star\|^2 + \E\|\hat w_{\rm even}\|^2` (the cross term is odd) and
     every minimiser has :math:`\hat w_{\rm even} = 0`: its energy is an excess of the trained model over the best
     one that needs no prediction to measure (:prf:ref:`cot-cor-3-1`)."""
-    flipped = Prompts(prompts.X, -prompts.w_star)
-    out = []
-    with threads1(), torch.no_grad():
-        for r in range(res.replicates):
-            m = res.replicate(r)
-            even = (no_cot_predict(prompts, m.W_KQ, m.W_PV) + no_cot_predict(flipped, m.W_KQ, m.W_PV)) / 2
-            out.append(float((even**2).sum(-1).mean()))
-    return np.array(out)
+    return stats_even_part_energy("no_cot", res, prompts, 1)
 
 
 def even_part_met(eval_batch: int):
@@ -117,8 +108,7 @@ def even_part_met(eval_batch: int):
 
 def _rule_prompts(res) -> Prompts:
     """The stopping rule's prompts of a training run: its own evaluation set (``cot.train_eval``)."""
-    d, n = res.config["d"], res.config["n"]
-    return sample_prompts(RULE_PROMPTS, d, n, make_generator(COT_TRAIN_EVAL(res.config["seed"])))
+    return rule_prompts(res, RULE_PROMPTS)
 
 
 def trained_floor(d: int, n: int, *, lr: float, lr_final: float, path: float, replicates: int, eval_batch: int,

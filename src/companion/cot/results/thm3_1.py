@@ -24,6 +24,7 @@ from companion.stats import ROUNDOFF, Z_LEVEL, band_words, critical, replicate_s
 
 from ...text import tex_number
 from ..model import no_cot_effective_matrix
+from ..stats import MAX_DOUBLINGS, RULE_PROMPTS
 from ..theory import gd, no_cot
 from ..train import cached_train_full
 
@@ -35,11 +36,6 @@ PROPORTIONAL_STEP = "the proportional-limit (Marchenko–Pastur) step $n/(n+d)$"
 #: the stopping rule: a replicate has converged when its evaluation loss fell over the last quarter of the
 #: horizon by at most this fraction of the floor (:func:`train_until_converged`)
 CONVERGED = 0.01
-#: the most times the stopping rule doubles the path
-MAX_DOUBLINGS = 3
-#: the run's fixed evaluation prompts (train_full's ``eval_batch``, stream ``cot.train_eval``) on which the stopping
-#: rule reads the loss
-RULE_PROMPTS = 1000
 
 CLAIMS = (
     ClaimSpec("cot31_eta_eff", "statistical", "trained", headline=True, prediction="companion.cot.theory.no_cot.eta_star",

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from companion.claims import ClaimSpec, ResultSpec
-from companion.params import TrainingDiverged
+from companion.params import ParameterError, TrainingDiverged
 from companion.plotting import legend_outside, new_figure
 from companion.seeds import COT_PROMPTS
 from companion.stats import ROUNDOFF, Z_LEVEL, combine, critical, median_se
@@ -28,11 +28,11 @@ from ...text import tex_number
 from ..data import make_generator, sample_prompts
 from ..model import construction, cot_effective_blocks, cot_inference
 from ..paper import COT_MODELS
-from ..stats import nearer_neighbour, replicate_errors, trained_vs_prediction
+from ..stats import MAX_DOUBLINGS, RULE_PROMPTS, even_part_energy, model_errors, nearer_neighbour, replicate_errors, rule_prompts, trained_vs_prediction
 from ..theory import gd, mp, no_cot, wishart
 from ..train import cached_train_full, threads1
 
-__all__ = ["CLAIMS", "RESULT", "NEIGHBOUR", "IDENTITY_LIMIT", "neighbours", "trained_cot", "learned_steps",
+__all__ = ["CLAIMS", "RESULT", "NEIGHBOUR", "IDENTITY_LIMIT", "RULE_SHARE", "neighbours", "rule_horizons", "converge_cot", "trained_cot", "learned_steps",
            "construction_errors", "law_medians", "median_pair", "mp_quadrature_pair", "mp_limit_fit", "inverse_d_fit", "decay_curves",
            "record_trained", "record_exact", "record_law", "record_mp", "record_decay", "figure", "figure_mp",
            "manifest"]
@@ -59,6 +59,10 @@ CLAIMS = (
               falsifier=IDENTITY_LIMIT),
     ClaimSpec("cot32_decay_bound", "bound", "monte_carlo", prediction="companion.cot.theory.mp.mp_rate"),
 )
+
+#: the stopping rule of the trained claim: a doubling of the horizon moves the error, and the even part's energy
+#: is, at most this share of the claim's standard error (:func:`converge_cot`)
+RULE_SHARE = 0.25
 
 RESULT = ResultSpec(paper="cot", number="Theorem 3.2", title="with CoT, one LSA layer runs multi-step gradient descent",
                     label="cot-thm-3-2", notebook="cot/thm3_2_construction", module=__name__, claims=CLAIMS,
@@ -88,6 +92,61 @@ def neighbours(k: int, eta: float, d: int, n: int) -> dict:
     return dict(pred=pred, km1=km1, kp1=kp1, near=near, near_k=near_k)
 
 
+def rule_horizons(steps: int) -> list[int]:
+    r"""The horizons of the stopping rule of :func:`trained_cot`: a check run of ``steps // 2`` Adam steps, then
+    ``steps`` and its doublings, :math:`T_j = 2^{j-1}\,T` for :math:`j = 1, \dots,` 1 + :data:`MAX_DOUBLINGS`."""
+    if steps < 2:
+        raise ParameterError("steps", f"must be ≥ 2 (the stopping rule compares with a run of steps // 2); got {steps}")
+    return [steps // 2] + [steps * 2**j for j in range(MAX_DOUBLINGS + 1)]
+
+
+def converge_cot(d: int, n: int, k_train: int, k: int, eta: float, *, steps: int, lr: float, lr_final: float,
+                 replicates: int, eval_batch: int, seed: int) -> dict:
+    r"""The stopping rule of the trained claim of :prf:ref:`cot-thm-3-2`: train the replicates at the horizons of
+    :func:`rule_horizons` (every run from the same seeds, through the run cache) until a doubling no longer moves
+    what the claim measures.
+
+    On the training's own :data:`RULE_PROMPTS` prompts (:func:`companion.cot.stats.rule_prompts`, stream
+    ``cot.train_eval``, never the claim's), with :math:`\bar e_j` the replicates' mean error after k CoT steps of
+    the run with horizon :math:`T_j` and :math:`E_j` their mean :func:`companion.cot.stats.even_part_energy` (zero at
+    the construction, whose k-step estimate is linear in the labels), the run has converged when
+
+    .. math:: |\bar e_j - \bar e_{j-1}| \le \sigma\,\frac{s_j}{\sqrt N},\qquad E_j \le \sigma\,\frac{s_j}{\sqrt N},
+
+    :math:`\sigma` = :data:`RULE_SHARE`, :math:`s_j` the spread of the per-prompt errors there and N =
+    ``eval_batch`` the claim's prompts (so :math:`s_j/\sqrt N` is a lower bound of the claim's standard error). A
+    doubling of the horizon then moves the error by less than that share of the claim's band, and no even part,
+    which every minimiser lacks, is left to bias it. The rule reads the training's prompts only, never the
+    prediction. The last-quarter drift of one run does not see this: near the stability edge the error keeps
+    moving from one horizon to the next while a run's own last quarter is flat.
+
+    Returns
+    -------
+    dict
+        ``runs`` (the last training result), ``steps`` (its horizon), ``converged``, ``change``
+        (:math:`\bar e_j - \bar e_{j-1}`), ``even`` (:math:`E_j`), ``se_rule`` (:math:`s_j/\sqrt N`) and
+        ``history`` (per horizon: steps, mean error, even energy); a diverged training raises
+        :class:`companion.params.TrainingDiverged`.
+    """
+    history, prev, prompts = [], None, None
+    for T in rule_horizons(steps):
+        res = cached_train_full("cot", d, n, k_train, eta, steps=T, lr=lr, lr_final=lr_final, batch=64, seed=seed,
+                                eval_every=max(1, T // 20), eval_batch=200, replicates=replicates)
+        prompts = rule_prompts(res, RULE_PROMPTS) if prompts is None else prompts
+        err = np.concatenate([model_errors("cot", res.replicate(r), prompts, k) for r in range(res.replicates)])
+        mean, even = float(np.mean(err)), float(np.mean(even_part_energy("cot", res, prompts, k)))
+        se_rule = float(np.std(err, ddof=1)) / math.sqrt(eval_batch) if np.all(np.isfinite(err)) else math.inf
+        history.append(dict(steps=T, mean=mean, even=even))
+        change = math.nan if prev is None else mean - prev
+        converged = (prev is not None and math.isfinite(se_rule) and abs(change) <= RULE_SHARE * se_rule
+                     and even <= RULE_SHARE * se_rule)
+        if converged:
+            break
+        prev = mean
+    return dict(runs=res, steps=T, converged=bool(converged), change=change, even=even, se_rule=se_rule,
+                history=history)
+
+
 def trained_cot(d: int, n: int, k_train: int, k: int, eta: float, *, steps: int, lr: float, lr_final: float,
                 replicates: int, eval_batch: int, seed: int) -> dict:
     r"""The decisive test of :prf:ref:`cot-thm-3-2` on trained transformers.
@@ -95,7 +154,7 @@ def trained_cot(d: int, n: int, k_train: int, k: int, eta: float, *, steps: int,
     ``replicates`` full-parameter CoT LSAs (all :math:`2(2d+2)^2` entries) are trained side by side from random
     weights on the teacher-forced CoT loss (6) with ``k_train`` positions and data step ``eta``
     (:func:`companion.cot.train.train_full` through the run cache, so a page that trains the same models shares
-    the run). By :prf:ref:`cot-thm-4-1` training converges to the
+    the run), under the stopping rule :func:`converge_cot`. By :prf:ref:`cot-thm-4-1` training converges to the
     construction with the *data's* step, so the prediction is :math:`L_k(\eta)` at that ``eta``, computed exactly
     (:func:`neighbours`), never from the learned weights. Each replicate runs k autoregressive CoT steps on its own
     ``eval_batch // replicates`` fresh prompts (stream ``COT_EVAL``); the errors are compared with the prediction by
@@ -105,25 +164,31 @@ def trained_cot(d: int, n: int, k_train: int, k: int, eta: float, *, steps: int,
     the prompts with :math:`\eta\lambda_{\max}(S) > 2`, and the training loss is dominated by them: when the trainer
     stops a diverging run (:class:`companion.params.TrainingDiverged`), there is no trained model to test, and the
     result says so (``diverged``: the trainer's message; the page records the trained claim as not applicable with
-    it) instead of stopping the page. Any other bad input still stops the page.
+    it) instead of stopping the page. Any other bad input still stops the page. A training that has not converged
+    at the last horizon is no model of the theorem either (``unconverged``; not applicable too).
 
     Returns
     -------
     dict
-        :func:`companion.cot.stats.trained_vs_prediction` with ``runs`` (the training result) and the
-        :func:`neighbours` under ``"exact"``; or ``{"diverged": message, "exact": ...}``; with ``replicates = 0``
-        (nothing trained: the Sweeps page's map of the construction's law) ``{"skipped": reason, "exact": ...}``.
+        :func:`companion.cot.stats.trained_vs_prediction` with ``runs`` (the training result), ``rule`` (the
+        :func:`converge_cot` outcome without the runs) and the :func:`neighbours` under ``"exact"``; or
+        ``{"diverged": message, "exact": ...}``; or ``{"unconverged": rule, "exact": ...}``; with
+        ``replicates = 0`` (nothing trained: the Sweeps page's map of the construction's law)
+        ``{"skipped": reason, "exact": ...}``.
     """
     exact = neighbours(k, eta, d, n)
     if replicates == 0:
         return dict(skipped="no models trained at this point (replicates = 0)", exact=exact)
     try:
-        runs = cached_train_full("cot", d, n, k_train, eta, steps=steps, lr=lr, lr_final=lr_final, batch=64,
-                                 seed=seed, eval_every=max(1, steps // 20), eval_batch=200, replicates=replicates)
+        out = converge_cot(d, n, k_train, k, eta, steps=steps, lr=lr, lr_final=lr_final, replicates=replicates,
+                           eval_batch=eval_batch, seed=seed)
     except TrainingDiverged as exc:
         return dict(diverged=exc.message, exact=exact)
+    runs = out.pop("runs")
+    if not out["converged"]:
+        return dict(unconverged=out, exact=exact)
     errors = replicate_errors("cot", runs, k, eval_batch // replicates, seed)
-    return dict(trained_vs_prediction(errors, exact["pred"]), runs=runs, exact=exact)
+    return dict(trained_vs_prediction(errors, exact["pred"]), runs=runs, rule=out, exact=exact)
 
 
 def learned_steps(runs, d: int) -> np.ndarray:
@@ -245,6 +310,23 @@ def _times(a: float, b: float) -> str:
     return f"{a / b:.3g} times" if b > 0 and math.isfinite(a / b) else f"${tex_number(a, '.4g')}$ against"
 
 
+def _share(x: float, se: float) -> str:
+    """``|x|`` in units of ``se``, for a reason."""
+    ok = math.isfinite(x) and math.isfinite(se) and se > 0
+    return f"{abs(x) / se:.2g}" if ok else "an unmeasured number of"
+
+
+def _rule_words(rule: dict) -> str:
+    """The stopping rule's outcome (:func:`converge_cot`) in words: the horizons, the error and the even part."""
+    runs = "; ".join(rf"{h['steps']} steps: ${tex_number(h['mean'], '.4g')}$, even part ${tex_number(h['even'], '.3g')}$"
+                     for h in rule["history"])
+    verdict = "met" if rule["converged"] else "not met"
+    return (rf"Stopping rule (`converge_cot`, fixed before the calibrated runs): {verdict} at {rule['steps']} Adam steps; "
+            rf"the replicates' mean error after $k$ CoT steps on the training's own prompts, by horizon: {runs}; "
+            rf"allowed: {RULE_SHARE:g} times the lower bound ${tex_number(rule['se_rule'], '.3g')}$ of the claim's "
+            "standard error, for the last doubling's change and for the even part.")
+
+
 def _round_off(d: int) -> str:
     return rf"round-off $d\cdot10^{{-13}} = {tex_number(ROUNDOFF * d, '.4g')}$"
 
@@ -257,9 +339,16 @@ def record_trained(v, model: dict, k: int, *, d: int, eta: float, replicates: in
     (``replicates = 0``) or training diverged near the stability edge."""
     ex = model["exact"]
     claim = f"cot32_trained_k{k}"
-    untrained = model.get("diverged") or model.get("skipped")
+    untrained = model.get("diverged") or model.get("skipped") or model.get("unconverged")
     if untrained is not None:
-        if "skipped" in model:
+        if "unconverged" in model:
+            u = model["unconverged"]
+            reason = (rf"no converged model to test: after {u['steps']} Adam steps a doubling of the horizon still moved "
+                      rf"the error by {_share(u['change'], u['se_rule'])} SE, the even part "
+                      rf"{_share(u['even'], u['se_rule'])} SE (the rule allows {RULE_SHARE:g})")
+            detail = (_rule_words(u) + " The theorem speaks of the trained model gradient flow converges to; a longer "
+                      "horizon (`steps`) may reach it.")
+        elif "skipped" in model:
             reason = ("no model trained at this point (`replicates` is 0): the page maps the construction's law "
                       "alone")
             detail = f"`trained_cot`: {model['skipped']}."
@@ -281,25 +370,28 @@ def record_trained(v, model: dict, k: int, *, d: int, eta: float, replicates: in
     far_k = 2 * k - near_k
     far = ex["km1"] if far_k == k - 1 else ex["kp1"]
     z_far = abs((model["mean"] - far) / model["se"])
-    cfg = model["runs"].config
+    cfg, rule = model["runs"].config, model["rule"]
     return v.statistical(
         claim,
         quantity=rf"trained CoT transformers ({R} seeds): mean error after $k = {k}$ CoT steps against the exact "
                  r"$\E\tr(I - \eta S)^{2k}$",
-        predicted=ex["pred"], measured=model["mean"], se=model["se"], dof=model["dof"], floor=ROUNDOFF * d,
+        predicted=ex["pred"], measured=model["mean"], se=model["se"], dof=model["dof"],
+        floor=ROUNDOFF * d + abs(rule["change"]) + rule["even"],
         falsifier=NEIGHBOUR, falsifier_value=ex["near"], headline=True,
         reason=rf"mean error of {R} trained models after $k = {k}$ CoT steps against the exact $L_{{{k}}}(\eta)$; "
-               f"band: {band}, the wider of two valid bands, plus round-off",
+               f"band: {band}, the wider of two valid bands, plus the optimisation error left and round-off",
         detail=rf"Standard error ${tex_number(model['se'], '.4g')}$ from {model['se_from']}: the wider of two valid bands at the "
                rf"level of {Z_LEVEL:.3g} normal SE (critical value ${tex_number(critical(Z_LEVEL, model['dof']), '.4g')}$); the other was {other}. "
                rf"Each of the {R} models ran $k$ autoregressive CoT steps on its own {eval_batch // R} fresh prompts. "
                rf"Prediction exact: $L_{{{k}}}(\eta) = {tex_number(ex['pred'], '.4g')}$ from the loop-equation moments of the "
                rf"Wishart $S$ (`gd_error_wishart`) at the data's step $\eta = {eta:g}$, never from the learned "
                rf"weights. Competitor $L_{{{near_k}}} = {tex_number(ex['near'], '.4g')}$, the nearer neighbour; the other, "
-               rf"$L_{{{far_k}}} = {tex_number(far, '.4g')}$, lies {z_far:.0f} SE away. Floor: {_round_off(d)}. Training: "
+               rf"$L_{{{far_k}}} = {tex_number(far, '.4g')}$, lies {z_far:.0f} SE away. Floor: the optimisation error "
+               rf"left, the last doubling's change ${tex_number(abs(rule['change']), '.4g')}$ plus the even part's energy "
+               rf"${tex_number(rule['even'], '.4g')}$, and {_round_off(d)}. Training: "
                rf"full CoT LSAs (all $2(2d+2)^2$ entries) from random weights side by side, {cfg['steps']} Adam steps "
                rf"(learning rate ${tex_number(cfg['lr'], '.4g')}$) on the teacher-forced CoT loss (6) with "
-               rf"{cfg['k']} positions.")
+               rf"{cfg['k']} positions. " + _rule_words(rule))
 
 
 def record_exact(v, model_kt, ex: dict, k: int, *, d: int, num_model: int):
