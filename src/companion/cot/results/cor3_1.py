@@ -92,7 +92,7 @@ def even_part_energy(res, prompts: Prompts) -> np.ndarray:
 def even_part_met(eval_batch: int):
     r"""The further stopping rule of the trained claims of :prf:ref:`cot-cor-3-1` (the ``also`` of
     :func:`companion.cot.results.thm3_1.train_until_converged`): on the run's own evaluation prompts
-    (``cot.train_eval``, :data:`~companion.cot.results.thm3_1.RULE_PROMPTS` of them, never the claim's), the
+    (``cot.train_eval``, :data:`~companion.cot.stats.RULE_PROMPTS` of them, never the claim's), the
     replicates' mean :func:`even_part_energy` is at most :data:`EVEN_SHARE` times the standard error the claim will
     have over its prompts, :math:`s/\sqrt{R\,N}` (s the spread of the per-prompt errors there, N =
     ``eval_batch`` per replicate; a lower bound of the claim's standard error). The even part is then too small to

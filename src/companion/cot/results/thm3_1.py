@@ -107,7 +107,7 @@ def train_until_converged(d: int, n: int, *, lr: float, lr_final: float, path: f
     LSAs in one batch (through the run cache) for :func:`adam_horizon` (lr, lr_final, path) steps; a replicate has
     converged when its evaluation loss (on the run's fixed evaluation prompts) fell over the last quarter by at
     most :data:`CONVERGED` times the floor. While one has not, train again from the same seeds with twice the
-    path, at most :data:`MAX_DOUBLINGS` times. (A seed that sits on a saddle of the bilinear parametrisation,
+    path, at most :data:`~companion.cot.stats.MAX_DOUBLINGS` times. (A seed that sits on a saddle of the bilinear parametrisation,
     a rank-one A, still loses loss steadily; one at the minimum only jitters.) ``also``: a further test of a
     claim's own, ``also(res) -> bool``, that the run must meet too (Cor 3.1's on the even part of the predictor,
     :func:`companion.cot.results.cor3_1.even_part_met`).

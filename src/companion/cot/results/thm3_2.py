@@ -94,7 +94,7 @@ def neighbours(k: int, eta: float, d: int, n: int) -> dict:
 
 def rule_horizons(steps: int) -> list[int]:
     r"""The horizons of the stopping rule of :func:`trained_cot`: a check run of ``steps // 2`` Adam steps, then
-    ``steps`` and its doublings, :math:`T_j = 2^{j-1}\,T` for :math:`j = 1, \dots,` 1 + :data:`MAX_DOUBLINGS`."""
+    ``steps`` and its doublings, :math:`T_j = 2^{j-1}\,T` for :math:`j = 1, \dots,` 1 + :data:`~companion.cot.stats.MAX_DOUBLINGS`."""
     if steps < 2:
         raise ParameterError("steps", f"must be ≥ 2 (the stopping rule compares with a run of steps // 2); got {steps}")
     return [steps // 2] + [steps * 2**j for j in range(MAX_DOUBLINGS + 1)]
@@ -106,7 +106,7 @@ def converge_cot(d: int, n: int, k_train: int, k: int, eta: float, *, steps: int
     :func:`rule_horizons` (every run from the same seeds, through the run cache) until a doubling no longer moves
     what the claim measures.
 
-    On the training's own :data:`RULE_PROMPTS` prompts (:func:`companion.cot.stats.rule_prompts`, stream
+    On the training's own :data:`~companion.cot.stats.RULE_PROMPTS` prompts (:func:`companion.cot.stats.rule_prompts`, stream
     ``cot.train_eval``, never the claim's), with :math:`\bar e_j` the replicates' mean error after k CoT steps of
     the run with horizon :math:`T_j` and :math:`E_j` their mean :func:`companion.cot.stats.even_part_energy` (zero at
     the construction, whose k-step estimate is linear in the labels), the run has converged when
