@@ -473,11 +473,14 @@ def test_the_limits_break_by_chance_at_the_rate_limit_chance_bounds():
 def test_the_page_shows_every_entry_and_the_error_budget(committed):
     text = page.calibration_markdown(figures=False)
     assert "Error budget" in text
+    totals = page._seed_totals(cal.read_all())
     if any(s.verdict != "calibrated" for s in committed):  # the limits' own false alarms, and each entry's chance
         assert f"{100 * cal.limit_chance(cal.DOMAIN_SEEDS):.3g} % at {cal.DOMAIN_SEEDS} seeds" in text
-        assert all(f"over {s.n} seeds; chance " in text for s in committed if s.verdict not in ("calibrated", "stale"))
+        assert all(f"over {page._of_seeds(s, totals)}; chance " in text for s in committed
+                   if s.verdict not in ("calibrated", "stale"))
     for s in committed:
-        assert f"<tr><td><code>{s.claim}</code></td><td class='cv-num'>{s.law}</td><td class='cv-num'>{s.n}</td>" in text
+        cell = page._seeds_cell(s, totals)
+        assert f"<tr><td><code>{s.claim}</code></td><td class='cv-num'>{s.law}</td><td class='cv-num'>{cell}</td>" in text
     assert math.isfinite(cal.build_false_fail_rate(committed)["rate"])
 
 
@@ -511,3 +514,17 @@ def test_code_text_drops_prose_keeps_code_and_its_indentation():
     # a form feed or a tab in a docstring is prose too (str.splitlines breaks lines at a form feed, tokenize does not)
     odd = src.replace("Doc.", "Doc: $\\frac12$ \f and \t here.")
     assert cal.code_text(odd) == cal.code_text(src)
+
+
+def test_a_claim_recorded_at_fewer_seeds_than_its_file_says_how_many_were_not_applicable():
+    """A claim not applicable at some seeds (an unconverged training, a diverged one) has z at fewer seeds than the
+    file ran: the page says "3 of 4 seeds (1 not applicable)", not "3 seeds"."""
+    data = _data([0.5, -0.3, 0.1, 1.0])
+    col = data["claims"]["c"]
+    col["z"][1], col["status"][1] = None, "not_applicable"
+    (s,) = cal.claim_summaries(data)
+    totals = page._seed_totals([data])
+    assert page._of_seeds(s, totals) == "3 of 4 seeds (1 not applicable)"
+    assert ">3 of 4<" in page._seeds_cell(s, totals) and "1 not applicable" in page._seeds_cell(s, totals)
+    (full,) = cal.claim_summaries(_data([0.5, -0.3, 0.1, 1.0]))
+    assert page._of_seeds(full, totals) == "4 seeds" and page._seeds_cell(full, totals) == "4"

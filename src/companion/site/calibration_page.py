@@ -246,6 +246,7 @@ def calibration_markdown(directory: Path | None = None, figures: bool = True) ->
     if not sums:
         return "No calibration file is committed yet: run `make calibrate`.\n"
     files = read_all(directory)
+    totals = _seed_totals(files)
     defects = open_defects(directory)
     out = []
     seeds = sum(len(d["seeds"]) for d in files)
@@ -315,7 +316,7 @@ def calibration_markdown(directory: Path | None = None, figures: bool = True) ->
                 why = (f"Its band adds a floor of {s.floor_se:.2g} SE (median) for a systematic term it does not "
                        "correct. " + why)
             out.append(f"- `{s.claim}` ({s.notebook}, {s.point}): {s.verdict} — mean z {s.mean:+.2f} ± "
-                       f"{s.mean_se:.2f}, rms {s.rms:.2f} over {s.n} seeds"
+                       f"{s.mean_se:.2f}, rms {s.rms:.2f} over {_of_seeds(s, totals)}"
                        + ("" if s.stale else f"; chance {_chance(s.chance)}") + f". {why}")
         out.append("")
     by_nb: dict[str, list[ClaimCalibration]] = {}
@@ -338,7 +339,7 @@ def calibration_markdown(directory: Path | None = None, figures: bool = True) ->
             heads = ("claim", "law", "seeds", "mean z ± SE", "rms z", "max |z|", "misses (95 %)", "KS p", "verdict")
             body = "".join(
                 f"<tr><td><code>{html.escape(s.claim)}</code></td><td class='cv-num'>{s.law}</td>"
-                f"<td class='cv-num'>{s.n}</td><td class='cv-num'>{s.mean:+.2f} ± {s.mean_se:.2f}</td>"
+                f"<td class='cv-num'>{_seeds_cell(s, totals)}</td><td class='cv-num'>{s.mean:+.2f} ± {s.mean_se:.2f}</td>"
                 f"<td class='cv-num'>{s.rms:.2f}</td><td class='cv-num'>{s.max_abs:.2f}</td>"
                 f"<td class='cv-num'>{html.escape(_misses(s))}</td><td class='cv-num'>{s.ks_p:.2g}</td>"
                 f"<td class='{'' if s.verdict == 'calibrated' else 'cv-fail'}'>{s.verdict}</td></tr>"
@@ -348,6 +349,25 @@ def calibration_markdown(directory: Path | None = None, figures: bool = True) ->
                        + f"</tr></thead><tbody>{body}</tbody></table></div>")
             out.append("")
     return "\n".join(out) + "\n"
+
+
+def _seed_totals(files: list[dict]) -> dict[tuple[str, str], int]:
+    """The seeds each calibration file ran, by (notebook, point)."""
+    return {(d["notebook"], d["point"]): len(d["seeds"]) for d in files}
+
+
+def _of_seeds(s: ClaimCalibration, totals: dict) -> str:
+    """``23 seeds``, or ``23 of 50 seeds (27 not applicable)`` when the claim was not recorded at every seed."""
+    total = totals.get((s.notebook, s.point), s.n)
+    return f"{s.n} seeds" if s.n >= total else f"{s.n} of {total} seeds ({total - s.runs} not applicable)"
+
+
+def _seeds_cell(s: ClaimCalibration, totals: dict) -> str:
+    """The table's seeds cell: the seeds with a z, ``of`` the file's when fewer (the others not applicable)."""
+    total = totals.get((s.notebook, s.point), s.n)
+    if s.n >= total:
+        return str(s.n)
+    return f"<span title='{total - s.runs} not applicable'>{s.n} of {total}</span>"
 
 
 def band_z() -> float:

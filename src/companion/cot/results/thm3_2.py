@@ -345,7 +345,7 @@ def record_trained(v, model: dict, k: int, *, d: int, eta: float, replicates: in
             u = model["unconverged"]
             reason = (rf"no converged model to test: after {u['steps']} Adam steps a doubling of the horizon still moved "
                       rf"the error by {_share(u['change'], u['se_rule'])} SE, the even part "
-                      rf"{_share(u['even'], u['se_rule'])} SE (the rule allows {RULE_SHARE:g})")
+                      rf"{_share(u['even'], u['se_rule'])} SE (allowed: {RULE_SHARE:g})")
             detail = (_rule_words(u) + " The theorem speaks of the trained model gradient flow converges to; a longer "
                       "horizon (`steps`) may reach it.")
         elif "skipped" in model:
@@ -378,8 +378,8 @@ def record_trained(v, model: dict, k: int, *, d: int, eta: float, replicates: in
         predicted=ex["pred"], measured=model["mean"], se=model["se"], dof=model["dof"],
         floor=ROUNDOFF * d + abs(rule["change"]) + rule["even"],
         falsifier=NEIGHBOUR, falsifier_value=ex["near"], headline=True,
-        reason=rf"mean error of {R} trained models after $k = {k}$ CoT steps against the exact $L_{{{k}}}(\eta)$; "
-               f"band: {band}, the wider of two valid bands, plus the optimisation error left and round-off",
+        reason=rf"mean error of {R} trained models after $k = {k}$ CoT steps vs the exact $L_{{{k}}}(\eta)$; "
+               f"band: {band}, the wider of two bands, + optimisation error left, round-off",
         detail=rf"Standard error ${tex_number(model['se'], '.4g')}$ from {model['se_from']}: the wider of two valid bands at the "
                rf"level of {Z_LEVEL:.3g} normal SE (critical value ${tex_number(critical(Z_LEVEL, model['dof']), '.4g')}$); the other was {other}. "
                rf"Each of the {R} models ran $k$ autoregressive CoT steps on its own {eval_batch // R} fresh prompts. "
