@@ -85,8 +85,7 @@ def left_saddle(res: TrainResult, eta: float, k: int, num: int = 2000) -> Escape
     applies a step s instead of the data's η keeps :math:`(1 - s/\eta)^2` of it on those steps: below a quarter,
     it has learned at least half the step. The rule reads the training objective only, neither the claims'
     predictions nor their test prompts. Returns an :class:`Escape`."""
-    d, n, seed = res.config["d"], res.config["n"], res.config["seed"]
-    prompts = sample_prompts(num, d, n, make_generator(COT_TRAIN_EVAL(seed)))
+    prompts = rule_prompts(res, num)
     zero = torch.zeros_like(res.W_KQ[0] if res.W_KQ.dim() == 3 else res.W_KQ)
     with threads1(), torch.no_grad():
         base = float(cot_step_grads(prompts, eta, k, zero, zero)[0])
