@@ -259,6 +259,7 @@ class ClaimCalibration:
     scores: tuple[float, ...]  # the normal scores, seed order
     floor_se: float  # the median floor of the band in standard errors (a systematic term added to crit * se)
     stale: bool = False
+    decided: int = 0  # seeds at which the claim was decided (passed or failed; not not_resolvable)
 
     @property
     def bias(self) -> float:
@@ -297,7 +298,7 @@ class ClaimCalibration:
                 out.append(("too narrow", f"root-mean-square z {self.rms:.2f} < {RMS_LOW:g} (the band hides "
                                           "deviations)"))
         if self.stale:
-            out.append(("stale", "the claim's code changed since it was calibrated"))
+            out.append(("stale", "the claim's code or its point's parameters changed since it was calibrated"))
         return out
 
     def problems(self) -> list[str]:
@@ -342,13 +343,16 @@ def miss_counts(data: Mapping) -> list[MissCount]:
     return out
 
 
-def claim_summaries(data: Mapping, current_version: str | None = None) -> list[ClaimCalibration]:
+def claim_summaries(data: Mapping, current_version: str | None = None,
+                    current_parameters: Mapping | None = None) -> list[ClaimCalibration]:
     """Every claim of one calibration file, summarised (:class:`ClaimCalibration`); ``current_version``: the
-    notebook's :func:`code_version` now (a different one marks every claim stale)."""
+    notebook's :func:`code_version` now, ``current_parameters``: its point's parameters now, without the seed (a
+    different one of either marks every claim stale; None: not compared)."""
     from scipy import stats as st
 
     out = []
-    stale = current_version is not None and current_version != data.get("code_version")
+    stale = ((current_version is not None and current_version != data.get("code_version"))
+             or (current_parameters is not None and dict(current_parameters) != (data.get("parameters") or {})))
     for count in miss_counts(data):
         claim, runs, failed, misses = count.claim, count.runs, count.failed, count.misses
         col = data["claims"][claim]
@@ -368,7 +372,8 @@ def claim_summaries(data: Mapping, current_version: str | None = None) -> list[C
             max_abs=max((abs(z) for z, _ in pairs), default=math.nan), failed=failed, runs=runs, misses=misses,
             fail_low=lo,
             fail_high=hi, ks=float(ks.statistic) if ks else math.nan, ks_p=float(ks.pvalue) if ks else math.nan,
-            law=law, scores=tuple(u), floor_se=median(col.get("floor_se") or []), stale=stale))
+            law=law, scores=tuple(u), floor_se=median(col.get("floor_se") or []), stale=stale,
+            decided=sum(1 for x in col["status"] if x in ("passed", "failed"))))
     return out
 
 

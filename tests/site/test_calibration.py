@@ -42,7 +42,8 @@ def test_every_statistical_claim_of_the_registries_has_a_calibration_entry(commi
 
 def test_no_calibration_entry_is_stale(committed):
     stale = sorted({f"{s.notebook} {s.point}" for s in committed if s.stale})
-    assert not stale, (f"the code of these notebooks' claims changed since they were calibrated: {stale}; rerun "
+    assert not stale, (f"the code of these notebooks' claims, or their points' parameters, changed since they were "
+                       f"calibrated: {stale}; rerun "
                        "`companion calibrate NOTEBOOK --point POINT` for each (make calibrate: all)")
 
 
@@ -190,6 +191,47 @@ def test_a_changed_code_version_marks_every_claim_stale():
     data = _data(np.zeros(10))
     assert not cal.claim_summaries(data, "v")[0].stale and cal.claim_summaries(data, "w")[0].stale
     assert "stale" in cal.claim_summaries(data, "w")[0].problems()[-1]
+
+
+def test_a_point_whose_parameters_changed_marks_its_file_stale(tmp_path, monkeypatch):
+    """A calibration file made at other sizes than its point has now (tests/smoke, tests/domain) measured another
+    experiment: stale, on the page and in the staleness test; the same parameters (the seed aside) are current."""
+    from companion.run import calibrate as run_cal
+
+    data = _data(np.zeros(10), notebook="cot/looped")
+    data["parameters"] = run_cal.calibration_parameters("cot/looped", "smoke")
+    assert "seed" not in data["parameters"]
+    assert not cal.claim_summaries(data, "v", data["parameters"])[0].stale
+    assert cal.claim_summaries(data, "v", dict(data["parameters"], replicates=1))[0].stale
+    (tmp_path / "cot__looped__smoke.json").write_text(json.dumps(data))
+    monkeypatch.setattr(page, "code_version", lambda nb: "v")
+    assert not any(s.stale for s in page.summaries(tmp_path))
+    data["parameters"] = dict(data["parameters"], steps=data["parameters"]["steps"] + 1)
+    (tmp_path / "cot__looped__smoke.json").write_text(json.dumps(data))
+    assert all(s.stale for s in page.summaries(tmp_path))
+    data["point"] = "domain:99"  # a point the tests no longer run
+    (tmp_path / "cot__looped__smoke.json").write_text(json.dumps(data))
+    assert all(s.stale for s in page.summaries(tmp_path))
+
+
+def test_the_page_counts_where_a_decisive_claim_decides():
+    """A claim decides at a seed when it passes or fails: the table's *decided* column counts those seeds among the
+    recorded ones, and the power paragraph lists the decisive claims that decide at fewer than half."""
+    status = ["passed", "not_resolvable", "not_resolvable", "failed", "not_applicable"]
+    data = _data([0.1, 0.2, -0.1, 5.0, 0.0], status=status, notebook="cot/looped", claim="cotloop_trained_optimum")
+    data["claims"]["cotloop_trained_optimum"]["z"][4] = None
+    (s,) = cal.claim_summaries(data)
+    assert (s.decided, s.runs) == (2, 4) and page._decided_cell(s) == "2 of 4"
+    assert page.headline_entries([s]) == [s]
+    assert "`cotloop_trained_optimum` at smoke (2 of 4)" not in page._power_words([s])  # half decide: not weak
+    data["claims"]["cotloop_trained_optimum"]["status"][0] = "not_resolvable"
+    (weak,) = cal.claim_summaries(data)
+    assert page._decided_cell(weak) == "1 of 4"
+    assert "- cot/looped: `cotloop_trained_optimum` at smoke (1 of 4)" in page._power_words([weak])
+    other = cal.claim_summaries(_data([0.1] * 4, status=["not_resolvable"] * 4, notebook="cot/looped",
+                                      claim="cotloop_c2"))  # not a decisive claim: not in the paragraph
+    assert page.headline_entries(other) == [] and page._decided_cell(other[0]) == "none"
+    assert page._decided_cell(cal.claim_summaries(_data([0.1] * 3))[0]) == "all"
 
 
 def test_signed_z_keeps_the_sign_and_reads_old_records():
@@ -480,7 +522,8 @@ def test_the_page_shows_every_entry_and_the_error_budget(committed):
                    if s.verdict not in ("calibrated", "stale"))
     for s in committed:
         cell = page._seeds_cell(s, totals)
-        assert f"<tr><td><code>{s.claim}</code></td><td class='cv-num'>{s.law}</td><td class='cv-num'>{cell}</td>" in text
+        assert (f"<tr><td><code>{s.claim}</code></td><td class='cv-num'>{s.law}</td><td class='cv-num'>{cell}</td>"
+                f"<td class='cv-num'>{page._decided_cell(s)}</td>") in text
     assert math.isfinite(cal.build_false_fail_rate(committed)["rate"])
 
 

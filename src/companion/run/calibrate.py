@@ -44,7 +44,7 @@ from .inputs import SweepError
 from .store import read_results
 from .sweep import run_sweep
 
-__all__ = ["POINTS", "point_parameters", "domain_points", "calibrate", "runs_dir", "dumps", "extend_data", "restamp",
+__all__ = ["POINTS", "point_parameters", "calibration_parameters", "domain_points", "calibrate", "runs_dir", "dumps", "extend_data", "restamp",
            "compare_columns", "RESTAMP_RTOL", "relevel_data", "file_level", "LEVEL_BEFORE_BUDGET", "STATUS_RULE",
            "repower_data"]
 
@@ -168,12 +168,18 @@ def calibrate(notebook: str, point: str = "smoke", seeds: int = 100, first_seed:
     return path
 
 
-def _calibration_point(name: str, point: str, out) -> tuple[dict, Path]:
-    """The parameters of ``name`` at ``point`` without its own seed (a calibration varies it) and the path of its
-    calibration file (in ``out``, default the committed set)."""
-    params = point_parameters(name, point)
+def calibration_parameters(notebook: str, point: str) -> dict:
+    """The parameters a calibration of ``notebook`` at ``point`` runs at: the point's (:func:`point_parameters`)
+    without its own seed, which a calibration varies."""
+    params = point_parameters(notebook, point)
     params.pop("seed", None)
-    return params, (Path(out) if out is not None else calibration_dir()) / file_name(name, point)
+    return params
+
+
+def _calibration_point(name: str, point: str, out) -> tuple[dict, Path]:
+    """The parameters of ``name`` at ``point`` (:func:`calibration_parameters`) and the path of its calibration file
+    (in ``out``, default the committed set)."""
+    return calibration_parameters(name, point), (Path(out) if out is not None else calibration_dir()) / file_name(name, point)
 
 
 def _write(path: Path, data: dict) -> None:

@@ -36,18 +36,22 @@ from ..calibration import (
     read_all,
 )
 from ..registry import all_results
+from ..run.calibrate import calibration_parameters
+from ..run.inputs import SweepError
 from ..stats import BUILD_CLAIMS, BUILD_FALSE_FAIL
 from ..verdict import Verdict
 
 __all__ = ["CALIBRATION_PAGE", "OPEN_FILE", "summaries", "open_defects", "typed_numbers", "not_calibrated", "uncalibrated", "calibration_markdown",
-           "write_calibration_page", "strip_figure", "band_z"]
+           "write_calibration_page", "strip_figure", "band_z", "headline_entries"]
 
 CALIBRATION_PAGE = "calibration.md"  # included by book/calibration.md from ../_build/calibration.md
 OPEN_FILE = "open.yaml"  # claims outside the limits, each with what is known of its cause
 
 
 def summaries(directory: Path | None = None, current: bool = True) -> list[ClaimCalibration]:
-    """Every claim of every committed calibration file; ``current``: marked stale against today's code."""
+    """Every claim of every committed calibration file; ``current``: marked stale against today's code and against
+    the parameters its point has now (``tests/smoke``, ``tests/domain``: a point whose sizes changed is another
+    experiment)."""
     out = []
     versions: dict[str, str] = {}
     for data in read_all(directory):
@@ -57,8 +61,19 @@ def summaries(directory: Path | None = None, current: bool = True) -> list[Claim
                 versions[nb] = code_version(nb)
             except nbs.NotebookNotFound:  # a copy of the book without this notebook: nothing to compare with
                 versions[nb] = "no such notebook here"
-        out += claim_summaries(data, versions.get(nb))
+        out += claim_summaries(data, versions.get(nb), _point_now(data) if current else None)
     return out
+
+
+def _point_now(data: dict) -> dict | None:
+    """The parameters the point of a calibration file has now (None at the paper's settings, which are the
+    notebook's defaults, followed by its code version; a point no longer there: a dict no file holds)."""
+    if data["point"] == "paper":
+        return None
+    try:
+        return calibration_parameters(data["notebook"], data["point"])
+    except SweepError:
+        return {"(no such point now)": data["point"]}
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -294,6 +309,7 @@ def calibration_markdown(directory: Path | None = None, figures: bool = True) ->
         f"for a 100-point sweep of every page, {_pct(sweep['build'])} (at most {_pct(sweep['build_high'])}), "
         f"about {100 * budget['claims'] * budget['rate']:.3g} expected false alarms (at most "
         f"{100 * budget['claims'] * budget['rate_high']:.3g}).\n")
+    out.append(_power_words(sums))
     bad = [s for s in sums if s.verdict != "calibrated"]
     if bad:
         floored = sum(1 for s in bad if s.floor_se > 0.5)
@@ -336,10 +352,11 @@ def calibration_markdown(directory: Path | None = None, figures: bool = True) ->
                 point, f"domain point {point.split(':')[-1]}")
             shown = ", ".join(f"{k} = {v}" for k, v in params.get(point, {}).items())
             out.append(f"At {where}" + (f" ({shown})" if shown else "") + ":\n")
-            heads = ("claim", "law", "seeds", "mean z ± SE", "rms z", "max |z|", "misses (95 %)", "KS p", "verdict")
+            heads = ("claim", "law", "seeds", "decided", "mean z ± SE", "rms z", "max |z|", "misses (95 %)", "KS p", "verdict")
             body = "".join(
                 f"<tr><td><code>{html.escape(s.claim)}</code></td><td class='cv-num'>{s.law}</td>"
-                f"<td class='cv-num'>{_seeds_cell(s, totals)}</td><td class='cv-num'>{s.mean:+.2f} ± {s.mean_se:.2f}</td>"
+                f"<td class='cv-num'>{_seeds_cell(s, totals)}</td><td class='cv-num'>{_decided_cell(s)}</td>"
+                f"<td class='cv-num'>{s.mean:+.2f} ± {s.mean_se:.2f}</td>"
                 f"<td class='cv-num'>{s.rms:.2f}</td><td class='cv-num'>{s.max_abs:.2f}</td>"
                 f"<td class='cv-num'>{html.escape(_misses(s))}</td><td class='cv-num'>{s.ks_p:.2g}</td>"
                 f"<td class='{'' if s.verdict == 'calibrated' else 'cv-fail'}'>{s.verdict}</td></tr>"
@@ -349,6 +366,44 @@ def calibration_markdown(directory: Path | None = None, figures: bool = True) ->
                        + f"</tr></thead><tbody>{body}</tbody></table></div>")
             out.append("")
     return "\n".join(out) + "\n"
+
+
+def _decided_cell(s: ClaimCalibration) -> str:
+    """The table's decided cell: at how many of the seeds where the claim was recorded it passed or failed (the
+    others: not resolvable)."""
+    if s.decided == s.runs:
+        return "all"
+    return "none" if s.decided == 0 else f"{s.decided} of {s.runs}"
+
+
+def headline_entries(sums: list[ClaimCalibration]) -> list[ClaimCalibration]:
+    """The entries of the results' decisive claims (``headline`` in their manifest line)."""
+    specs = {r.notebook: r for r in all_results()}
+    out = []
+    for s in sums:
+        spec = specs[s.notebook].spec_of(s.claim) if s.notebook in specs else None
+        if spec is not None and spec.headline:
+            out.append(s)
+    return out
+
+
+def _power_words(sums: list[ClaimCalibration]) -> str:
+    """The paragraph on how often the decisive claims decide at the points the tests run."""
+    heads = [s for s in headline_entries(sums) if s.runs]
+    weak = [s for s in heads if 2 * s.decided < s.runs]
+    text = ("**Power at the test points.** A claim decides at a seed when it passes or fails; it is `not_resolvable` "
+            "when its falsifier lies within the reach of its band at that seed (the rule every claim declares; column "
+            f"*decided* below). Of the {len(heads)} entries of the results' decisive claims, "
+            f"{len(heads) - len(weak)} decide at half of their seeds or more")
+    if not weak:
+        return text + ".\n"
+    by_nb: dict[str, list[ClaimCalibration]] = {}
+    for s in weak:
+        by_nb.setdefault(s.notebook, []).append(s)
+    return (text + f"; {len(weak)} decide at fewer, so that their false-fail and pass rates are measured on few "
+            "seeds or none (decided of recorded):\n\n"
+            + "".join(f"- {nb}: " + ", ".join(f"`{s.claim}` at {s.point} ({_decided_cell(s)})" for s in rows) + "\n"
+                      for nb, rows in by_nb.items()))
 
 
 def _seed_totals(files: list[dict]) -> dict[tuple[str, str], int]:
