@@ -571,3 +571,18 @@ def test_a_claim_recorded_at_fewer_seeds_than_its_file_says_how_many_were_not_ap
     assert ">3 of 4<" in page._seeds_cell(s, totals) and "1 not applicable" in page._seeds_cell(s, totals)
     (full,) = cal.claim_summaries(_data([0.5, -0.3, 0.1, 1.0]))
     assert page._of_seeds(full, totals) == "4 seeds" and page._seeds_cell(full, totals) == "4"
+
+
+def test_the_page_is_regenerated_when_a_point_the_tests_run_changes(tmp_path, monkeypatch):
+    """The generated page is kept while its inputs are unchanged; the points' parameters decide staleness, so a
+    changed tests/smoke or tests/domain file is an input too."""
+    for kind in ("smoke", "domain"):
+        (tmp_path / "tests" / kind).mkdir(parents=True)
+        (tmp_path / "tests" / kind / "cot.yaml").write_text("cot/looped: {d: 4}\n")
+    monkeypatch.setattr(page, "repo_root", lambda: tmp_path)
+    key = page._inputs_key(tmp_path)
+    assert page._inputs_key(tmp_path) == key
+    for kind in ("smoke", "domain"):
+        (tmp_path / "tests" / kind / "cot.yaml").write_text("cot/looped: {d: 5}\n")
+        assert page._inputs_key(tmp_path) != key
+        key = page._inputs_key(tmp_path)

@@ -35,6 +35,7 @@ from ..calibration import (
     limit_chance,
     read_all,
 )
+from ..paths import repo_root
 from ..registry import all_results
 from ..run.calibrate import calibration_parameters
 from ..run.inputs import SweepError
@@ -438,11 +439,14 @@ def files_version(files: list[dict], notebook: str) -> str:
 
 
 def _inputs_key(root: Path) -> str:
-    """sha256 of everything the page reads: the calibration files, the package's sources and the notebooks (raw
-    bytes: cheap, and a change of prose only costs one regeneration)."""
+    """sha256 of everything the page reads: the calibration files, the package's sources, the notebooks and the
+    points the tests run (whose parameters decide staleness; raw bytes: cheap, and a change of prose only costs one
+    regeneration)."""
     h = hashlib.sha256()
     package = Path(__file__).resolve().parents[1]
-    for base, pattern in ((root / "calibration", "*"), (package, "**/*.py"), (root / "notebooks", "**/*.md")):
+    points = repo_root() / "tests"
+    for base, pattern in ((root / "calibration", "*"), (package, "**/*.py"), (root / "notebooks", "**/*.md"),
+                          (points / "smoke", "*.yaml"), (points / "domain", "*.yaml")):
         for f in sorted(base.glob(pattern)) if base.is_dir() else ():
             if f.is_file():
                 h.update(str(f.relative_to(base)).encode())
