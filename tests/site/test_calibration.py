@@ -221,12 +221,13 @@ def test_the_page_counts_where_a_decisive_claim_decides():
     data = _data([0.1, 0.2, -0.1, 5.0, 0.0], status=status, notebook="cot/looped", claim="cotloop_trained_optimum")
     data["claims"]["cotloop_trained_optimum"]["z"][4] = None
     (s,) = cal.claim_summaries(data)
-    assert (s.decided, s.runs) == (2, 4) and page._decided_cell(s) == "2 of 4"
+    assert (s.decided, s.runs) == (2, 4) and page._decided_words(s) == "2 of 4"
+    assert ">2</span>" in page._decided_cell(s) and "2 of 4" in page._decided_cell(s)
     assert page.headline_entries([s]) == [s]
     assert "`cotloop_trained_optimum` at smoke (2 of 4)" not in page._power_words([s])  # half decide: not weak
     data["claims"]["cotloop_trained_optimum"]["status"][0] = "not_resolvable"
     (weak,) = cal.claim_summaries(data)
-    assert page._decided_cell(weak) == "1 of 4"
+    assert page._decided_words(weak) == "1 of 4"
     assert "- cot/looped: `cotloop_trained_optimum` at smoke (1 of 4)" in page._power_words([weak])
     other = cal.claim_summaries(_data([0.1] * 4, status=["not_resolvable"] * 4, notebook="cot/looped",
                                       claim="cotloop_c2"))  # not a decisive claim: not in the paragraph

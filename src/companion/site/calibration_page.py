@@ -369,12 +369,19 @@ def calibration_markdown(directory: Path | None = None, figures: bool = True) ->
     return "\n".join(out) + "\n"
 
 
-def _decided_cell(s: ClaimCalibration) -> str:
-    """The table's decided cell: at how many of the seeds where the claim was recorded it passed or failed (the
-    others: not resolvable)."""
+def _decided_words(s: ClaimCalibration) -> str:
+    """At how many of the seeds where the claim was recorded it passed or failed (the others: not resolvable):
+    ``all``, ``none`` or ``12 of 50``."""
     if s.decided == s.runs:
         return "all"
     return "none" if s.decided == 0 else f"{s.decided} of {s.runs}"
+
+
+def _decided_cell(s: ClaimCalibration) -> str:
+    """The table's decided cell: :func:`_decided_words` without the recorded seeds, which the seeds cell beside it
+    shows (a narrow column: the table fits the column at 1280 px)."""
+    words = _decided_words(s)
+    return words if words in ("all", "none") else f"<span title='{html.escape(words)}'>{s.decided}</span>"
 
 
 def headline_entries(sums: list[ClaimCalibration]) -> list[ClaimCalibration]:
@@ -403,7 +410,7 @@ def _power_words(sums: list[ClaimCalibration]) -> str:
         by_nb.setdefault(s.notebook, []).append(s)
     return (text + f"; {len(weak)} decide at fewer, so that their false-fail and pass rates are measured on few "
             "seeds or none (decided of recorded):\n\n"
-            + "".join(f"- {nb}: " + ", ".join(f"`{s.claim}` at {s.point} ({_decided_cell(s)})" for s in rows) + "\n"
+            + "".join(f"- {nb}: " + ", ".join(f"`{s.claim}` at {s.point} ({_decided_words(s)})" for s in rows) + "\n"
                       for nb, rows in by_nb.items()))
 
 
