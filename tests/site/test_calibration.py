@@ -580,7 +580,7 @@ def test_the_page_is_regenerated_when_a_point_the_tests_run_changes(tmp_path, mo
     for kind in ("smoke", "domain"):
         (tmp_path / "tests" / kind).mkdir(parents=True)
         (tmp_path / "tests" / kind / "cot.yaml").write_text("cot/looped: {d: 4}\n")
-    monkeypatch.setattr(page, "repo_root", lambda: tmp_path)
+    monkeypatch.setattr(page, "points_folders", lambda: [tmp_path / "tests" / k for k in ("smoke", "domain")])
     key = page._inputs_key(tmp_path)
     assert page._inputs_key(tmp_path) == key
     for kind in ("smoke", "domain"):

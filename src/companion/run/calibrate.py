@@ -44,7 +44,8 @@ from .inputs import SweepError
 from .store import read_results
 from .sweep import run_sweep
 
-__all__ = ["POINTS", "point_parameters", "calibration_parameters", "domain_points", "calibrate", "runs_dir", "dumps", "extend_data", "restamp",
+__all__ = ["POINTS", "POINT_KINDS", "points_folders", "point_parameters", "calibration_parameters", "domain_points",
+           "calibrate", "runs_dir", "dumps", "extend_data", "restamp",
            "compare_columns", "RESTAMP_RTOL", "relevel_data", "file_level", "LEVEL_BEFORE_BUDGET", "STATUS_RULE",
            "repower_data"]
 
@@ -53,9 +54,17 @@ POINTS = ("smoke", "domain:I", "paper")
 _POINT_RE = re.compile(r"^(smoke|paper|domain:(\d+))$")
 
 
+POINT_KINDS = ("smoke", "domain")
+
+
+def points_folders() -> list[Path]:
+    """The folders of the points files the tests run, one per kind (``tests/smoke``, ``tests/domain``)."""
+    return [repo_root() / "tests" / kind for kind in POINT_KINDS]
+
+
 def _points(kind: str, notebook: str) -> tuple[Path, dict]:
     """The points file of one kind (``smoke``, ``domain``) for ``notebook``'s paper, and its table."""
-    path = repo_root() / "tests" / kind / f"{notebook.split('/', 1)[0]}.yaml"
+    path = dict(zip(POINT_KINDS, points_folders()))[kind] / f"{notebook.split('/', 1)[0]}.yaml"
     return path, (yaml.safe_load(path.read_text()) if path.is_file() else None) or {}
 
 

@@ -35,12 +35,11 @@ from ..calibration import (
     limit_chance,
     read_all,
 )
-from ..paths import repo_root
 from ..registry import all_results
-from ..run.calibrate import calibration_parameters
+from ..run.calibrate import calibration_parameters, points_folders
 from ..run.inputs import SweepError
 from ..stats import BUILD_CLAIMS, BUILD_FALSE_FAIL
-from ..verdict import Verdict
+from ..verdict import MAX_CRIT, Verdict
 
 __all__ = ["CALIBRATION_PAGE", "OPEN_FILE", "summaries", "open_defects", "typed_numbers", "not_calibrated", "uncalibrated", "calibration_markdown",
            "write_calibration_page", "strip_figure", "band_z", "headline_entries"]
@@ -400,9 +399,11 @@ def _power_words(sums: list[ClaimCalibration]) -> str:
     heads = [s for s in headline_entries(sums) if s.runs]
     weak = [s for s in heads if 2 * s.decided < s.runs]
     text = ("**Power at the test points.** A claim decides at a seed when it passes or fails; it is `not_resolvable` "
-            "when its falsifier lies within the reach of its band at that seed (the rule every claim declares; column "
-            f"*decided* below). Of the {len(heads)} entries of the results' decisive claims, "
-            f"{len(heads) - len(weak)} decide at half of their seeds or more")
+            "when, its theory accepted, its band cannot tell the prediction from the falsifier there: the falsifier "
+            f"within the band's reach, a critical value above {MAX_CRIT:g} standard errors, or an undecided gate its "
+            f"claim declares (`companion.verdict`; column *decided* below). Of the {len(heads)} entries of the "
+            "results' decisive claims, "
+            + f"{len(heads) - len(weak)} decide at half of their seeds or more")
     if not weak:
         return text + ".\n"
     by_nb: dict[str, list[ClaimCalibration]] = {}
@@ -451,9 +452,8 @@ def _inputs_key(root: Path) -> str:
     regeneration)."""
     h = hashlib.sha256()
     package = Path(__file__).resolve().parents[1]
-    points = repo_root() / "tests"
     for base, pattern in ((root / "calibration", "*"), (package, "**/*.py"), (root / "notebooks", "**/*.md"),
-                          (points / "smoke", "*.yaml"), (points / "domain", "*.yaml")):
+                          *((folder, "*.yaml") for folder in points_folders())):
         for f in sorted(base.glob(pattern)) if base.is_dir() else ():
             if f.is_file():
                 h.update(str(f.relative_to(base)).encode())
