@@ -17,7 +17,7 @@ from companion.stats import ROUNDOFF, Z_LEVEL, band_words
 from ...text import tex_number
 from ..stats import replicate_errors, trained_vs_prediction
 from ..theory import gd, no_cot, wishart
-from ..train import cached_train_full
+from .thm3_2 import RULE_SHARE, converge_cot
 from .thm4_1 import PREV_STEP
 
 __all__ = ["CLAIMS", "RESULT", "MP_FLOOR", "cot_vs_no_cot", "figure", "manifest", "record_pairs"]
@@ -33,7 +33,7 @@ CLAIMS = (COT, NO_COT)
 RESULT = ResultSpec(paper="cot", number="Figure 2 (Section 5)", title="training with and without CoT",
                     label="cot-prop-experiments", notebook="cot/experiments", module=__name__, claims=CLAIMS,
                     figures=("fig_cot_experiments",), sweep="",
-                    builds_on=("companion.cot.results.thm4_1",))
+                    builds_on=("companion.cot.results.thm3_2", "companion.cot.results.thm4_1"))
 
 
 def manifest(n_list) -> list[str]:
@@ -45,41 +45,42 @@ def cot_vs_no_cot(d: int, n: int, eta: float, k: int, *, steps: int, lr: float, 
                   lr_final_no_cot: float, replicates: int, eval_batch: int, num_mc: int, seed: int,
                   rng: np.random.Generator) -> dict:
     r"""Figure 2 of the paper at one n (:prf:ref:`cot-prop-experiments`): ``replicates`` CoT models (k teacher-forced
-    GD steps of size ``eta``) and ``replicates`` no-CoT models, each kind trained side by side, all for ``steps``
-    Adam steps on fresh prompts (through the run cache; the training curves on 200 fixed prompts); the
-    ``eval_batch`` evaluation prompts split among the replicates of each kind, each replicate on its own
-    (:func:`companion.cot.stats.replicate_errors`; the expected number of divergent prompts is that of one set of
-    ``eval_batch``), so that the seed spread of either kind covers training and evaluation. The
-    CoT models against an independent Monte-Carlo estimate of :math:`\E\tr(I-\eta S)^{2k}` from ``num_mc`` spectra,
-    with the competitor :math:`\E\tr(I-\eta S)^{2(k-1)}` on the same spectra; the no-CoT model against the floor
-    :math:`d(d+1)/(n+d+1)`,
-    with the competitor :math:`d^2/(n+d)` (:func:`companion.cot.theory.no_cot.no_cot_floor_mp`); and, on the same spectra,
-    the fraction of prompts with :math:`\eta\lambda_{\max}(S) > 2` and the 99.9 % quantile of :math:`\lambda_{\max}`.
+    GD steps of size ``eta``) and ``replicates`` no-CoT models, each kind trained side by side on fresh prompts
+    (through the run cache; the training curves on 200 fixed prompts) under the stopping rule of
+    :prf:ref:`cot-thm-3-2` (:func:`companion.cot.results.thm3_2.converge_cot`, horizons from ``steps // 2`` on,
+    doubling until a doubling no longer moves the kind's error on its own training prompts by a share of the
+    claim's band, each kind on its own); the ``eval_batch`` evaluation prompts split among the replicates of each
+    kind, each replicate on its own (:func:`companion.cot.stats.replicate_errors`; the expected number of divergent
+    prompts is that of one set of ``eval_batch``), so that the seed spread of either kind covers training and
+    evaluation. The CoT models against an independent Monte-Carlo estimate of :math:`\E\tr(I-\eta S)^{2k}` from
+    ``num_mc`` spectra, with the competitor :math:`\E\tr(I-\eta S)^{2(k-1)}` on the same spectra; the no-CoT model
+    against the floor :math:`d(d+1)/(n+d+1)`, with the competitor :math:`d^2/(n+d)`
+    (:func:`companion.cot.theory.no_cot.no_cot_floor_mp`); and, on the same spectra, the fraction of prompts with
+    :math:`\eta\lambda_{\max}(S) > 2` and the 99.9 % quantile of :math:`\lambda_{\max}`.
 
     Returns
     -------
     dict
-        ``dict(n, eta, cot, noc, pred, prev, floor, floor_mp, m_cot, m_noc, unstable, q999, eta999)`` (``m_*``:
-        :func:`companion.cot.stats.trained_vs_prediction`; ``pred``, ``prev``: k and k - 1 GD steps).
+        ``dict(n, eta, cot, noc, rule_cot, rule_noc, pred, prev, floor, floor_mp, m_cot, m_noc, unstable, q999,
+        eta999)`` (``cot``, ``noc``: the last training run of each kind; ``rule_*``: the stopping rule's outcome
+        without the run; ``m_*``: :func:`companion.cot.stats.trained_vs_prediction`; ``pred``, ``prev``: k and
+        k - 1 GD steps).
     """
-    every = max(1, steps // 20)
-    cot = cached_train_full("cot", d, n, k, eta, steps=steps, lr=lr, lr_final=lr_final, batch=64, seed=seed,
-                            eval_every=every, eval_batch=200, replicates=replicates)
-    noc = cached_train_full("no_cot", d, n, 1, steps=steps, lr=lr_no_cot, lr_final=lr_final_no_cot, batch=64,
-                            seed=seed, eval_every=every, eval_batch=200, replicates=replicates)
+    rule_cot = converge_cot(d, n, k, k, eta, steps=steps, lr=lr, lr_final=lr_final, replicates=replicates,
+                            eval_batch=eval_batch, seed=seed)
+    rule_noc = converge_cot(d, n, 1, 1, eta, steps=steps, lr=lr_no_cot, lr_final=lr_final_no_cot,
+                            replicates=replicates, eval_batch=eval_batch, seed=seed, objective="no_cot")
+    cot, noc = rule_cot.pop("runs"), rule_noc.pop("runs")
     eigs = wishart.sample_S_eigs(d, n, num_mc, rng)
     pred, prev, floor = gd.gd_error_mc(k, eta, eigs), gd.gd_error_mc(k - 1, eta, eigs), no_cot.no_cot_floor(d, n)
     eta999, q999 = gd.divergence_step(eigs, 1e-3)  # one prompt in a thousand diverges from this step on
-    return dict(n=n, eta=eta, cot=cot, noc=noc, pred=pred, prev=prev, floor=floor, floor_mp=no_cot.no_cot_floor_mp(d, n),
+    return dict(n=n, eta=eta, cot=cot, noc=noc, rule_cot=rule_cot, rule_noc=rule_noc, pred=pred, prev=prev,
+                floor=floor, floor_mp=no_cot.no_cot_floor_mp(d, n),
                 m_cot=trained_vs_prediction(replicate_errors("cot", cot, k, eval_batch // replicates, seed),
                                             pred.mean, pred.se),
                 m_noc=trained_vs_prediction(replicate_errors("no_cot", noc, 1, eval_batch // replicates, seed),
                                             floor),
                 unstable=float(np.mean(eta * eigs[:, -1] > 2)), q999=q999, eta999=eta999)
-
-
-
-
 
 
 def record_pairs(v, runs: list, *, replicates: int, eval_batch: int, d: int) -> list:
@@ -88,14 +89,21 @@ def record_pairs(v, runs: list, *, replicates: int, eval_batch: int, d: int) -> 
     step fewer), not applicable where divergent prompts (:math:`\eta\lambda_{\max}(S) > 2`) are expected among the
     ``eval_batch`` evaluation prompts; and ``cotexp_no_cot_n{n}``, the mean error of the ``replicates`` trained no-CoT
     models against the floor :math:`d(d+1)/(n+d+1)` (falsifier: its proportional limit :math:`d^2/(n+d)`), with the
-    band of the CoT claim (seeds or prompts, the wider).
+    band of the CoT claim (seeds or prompts, the wider). Each band's floor adds the optimisation error its stopping
+    rule leaves (:func:`_optimisation_left`), as the trained claim of :prf:ref:`cot-thm-3-2` does.
+
+    A kind whose stopping rule did not stop by its last horizon has no converged model to test: its claim is not
+    applicable (:func:`_unconverged`).
 
     Returns the record of each CoT claim, in the order of ``runs`` (for the prose)."""
     out = []
-    floor = ROUNDOFF * d
+    roundoff = ROUNDOFF * d
     for r in runs:
         n, mc, mn, u = r["n"], r["m_cot"], r["m_noc"], r["unstable"]
-        if u * eval_batch >= 1:
+        if not r["rule_cot"]["converged"]:
+            out.append(_unconverged(v, f"cotexp_cot_n{n}", rf"$n = {n}$: CoT evaluation error vs $\E\tr(I - \eta S)^{{2k}}$",
+                                    r["rule_cot"]))
+        elif u * eval_batch >= 1:
             out.append(v.not_applicable(
                 f"cotexp_cot_n{n}", kind="statistical",
                 quantity=rf"$n = {n}$: CoT evaluation error vs $\E\tr(I - \eta S)^{{2k}}$",
@@ -109,29 +117,61 @@ def record_pairs(v, runs: list, *, replicates: int, eval_batch: int, d: int) -> 
                 f"cotexp_cot_n{n}",
                 quantity=rf"$n = {n}$: trained CoT models ({replicates} seeds), mean evaluation error vs "
                          r"$\E\tr(I - \eta S)^{2k}$",
-                predicted=mc["pred"], measured=mc["mean"], se=mc["se"], dof=mc["dof"], floor=floor,
+                predicted=mc["pred"], measured=mc["mean"], se=mc["se"], dof=mc["dof"],
+                floor=roundoff + _optimisation_left(r["rule_cot"]),
                 falsifier=COT.falsifier, falsifier_value=r["prev"].mean, headline=True,
                 reason=rf"{Z_LEVEL:.3g} SE of the mean of {replicates} trained models, over training seeds or prompts (the wider "
-                       "band), and of the independent Monte-Carlo prediction",
+                       "band), and of the independent Monte-Carlo prediction, + optimisation error left",
                 detail=f"Level of {Z_LEVEL:.3g} normal standard errors; the wider of two valid bands decided: {mc['se_from']}, "
                        "combined (Welch) with the standard error of the independent Monte-Carlo sample of spectra "
-                       rf"(`companion.cot.stats.trained_vs_prediction`); round-off floor ${tex_number(floor)}$."))
+                       rf"(`companion.cot.stats.trained_vs_prediction`). " + _floor_words(r["rule_cot"], roundoff)))
+        if not r["rule_noc"]["converged"]:
+            _unconverged(v, f"cotexp_no_cot_n{n}", rf"$n = {n}$: no-CoT evaluation error vs the floor $d(d+1)/(n+d+1)$",
+                         r["rule_noc"])
+            continue
         v.statistical(f"cotexp_no_cot_n{n}",
                       quantity=rf"$n = {n}$: trained no-CoT models ({replicates} seeds), mean evaluation error vs the "
                                r"floor $d(d+1)/(n+d+1)$",
-                      predicted=mn["pred"], measured=mn["mean"], se=mn["se"], dof=mn["dof"], floor=floor,
+                      predicted=mn["pred"], measured=mn["mean"], se=mn["se"], dof=mn["dof"],
+                      floor=roundoff + _optimisation_left(r["rule_noc"]),
                       falsifier=MP_FLOOR, falsifier_value=r["floor_mp"], headline=True,
                       reason=rf"{Z_LEVEL:.3g} SE of the mean of {replicates} trained models, over training seeds or prompts (the "
-                             "wider band), plus round-off",
+                             "wider band), + optimisation error left, round-off",
                       detail=f"Each of the {replicates} models on its own {eval_batch // replicates} fresh prompts; level "
                              f"of {Z_LEVEL:.3g} normal standard errors, the wider of two valid bands decided: {mn['se_from']} "
-                             rf"({band_words(mn['dof'])}), against the exact floor; round-off floor ${tex_number(floor)}$.")
+                             rf"({band_words(mn['dof'])}), against the exact floor. " + _floor_words(r["rule_noc"], roundoff))
     return out
+
+
+def _optimisation_left(rule: dict) -> float:
+    """The optimisation error a converged run leaves (as in :prf:ref:`cot-thm-3-2`'s trained claim): the last
+    doubling's change of the rule's mean error plus the even part's energy."""
+    return abs(rule["change"]) + rule["even"]
+
+
+def _floor_words(rule: dict, roundoff: float) -> str:
+    return (rf"Floor: the optimisation error left after {rule['steps']} Adam steps (stopping rule `converge_cot`), "
+            rf"the last doubling's change ${tex_number(abs(rule['change']), '.4g')}$ plus the even part's energy "
+            rf"${tex_number(rule['even'], '.4g')}$, and round-off ${tex_number(roundoff)}$.")
+
+
+def _unconverged(v, claim: str, quantity: str, rule: dict):
+    """The record of a claim whose models' stopping rule (:func:`companion.cot.results.thm3_2.converge_cot`) did not
+    stop by its last horizon: not applicable, with the rule's last change and even part against its threshold."""
+    return v.not_applicable(
+        claim, kind="statistical", quantity=quantity,
+        reason=f"no converged model to test: after {rule['steps']} Adam steps a doubling of the horizon still moved "
+               "the error, or left an even part, beyond the stopping rule's share of the band",
+        detail=rf"Stopping rule (`converge_cot`): at the last horizon ({rule['steps']} Adam steps) the change of the "
+               rf"mean error over one doubling was ${tex_number(rule['change'])}$ and the even part's energy "
+               rf"${tex_number(rule['even'])}$, against ${tex_number(RULE_SHARE * rule['se_rule'])}$ "
+               rf"({RULE_SHARE:g} of the claim's prompt standard error).")
 
 
 def figure(runs: list, d: int, k: int):
     r"""``fig_cot_experiments``: evaluation loss during training, with CoT and without (each kind: the replicates' mean, each replicate thin), per n;
-    dotted: the no-CoT floor and the k-step GD error (:func:`cot_vs_no_cot` rows)."""
+    dotted: the no-CoT floor and the k-step GD error; each panel's title gives the horizon the stopping rule
+    reached for either kind (:func:`cot_vs_no_cot` rows)."""
     fig, axs = new_figure(ncols=len(runs), width=3.5, height=3.0)
     for ax, r in zip(np.atleast_1d(axs), runs):
         cot, noc = r["cot"], r["noc"]
@@ -145,6 +185,7 @@ def figure(runs: list, d: int, k: int):
         ax.axhline(r["pred"].mean, color="C0", ls=":", lw=1, label=r"$E\,\mathrm{tr}(I-\eta S)^{2k}$")
         ax.set_xlabel("Adam step")
         ax.set_ylabel("evaluation loss (7)")
-        ax.set_title(rf"d={d}, n={r['n']}, $\eta$={r['eta']:g}")
+        ax.set_title(rf"d={d}, n={r['n']}, $\eta$={r['eta']:g}" "\n"
+                     f"Adam steps: {cot.config['steps']} (CoT), {noc.config['steps']} (no CoT)")
     legend_outside(fig, "below", ncol=2)
     return fig

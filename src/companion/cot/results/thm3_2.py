@@ -101,10 +101,11 @@ def rule_horizons(steps: int) -> list[int]:
 
 
 def converge_cot(d: int, n: int, k_train: int, k: int, eta: float, *, steps: int, lr: float, lr_final: float,
-                 replicates: int, eval_batch: int, seed: int) -> dict:
+                 replicates: int, eval_batch: int, seed: int, objective: str = "cot") -> dict:
     r"""The stopping rule of the trained claim of :prf:ref:`cot-thm-3-2`: train the replicates at the horizons of
     :func:`rule_horizons` (every run from the same seeds, through the run cache) until a doubling no longer moves
-    what the claim measures.
+    what the claim measures. With ``objective = "no_cot"`` the same rule for no-CoT models (one layer, target
+    :math:`w^\star`; ``k_train`` = ``k`` = 1, ``eta`` unused), whose minimiser's estimate is linear in the labels too.
 
     On the training's own :data:`~companion.cot.stats.RULE_PROMPTS` prompts (:func:`companion.cot.stats.rule_prompts`, stream
     ``cot.train_eval``, never the claim's), with :math:`\bar e_j` the replicates' mean error after k CoT steps of
@@ -128,13 +129,16 @@ def converge_cot(d: int, n: int, k_train: int, k: int, eta: float, *, steps: int
         ``history`` (per horizon: steps, mean error, even energy); a diverged training raises
         :class:`companion.params.TrainingDiverged`.
     """
+    if objective not in ("cot", "no_cot"):
+        raise ParameterError("objective", f"must be 'cot' or 'no_cot'; got {objective!r}")
+    data_step = (eta,) if objective == "cot" else ()  # a no-CoT run has no data step (its cache key neither)
     history, prev, prompts = [], None, None
     for T in rule_horizons(steps):
-        res = cached_train_full("cot", d, n, k_train, eta, steps=T, lr=lr, lr_final=lr_final, batch=64, seed=seed,
-                                eval_every=max(1, T // 20), eval_batch=200, replicates=replicates)
+        res = cached_train_full(objective, d, n, k_train, *data_step, steps=T, lr=lr, lr_final=lr_final, batch=64,
+                                seed=seed, eval_every=max(1, T // 20), eval_batch=200, replicates=replicates)
         prompts = rule_prompts(res, RULE_PROMPTS) if prompts is None else prompts
-        err = np.concatenate([model_errors("cot", res.replicate(r), prompts, k) for r in range(res.replicates)])
-        mean, even = float(np.mean(err)), float(np.mean(even_part_energy("cot", res, prompts, k)))
+        err = np.concatenate([model_errors(objective, res.replicate(r), prompts, k) for r in range(res.replicates)])
+        mean, even = float(np.mean(err)), float(np.mean(even_part_energy(objective, res, prompts, k)))
         se_rule = float(np.std(err, ddof=1)) / math.sqrt(eval_batch) if np.all(np.isfinite(err)) else math.inf
         history.append(dict(steps=T, mean=mean, even=even))
         change = math.nan if prev is None else mean - prev
