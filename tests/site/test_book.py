@@ -15,7 +15,7 @@ from companion.site import book
 from _util import FIXTURES, ROOT
 
 
-def test_cache_guard_wipes_the_cache_when_the_package_changes(tmp_path, monkeypatch):
+def test_cache_guard_wipes_the_cache_when_the_stack_changes_but_not_when_the_package_does(tmp_path, monkeypatch):
     from companion import cache
 
     (tmp_path / "constraints.txt").write_text("numpy==2\n")
@@ -26,12 +26,29 @@ def test_cache_guard_wipes_the_cache_when_the_package_changes(tmp_path, monkeypa
     env = tmp_path / book.DOCTREES / "environment.pickle"
     env.parent.mkdir(parents=True)
     env.write_text("pages read by Sphinx")
-    monkeypatch.setattr(cache, "source_hash", lambda: "a changed package")  # as if src/companion changed
+    monkeypatch.setattr(cache, "source_hash", lambda *a: "a changed package")  # checked page by page instead
+    assert book.guard_cache(tmp_path) is False and marker.exists()
+    monkeypatch.setattr(cache, "stack_signature", lambda: "numpy==9;cpu=another")  # a new numerical stack or CPU
     assert book.guard_cache(tmp_path) is True and not marker.exists()
     assert not env.exists()  # else Sphinx keeps the old HTML of every page whose source did not change
     (tmp_path / book.CACHE_DIR / "executed-notebook").write_text("cached")
     (tmp_path / "constraints.txt").write_text("numpy==3\n")
     assert book.guard_cache(tmp_path) is True
+
+
+def test_a_page_depends_on_the_import_closure_of_the_package_modules_it_loaded():
+    """The code a page depends on (its cache record's data): the static import closures of the modules its kernel
+    had loaded, so that a module a worker process of the page imports counts too; every source for a page whose
+    work runs elsewhere. A change of any of those files changes the hash."""
+    code = book.page_code(["companion.cot.results.experiments"])
+    files = code[book.FILES_KEY]
+    assert {"cot/results/experiments.py", "cot/results/thm3_2.py", "cot/train.py", "stats.py"} <= set(files)
+    assert not any(f.startswith("mesa/") for f in files) and "site/book.py" not in files
+    assert code[book.FILES_HASH_KEY] == book.page_code(["companion.cot.results.experiments"])[book.FILES_HASH_KEY]
+    assert book.page_code(["companion.cot.results.thm3_2"])[book.FILES_HASH_KEY] != code[book.FILES_HASH_KEY]
+    every = book.page_code(["companion.stats"], whole=True)[book.FILES_KEY]
+    assert {"site/book.py", "mesa/model.py"} <= set(every) and book.page_code(None)[book.FILES_KEY] == every
+    assert book._files_hash(["stats.py", "no_such_module.py"]) is None  # a file gone: stale
 
 
 @pytest.mark.slow
@@ -142,6 +159,20 @@ def test_pages_are_executed_two_at_a_time_into_the_cache_that_the_build_reads(tm
     error = cache.get_cache_bundle(rec.pk).nb.cells
     assert any(o.get("ename") == "RuntimeError" for c in error for o in c.get("outputs", []))  # rendered as it failed
     assert set(book.pre_execute(root)) == {"notebooks/toy_fail.md"}  # only the failing page is tried again
+    # each record names the package code its page ran (the toy imports params and verdict, nothing of mesa)
+    from jupyter_cache.base import CacheBundleIn
+
+    recs = {Path(r.uri).stem: r for r in cache.list_cache_records()}
+    files = recs["toy_a"].data[book.FILES_KEY]
+    assert {"params.py", "verdict.py", "stats.py"} <= set(files) and not any(f.startswith("mesa/") for f in files)
+    assert book.drop_stale_pages(root) == []  # nothing changed
+    # as if toy_b's code had changed since it ran: only toy_b is removed and executed again
+    bundle = cache.get_cache_bundle(recs["toy_b"].pk)
+    cache.cache_notebook_bundle(CacheBundleIn(bundle.nb, bundle.record.uri,
+                                              data={**bundle.record.data, book.FILES_HASH_KEY: "the code before"}),
+                                check_validity=False, overwrite=True)
+    assert [Path(p).stem for p in book.drop_stale_pages(root)] == ["toy_b"]
+    assert set(book.pre_execute(root)) == {"notebooks/toy_b.md", "notebooks/toy_fail.md"}  # toy_a stays cached
 
 
 @pytest.mark.slow

@@ -3,9 +3,10 @@
 ``companion book`` (what ``make book`` runs):
 
 1. **Cache guard.** jupyter-cache re-executes a notebook only when its code cells change. The notebooks'
-   results also depend on ``src/companion`` and on the pinned stack, so a hash of those is stored beside
-   the cache; when it changes, the whole cache is wiped and every notebook runs again. Outputs on the
-   site are therefore never stale.
+   results also depend on the pinned stack, whose hash is stored beside the cache (when it changes, the whole
+   cache is wiped, :func:`guard_cache`), and on the package code they ran, which each page's cache record
+   names and hashes (:func:`page_code`): a page whose code changed is removed and runs again, the others stay
+   (:func:`drop_stale_pages`). Outputs on the site are therefore never stale.
 2. **Execution, two at a time.** Every page of the table of contents with code cells that the cache does
    not hold is executed into jupyter-cache by :func:`pre_execute`, two notebooks at a time with one kernel
    thread each (myst-nb itself executes one notebook at a time): the same reader, kernel, working folder,
@@ -64,7 +65,7 @@ from .sphinx_ext import write_where_page
 from .sweeps_page import guard_cache as guard_sweeps_page
 
 __all__ = [
-    "code_hash", "guard_cache", "toc_pages", "pre_execute", "collect_results", "publish_results", "verdict_table",
+    "code_hash", "guard_cache", "page_code", "drop_stale_pages", "toc_pages", "pre_execute", "collect_results", "publish_results", "verdict_table",
     "glance_table", "records_from_cache", "write_tables", "find_browser", "check_math", "mathjax_unreachable",
     "print_book", "typeset_and_print", "build", "PDF_NAME", "CHROMIUM_FLAGS"
 ]
@@ -80,16 +81,77 @@ HASH_FILE = ".companion-code-hash"
 
 
 def code_hash(root: Path | None = None) -> str:
-    """Hash of everything besides the notebooks' own code cells that their outputs depend on: the
-    package sources and numerical stack (:func:`companion.cache.source_hash`) and the pinned stack."""
+    """Hash of what every page's outputs depend on besides the package code its kernel ran (which
+    :func:`drop_stale_pages` checks page by page) and its own code cells: the numerical stack and the host CPU
+    (:func:`companion.cache.stack_signature`) and the pinned stack (``constraints.txt``, ``pyproject.toml``)."""
 
     root = root or repo_root()
-    h = hashlib.sha256(run_cache.source_hash().encode())
+    h = hashlib.sha256(run_cache.stack_signature().encode())
     for f in (root / "constraints.txt", root / "pyproject.toml"):
         if f.is_file():
             h.update(f.name.encode())
             h.update(f.read_bytes())
     return h.hexdigest()
+
+
+#: the keys of a cached page's record data that name the package code it depends on (:func:`page_code`)
+FILES_KEY, FILES_HASH_KEY = "package_files", "package_hash"
+
+#: run in a page's kernel after the page: the package modules loaded (:func:`_loaded_modules`)
+_LOADED_CODE = ("import sys as _companion_sys\n"
+                "print(sorted(m for m in list(_companion_sys.modules) if m == 'companion' or m.startswith('companion.')))\n"
+                "del _companion_sys")
+
+
+def page_code(modules, whole: bool = False) -> dict:
+    """The package code an executed page depends on, as the record data of its jupyter-cache entry: the files
+    (relative to the package) of the import closures (:func:`companion.cache.import_closure`, imports inside
+    functions included) of the package ``modules`` its kernel had loaded when the page ended, and their hash
+    (:func:`companion.cache.hash_files`). ``whole`` (or ``modules`` None: not known): every package source. A
+    warm kernel keeps the modules of the pages before, so the set is a superset of what the page ran; the static
+    closures add what a worker process of the page imports that the kernel did not."""
+    pkg = Path(run_cache.__file__).resolve().parent
+    if whole or modules is None:
+        files = sorted(str(f.relative_to(pkg)) for f in pkg.rglob("*.py"))
+    else:
+        found: set[str] = set()
+        for m in modules:
+            try:
+                found.update(run_cache.import_closure(m))
+            except ValueError:  # not a source file of the package (a namespace, a module made at run time)
+                continue
+        files = sorted(found)
+    return {FILES_KEY: files, FILES_HASH_KEY: _files_hash(files)}
+
+
+def _files_hash(files) -> str | None:
+    """:func:`companion.cache.hash_files` of package-relative ``files`` now; None if one is gone."""
+    pkg = Path(run_cache.__file__).resolve().parent
+    paths = [pkg / f for f in files]
+    if not all(p.is_file() for p in paths):
+        return None
+    return run_cache.hash_files(pkg, paths)
+
+
+def drop_stale_pages(root: Path) -> list[str]:
+    """Remove from the jupyter cache every executed page whose package code changed since it ran (its record's
+    :func:`page_code` no longer matches, or it has none), and drop Sphinx's environment if any was removed
+    (:func:`forget_read_pages`). Returns the pages removed (their paths), so that only they run again."""
+    if not (root / CACHE_DIR).is_dir():
+        return []
+    from jupyter_cache import get_cache
+
+    cache = get_cache(str(root / CACHE_DIR))
+    dropped = []
+    for rec in cache.list_cache_records():
+        data = rec.data or {}
+        files = data.get(FILES_KEY)
+        if files is None or _files_hash(files) != data.get(FILES_HASH_KEY):
+            cache.remove_cache(rec.pk)
+            dropped.append(str(rec.uri))
+    if dropped:
+        forget_read_pages(root)
+    return dropped
 
 
 def forget_read_pages(root: Path) -> None:
@@ -103,7 +165,8 @@ def forget_read_pages(root: Path) -> None:
 
 
 def guard_cache(root: Path | None = None) -> bool:
-    """Wipe the jupyter cache if the package or the pinned stack changed. Returns True if wiped."""
+    """Wipe the jupyter cache if the numerical or the pinned stack changed (:func:`code_hash`). Returns True if
+    wiped. A change of the package's code is checked page by page (:func:`drop_stale_pages`)."""
     root = root or repo_root()
     cache = root / CACHE_DIR
     stamp = cache / HASH_FILE
@@ -153,12 +216,35 @@ def _warm_kernel():
     return _WARM
 
 
-def _execute_into_cache(cache_path: str, path: str, timeout: int) -> tuple[str, float, str | None]:
+def _loaded_modules(warm) -> list[str] | None:
+    """The package modules loaded in the warm kernel's interpreter (``_LOADED_CODE``), None if it cannot say."""
+    import ast
+
+    out: list[str] = []
+
+    def hook(msg):
+        if msg["msg_type"] == "stream" and msg["content"].get("name") == "stdout":
+            out.append(msg["content"]["text"])
+
+    try:
+        reply = warm.kc.execute_interactive(_LOADED_CODE, store_history=False, timeout=60, output_hook=hook)
+        if reply["content"].get("status") != "ok":
+            return None
+        return list(ast.literal_eval("".join(out).strip()))
+    except Exception:  # a kernel that died or does not answer: every source counts
+        return None
+
+
+def _execute_into_cache(cache_path: str, path: str, timeout: int, whole: bool = False) -> tuple[str, float, str | None]:
     """Execute one MyST notebook as myst-nb's ``cache`` mode does (its reader, the notebook's folder as
     working directory, no errors allowed, the notebook's own ``execution`` metadata first) and store it in
     jupyter-cache. Runs in a worker process, in the worker's warm kernel: the pages of one worker share the
     imports, compiled kernels and hashes of the sources, and each starts from a reset namespace
     (:class:`companion.run.jupyter_kernel.WarmKernel`, whose runs record what runs in new kernels record).
+
+    The record's data names the package code the page depends on (:func:`page_code` of the modules the kernel
+    had loaded; ``whole``: every source, for a page whose work runs in other processes, such as the Sweeps page's
+    notebooks), which :func:`drop_stale_pages` checks before the next build.
 
     A page that raises (a failed claim) is cached too, with its outputs up to the error and ``failed`` in the
     record's data: this build renders it and reads its records without executing it again, and the next
@@ -190,12 +276,13 @@ def _execute_into_cache(cache_path: str, path: str, timeout: int) -> tuple[str, 
     else:
         failed = None
     seconds = time.perf_counter() - t0
+    code = page_code(None if whole else _loaded_modules(warm), whole=whole)
     # one writer at a time: jupyter-cache's write (record, then notebook file, then truncation) read by another
     # process between the two statements of its truncation deleted a record whose file was not yet written
     # ("Notebook file does not exist for cache record PK: 2", seen with two pages side by side on a loaded machine)
     with run_cache.file_lock(Path(cache_path) / "companion-write.lock"):
         get_cache(cache_path).cache_notebook_bundle(
-            CacheBundleIn(nb, path, data={"execution_seconds": seconds, "failed": failed is not None}),
+            CacheBundleIn(nb, path, data={"execution_seconds": seconds, "failed": failed is not None, **code}),
             check_validity=False, overwrite=True)
     return path, seconds, failed
 
@@ -266,7 +353,9 @@ def pre_execute(root: Path, jobs: int = 2, warm_mesa: bool = True) -> dict[str, 
         print(f"companion book: mesa runs ready in {warm_run_cache(jobs, log=None):.0f} s", flush=True)
     print(f"companion book: executing {len(todo)} page(s), {jobs} at a time", flush=True)
     with ProcessPoolExecutor(max_workers=max(1, jobs), mp_context=get_context("spawn")) as pool:
-        futs = [pool.submit(_execute_into_cache, str(root / CACHE_DIR), str(p), timeout) for p in todo]
+        # a page outside notebooks/ (the Sweeps page) runs notebooks in other processes: all the package counts
+        futs = [pool.submit(_execute_into_cache, str(root / CACHE_DIR), str(p), timeout,
+                            p.relative_to(root).parts[0] != "notebooks") for p in todo]
         for fut in as_completed(futs):
             path, seconds, err = fut.result()
             rel = Path(path).relative_to(root)
@@ -673,7 +762,11 @@ def _execute_pages(root: Path, force: bool) -> None:
     if force and (root / CACHE_DIR).exists():
         shutil.rmtree(root / CACHE_DIR)
     if guard_cache(root):
-        print("companion book: src/companion or the pinned stack changed; re-executing every notebook")
+        print("companion book: the numerical or the pinned stack changed; re-executing every notebook")
+    stale = drop_stale_pages(root)
+    if stale:
+        print(f"companion book: the package code of {len(stale)} page(s) changed; re-executing "
+              + ", ".join(str(Path(p).relative_to(root)) if Path(p).is_relative_to(root) else p for p in stale))
     # jupyter-cache keys a page on its own code cells: the Sweeps page also depends on the notebooks it sweeps
     if guard_sweeps_page(root / CACHE_DIR, root):
         forget_read_pages(root)
