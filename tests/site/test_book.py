@@ -36,6 +36,19 @@ def test_cache_guard_wipes_the_cache_when_the_stack_changes_but_not_when_the_pac
     assert book.guard_cache(tmp_path) is True
 
 
+def test_the_package_modules_a_page_imports_are_read_from_its_code_cells():
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("%matplotlib inline\nimport numpy as np\nfrom companion.cot.results import experiments, thm3_2"),
+        nbformat.v4.new_markdown_cell("from companion.mesa import train"),  # prose, not code
+        nbformat.v4.new_code_cell("!ls\nimport companion.plotting as cp\nfrom . import nothing"),
+        nbformat.v4.new_code_cell("def broken(:\n    from companion.mesa import model"),  # does not parse
+    ])
+    assert book.cell_imports(nb) == {"companion.cot.results", "companion.cot.results.experiments",
+                                     "companion.cot.results.thm3_2", "companion.plotting"}
+
+
 def test_a_page_depends_on_the_import_closure_of_the_package_modules_it_loaded():
     """The code a page depends on (its cache record's data): the static import closures of the modules its kernel
     had loaded, so that a module a worker process of the page imports counts too; every source for a page whose
@@ -179,7 +192,7 @@ def test_pages_are_executed_two_at_a_time_into_the_cache_that_the_build_reads(tm
 def test_pages_of_one_worker_share_a_kernel_and_no_names(tmp_path, monkeypatch):
     """With one worker the pages run one after the other in one warm kernel: the second sees the modules the first
     imported (the same kernel) but none of its names (a reset namespace), and neither the kernel nor its socket
-    folder outlives the build."""
+    folder outlives the build; the package code each page's cache record names is its own."""
     import tempfile
 
     from companion.run.jupyter_kernel import SOCKETS_ENV
@@ -193,7 +206,7 @@ def test_pages_of_one_worker_share_a_kernel_and_no_names(tmp_path, monkeypatch):
     params_cell = "```{code-cell} ipython3\n:tags: [parameters]"
     kernel_pid = tmp_path / "kernel.pid"  # page a writes its kernel's process id here
     first = ("```{code-cell} ipython3\nimport os, sys\nleft_by_a = os.getpid()\nsys.modules['toy_a_was_here'] = "
-             f"sys\nopen({str(kernel_pid)!r}, 'w').write(str(left_by_a))\n```\n\n")
+             f"sys\nopen({str(kernel_pid)!r}, 'w').write(str(left_by_a))\nimport companion.mesa.theory\n```\n\n")
     second = ("```{code-cell} ipython3\nimport sys\nassert 'toy_a_was_here' in sys.modules, 'a new kernel'\n"
               "assert 'left_by_a' not in dir(), 'a name of the previous page'\n```\n\n")
     (root / "notebooks" / "toy_a.md").write_text(toy.replace(params_cell, first + params_cell, 1)
@@ -204,6 +217,12 @@ def test_pages_of_one_worker_share_a_kernel_and_no_names(tmp_path, monkeypatch):
     done = book.pre_execute(root, jobs=1)
     assert list(done) == ["notebooks/toy_a.md", "notebooks/toy_b.md"]
     assert book.pre_execute(root, jobs=1) == {}  # both cached: b did not fail
+    # each page depends on the code it ran, not on what the page before left in the kernel (a's mesa import)
+    from jupyter_cache import get_cache
+
+    files = {Path(r.uri).stem: r.data[book.FILES_KEY] for r in get_cache(str(root / book.CACHE_DIR)).list_cache_records()}
+    assert "mesa/theory.py" in files["toy_a"] and not any(f.startswith("mesa/") for f in files["toy_b"])
+    assert "verdict.py" in files["toy_b"]
     left = list(sockets.iterdir())
     shutil.rmtree(sockets)
     assert not left

@@ -32,6 +32,7 @@ The site itself (the papers' numbering, provenance and executed notebooks per pa
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import os
@@ -65,7 +66,8 @@ from .sphinx_ext import write_where_page
 from .sweeps_page import guard_cache as guard_sweeps_page
 
 __all__ = [
-    "code_hash", "guard_cache", "page_code", "drop_stale_pages", "toc_pages", "pre_execute", "collect_results", "publish_results", "verdict_table",
+    "code_hash", "guard_cache", "cell_imports", "page_code", "drop_stale_pages", "toc_pages", "pre_execute",
+    "collect_results", "publish_results", "verdict_table",
     "glance_table", "records_from_cache", "write_tables", "find_browser", "check_math", "mathjax_unreachable",
     "print_book", "typeset_and_print", "build", "PDF_NAME", "CHROMIUM_FLAGS"
 ]
@@ -97,19 +99,41 @@ def code_hash(root: Path | None = None) -> str:
 #: the keys of a cached page's record data that name the package code it depends on (:func:`page_code`)
 FILES_KEY, FILES_HASH_KEY = "package_files", "package_hash"
 
-#: run in a page's kernel after the page: the package modules loaded (:func:`_loaded_modules`)
+#: run in a page's kernel before and after the page: the package modules loaded (``_loaded_modules``)
 _LOADED_CODE = ("import sys as _companion_sys\n"
                 "print(sorted(m for m in list(_companion_sys.modules) if m == 'companion' or m.startswith('companion.')))\n"
                 "del _companion_sys")
 
 
+def cell_imports(nb) -> set[str]:
+    """The package modules the code cells of the notebook ``nb`` import (``import companion.x``, ``from
+    companion.x import y``: ``companion.x`` and, where it is a module, ``companion.x.y``); IPython's magic and shell
+    lines are skipped, a cell that does not parse gives nothing."""
+    out: set[str] = set()
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        src = "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in cell.source.splitlines())
+        try:
+            tree = ast.parse(src)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                out.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                out.add(node.module)
+                out.update(f"{node.module}.{a.name}" for a in node.names)
+    return {m for m in out if m == "companion" or m.startswith("companion.")}
+
+
 def page_code(modules, whole: bool = False) -> dict:
     """The package code an executed page depends on, as the record data of its jupyter-cache entry: the files
     (relative to the package) of the import closures (:func:`companion.cache.import_closure`, imports inside
-    functions included) of the package ``modules`` its kernel had loaded when the page ended, and their hash
-    (:func:`companion.cache.hash_files`). ``whole`` (or ``modules`` None: not known): every package source. A
-    warm kernel keeps the modules of the pages before, so the set is a superset of what the page ran; the static
-    closures add what a worker process of the page imports that the kernel did not."""
+    functions included) of the package ``modules`` (:func:`_execute_into_cache`: those the page's code cells
+    import, :func:`cell_imports`, and those its kernel loaded while it ran, e.g. through ``importlib``), and their
+    hash (:func:`companion.cache.hash_files`). ``whole`` (or ``modules`` None: not known): every package source.
+    The static closures add what a worker process of the page imports that the kernel did not."""
     pkg = Path(run_cache.__file__).resolve().parent
     if whole or modules is None:
         files = sorted(str(f.relative_to(pkg)) for f in pkg.rglob("*.py"))
@@ -136,7 +160,7 @@ def _files_hash(files) -> str | None:
 def drop_stale_pages(root: Path) -> list[str]:
     """Remove from the jupyter cache every executed page whose package code changed since it ran (its record's
     :func:`page_code` no longer matches, or it has none), and drop Sphinx's environment if any was removed
-    (:func:`forget_read_pages`). Returns the pages removed (their paths), so that only they run again."""
+    (``forget_read_pages``). Returns the pages removed (their paths), so that only they run again."""
     if not (root / CACHE_DIR).is_dir():
         return []
     from jupyter_cache import get_cache
@@ -218,8 +242,6 @@ def _warm_kernel():
 
 def _loaded_modules(warm) -> list[str] | None:
     """The package modules loaded in the warm kernel's interpreter (``_LOADED_CODE``), None if it cannot say."""
-    import ast
-
     out: list[str] = []
 
     def hook(msg):
@@ -242,8 +264,8 @@ def _execute_into_cache(cache_path: str, path: str, timeout: int, whole: bool = 
     imports, compiled kernels and hashes of the sources, and each starts from a reset namespace
     (:class:`companion.run.jupyter_kernel.WarmKernel`, whose runs record what runs in new kernels record).
 
-    The record's data names the package code the page depends on (:func:`page_code` of the modules the kernel
-    had loaded; ``whole``: every source, for a page whose work runs in other processes, such as the Sweeps page's
+    The record's data names the package code the page depends on (:func:`page_code` of the modules its code
+    cells import and of those the kernel loaded while it ran; ``whole``: every source, for a page whose work runs in other processes, such as the Sweeps page's
     notebooks), which :func:`drop_stale_pages` checks before the next build.
 
     A page that raises (a failed claim) is cached too, with its outputs up to the error and ``failed`` in the
@@ -263,7 +285,9 @@ def _execute_into_cache(cache_path: str, path: str, timeout: int, whole: bool = 
     t0 = time.perf_counter()
     warm = _warm_kernel()
     try:
-        client = NotebookClient(nb, km=warm.ready(cwd), timeout=meta.get("timeout", timeout),
+        km = warm.ready(cwd)
+        before = None if whole else _loaded_modules(warm)  # the modules the pages before left in this kernel
+        client = NotebookClient(nb, km=km, timeout=meta.get("timeout", timeout),
                                 allow_errors=meta.get("allow_errors", False), record_timing=False,
                                 resources={"metadata": {"path": cwd}})
         client.kc = warm.kc  # nbclient starts no client of its own when it has one
@@ -276,7 +300,9 @@ def _execute_into_cache(cache_path: str, path: str, timeout: int, whole: bool = 
     else:
         failed = None
     seconds = time.perf_counter() - t0
-    code = page_code(None if whole else _loaded_modules(warm), whole=whole)
+    after = None if whole else _loaded_modules(warm)
+    loaded = None if before is None or after is None else set(after) - set(before)
+    code = page_code(None if loaded is None else loaded | cell_imports(nb), whole=whole)
     # one writer at a time: jupyter-cache's write (record, then notebook file, then truncation) read by another
     # process between the two statements of its truncation deleted a record whose file was not yet written
     # ("Notebook file does not exist for cache record PK: 2", seen with two pages side by side on a loaded machine)

@@ -90,10 +90,10 @@ def record_pairs(v, runs: list, *, replicates: int, eval_batch: int, d: int) -> 
     ``eval_batch`` evaluation prompts; and ``cotexp_no_cot_n{n}``, the mean error of the ``replicates`` trained no-CoT
     models against the floor :math:`d(d+1)/(n+d+1)` (falsifier: its proportional limit :math:`d^2/(n+d)`), with the
     band of the CoT claim (seeds or prompts, the wider). Each band's floor adds the optimisation error its stopping
-    rule leaves (:func:`_optimisation_left`), as the trained claim of :prf:ref:`cot-thm-3-2` does.
+    rule leaves (``_optimisation_left``), as the trained claim of :prf:ref:`cot-thm-3-2` does.
 
     A kind whose stopping rule did not stop by its last horizon has no converged model to test: its claim is not
-    applicable (:func:`_unconverged`).
+    applicable (``_unconverged``).
 
     Returns the record of each CoT claim, in the order of ``runs`` (for the prose)."""
     out = []
