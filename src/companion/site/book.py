@@ -130,7 +130,7 @@ def cell_imports(nb) -> set[str]:
 def page_code(modules, whole: bool = False) -> dict:
     """The package code an executed page depends on, as the record data of its jupyter-cache entry: the files
     (relative to the package) of the import closures (:func:`companion.cache.import_closure`, imports inside
-    functions included) of the package ``modules`` (:func:`_execute_into_cache`: those the page's code cells
+    functions included) of the package ``modules`` (``_execute_into_cache``: those the page's code cells
     import, :func:`cell_imports`, and those its kernel loaded while it ran, e.g. through ``importlib``), and their
     hash (:func:`companion.cache.hash_files`). ``whole`` (or ``modules`` None: not known): every package source.
     The static closures add what a worker process of the page imports that the kernel did not."""
