@@ -17,7 +17,7 @@ from companion.stats import ROUNDOFF, Z_LEVEL, band_words
 from ...text import tex_number
 from ..stats import replicate_errors, trained_vs_prediction
 from ..theory import gd, no_cot, wishart
-from .thm3_2 import RULE_SHARE, converge_cot
+from .thm3_2 import converge_cot, optimisation_left, rule_words, unconverged_reason
 from .thm4_1 import PREV_STEP
 
 __all__ = ["CLAIMS", "RESULT", "MP_FLOOR", "cot_vs_no_cot", "figure", "manifest", "record_pairs"]
@@ -90,7 +90,7 @@ def record_pairs(v, runs: list, *, replicates: int, eval_batch: int, d: int) -> 
     ``eval_batch`` evaluation prompts; and ``cotexp_no_cot_n{n}``, the mean error of the ``replicates`` trained no-CoT
     models against the floor :math:`d(d+1)/(n+d+1)` (falsifier: its proportional limit :math:`d^2/(n+d)`), with the
     band of the CoT claim (seeds or prompts, the wider). Each band's floor adds the optimisation error its stopping
-    rule leaves (``_optimisation_left``), as the trained claim of :prf:ref:`cot-thm-3-2` does.
+    rule leaves (:func:`companion.cot.results.thm3_2.optimisation_left`), as the trained claim of :prf:ref:`cot-thm-3-2` does.
 
     A kind whose stopping rule did not stop by its last horizon has no converged model to test: its claim is not
     applicable (``_unconverged``).
@@ -118,7 +118,7 @@ def record_pairs(v, runs: list, *, replicates: int, eval_batch: int, d: int) -> 
                 quantity=rf"$n = {n}$: trained CoT models ({replicates} seeds), mean evaluation error vs "
                          r"$\E\tr(I - \eta S)^{2k}$",
                 predicted=mc["pred"], measured=mc["mean"], se=mc["se"], dof=mc["dof"],
-                floor=roundoff + _optimisation_left(r["rule_cot"]),
+                floor=roundoff + optimisation_left(r["rule_cot"]),
                 falsifier=COT.falsifier, falsifier_value=r["prev"].mean, headline=True,
                 reason=rf"{Z_LEVEL:.3g} SE of the mean of {replicates} trained models, over training seeds or prompts (the wider "
                        "band), and of the independent Monte-Carlo prediction, + optimisation error left",
@@ -133,7 +133,7 @@ def record_pairs(v, runs: list, *, replicates: int, eval_batch: int, d: int) -> 
                       quantity=rf"$n = {n}$: trained no-CoT models ({replicates} seeds), mean evaluation error vs the "
                                r"floor $d(d+1)/(n+d+1)$",
                       predicted=mn["pred"], measured=mn["mean"], se=mn["se"], dof=mn["dof"],
-                      floor=roundoff + _optimisation_left(r["rule_noc"]),
+                      floor=roundoff + optimisation_left(r["rule_noc"]),
                       falsifier=MP_FLOOR, falsifier_value=r["floor_mp"], headline=True,
                       reason=rf"{Z_LEVEL:.3g} SE of the mean of {replicates} trained models, over training seeds or prompts (the "
                              "wider band), + optimisation error left, round-off",
@@ -141,12 +141,6 @@ def record_pairs(v, runs: list, *, replicates: int, eval_batch: int, d: int) -> 
                              f"of {Z_LEVEL:.3g} normal standard errors, the wider of two valid bands decided: {mn['se_from']} "
                              rf"({band_words(mn['dof'])}), against the exact floor. " + _floor_words(r["rule_noc"], roundoff))
     return out
-
-
-def _optimisation_left(rule: dict) -> float:
-    """The optimisation error a converged run leaves (as in :prf:ref:`cot-thm-3-2`'s trained claim): the last
-    doubling's change of the rule's mean error plus the even part's energy."""
-    return abs(rule["change"]) + rule["even"]
 
 
 def _floor_words(rule: dict, roundoff: float) -> str:
@@ -157,15 +151,9 @@ def _floor_words(rule: dict, roundoff: float) -> str:
 
 def _unconverged(v, claim: str, quantity: str, rule: dict):
     """The record of a claim whose models' stopping rule (:func:`companion.cot.results.thm3_2.converge_cot`) did not
-    stop by its last horizon: not applicable, with the rule's last change and even part against its threshold."""
-    return v.not_applicable(
-        claim, kind="statistical", quantity=quantity,
-        reason=f"no converged model to test: after {rule['steps']} Adam steps a doubling of the horizon still moved "
-               "the error, or left an even part, beyond the stopping rule's share of the band",
-        detail=rf"Stopping rule (`converge_cot`): at the last horizon ({rule['steps']} Adam steps) the change of the "
-               rf"mean error over one doubling was ${tex_number(rule['change'])}$ and the even part's energy "
-               rf"${tex_number(rule['even'])}$, against ${tex_number(RULE_SHARE * rule['se_rule'])}$ "
-               rf"({RULE_SHARE:g} of the claim's prompt standard error).")
+    stop by its last horizon: not applicable, in the words of :prf:ref:`cot-thm-3-2`'s trained claim."""
+    return v.not_applicable(claim, kind="statistical", quantity=quantity, reason=unconverged_reason(rule),
+                            detail=rule_words(rule) + " A longer horizon (`steps`) may reach a converged model.")
 
 
 def figure(runs: list, d: int, k: int):

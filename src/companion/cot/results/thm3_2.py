@@ -32,7 +32,8 @@ from ..stats import MAX_DOUBLINGS, RULE_PROMPTS, even_part_energy, model_errors,
 from ..theory import gd, mp, no_cot, wishart
 from ..train import cached_train_full, threads1
 
-__all__ = ["CLAIMS", "RESULT", "NEIGHBOUR", "IDENTITY_LIMIT", "RULE_SHARE", "neighbours", "rule_horizons", "converge_cot", "trained_cot", "learned_steps",
+__all__ = ["CLAIMS", "RESULT", "NEIGHBOUR", "IDENTITY_LIMIT", "RULE_SHARE", "neighbours", "rule_horizons", "converge_cot", "optimisation_left",
+           "unconverged_reason", "rule_words", "trained_cot", "learned_steps",
            "construction_errors", "law_medians", "median_pair", "mp_quadrature_pair", "mp_limit_fit", "inverse_d_fit", "decay_curves",
            "record_trained", "record_exact", "record_law", "record_mp", "record_decay", "figure", "figure_mp",
            "manifest"]
@@ -320,7 +321,20 @@ def _share(x: float, se: float) -> str:
     return f"{abs(x) / se:.2g}" if ok else "an unmeasured number of"
 
 
-def _rule_words(rule: dict) -> str:
+def optimisation_left(rule: dict) -> float:
+    """The optimisation error a converged run of :func:`converge_cot` leaves, added to a trained claim's floor: the
+    last doubling's change of the rule's mean error plus the even part's energy."""
+    return abs(rule["change"]) + rule["even"]
+
+
+def unconverged_reason(rule: dict) -> str:
+    """The reason of a trained claim whose :func:`converge_cot` did not stop by its last horizon (not applicable)."""
+    return (rf"no converged model to test: after {rule['steps']} Adam steps a doubling of the horizon still moved "
+            rf"the error by {_share(rule['change'], rule['se_rule'])} SE, the even part "
+            rf"{_share(rule['even'], rule['se_rule'])} SE (allowed: {RULE_SHARE:g})")
+
+
+def rule_words(rule: dict) -> str:
     """The stopping rule's outcome (:func:`converge_cot`) in words: the horizons, the error and the even part."""
     runs = "; ".join(rf"{h['steps']} steps: ${tex_number(h['mean'], '.4g')}$, even part ${tex_number(h['even'], '.3g')}$"
                      for h in rule["history"])
@@ -347,10 +361,8 @@ def record_trained(v, model: dict, k: int, *, d: int, eta: float, replicates: in
     if untrained is not None:
         if "unconverged" in model:
             u = model["unconverged"]
-            reason = (rf"no converged model to test: after {u['steps']} Adam steps a doubling of the horizon still moved "
-                      rf"the error by {_share(u['change'], u['se_rule'])} SE, the even part "
-                      rf"{_share(u['even'], u['se_rule'])} SE (allowed: {RULE_SHARE:g})")
-            detail = (_rule_words(u) + " The theorem speaks of the trained model gradient flow converges to; a longer "
+            reason = unconverged_reason(u)
+            detail = (rule_words(u) + " The theorem speaks of the trained model gradient flow converges to; a longer "
                       "horizon (`steps`) may reach it.")
         elif "skipped" in model:
             reason = ("no model trained at this point (`replicates` is 0): the page maps the construction's law "
@@ -380,7 +392,7 @@ def record_trained(v, model: dict, k: int, *, d: int, eta: float, replicates: in
         quantity=rf"trained CoT transformers ({R} seeds): mean error after $k = {k}$ CoT steps against the exact "
                  r"$\E\tr(I - \eta S)^{2k}$",
         predicted=ex["pred"], measured=model["mean"], se=model["se"], dof=model["dof"],
-        floor=ROUNDOFF * d + abs(rule["change"]) + rule["even"],
+        floor=ROUNDOFF * d + optimisation_left(rule),
         falsifier=NEIGHBOUR, falsifier_value=ex["near"], headline=True,
         reason=rf"mean error of {R} trained models after $k = {k}$ CoT steps vs the exact $L_{{{k}}}(\eta)$; "
                f"band: {band}, the wider of two bands, + optimisation error left, round-off",
@@ -395,7 +407,7 @@ def record_trained(v, model: dict, k: int, *, d: int, eta: float, replicates: in
                rf"${tex_number(rule['even'], '.4g')}$, and {_round_off(d)}. Training: "
                rf"full CoT LSAs (all $2(2d+2)^2$ entries) from random weights side by side, {cfg['steps']} Adam steps "
                rf"(learning rate ${tex_number(cfg['lr'], '.4g')}$) on the teacher-forced CoT loss (6) with "
-               rf"{cfg['k']} positions. " + _rule_words(rule))
+               rf"{cfg['k']} positions. " + rule_words(rule))
 
 
 def record_exact(v, model_kt, ex: dict, k: int, *, d: int, num_model: int):
