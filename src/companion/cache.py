@@ -2,7 +2,8 @@
 
 Several notebooks use the same paper-scale training runs (for instance the Gaussian runs behind both
 Fig. 1a and Fig. 1b of the mesa paper). :func:`cached` wraps a function in a ``joblib.Memory`` whose
-directory is named by :func:`source_hash`, and a result is keyed by all of the function's arguments.
+directory is named by :func:`source_hash` of the code the function can run (its module's :func:`import_closure`),
+and a result is keyed by all of the function's arguments.
 
 The key is the *code*, not its prose: :func:`source_hash` hashes each source file's normalised syntax tree
 (:func:`normalised_source`: docstrings dropped, comments and layout gone with the parse), together with the
@@ -198,6 +199,16 @@ def cache_dir(namespace: str = "", sources: tuple[str, ...] | None = None) -> Pa
     return base / (f"{namespace}-{digest}" if namespace else digest)
 
 
+@functools.lru_cache(maxsize=None)
+def _sources_of(module: str) -> tuple[str, tuple[str, ...] | None]:
+    """(namespace, sources) of :func:`cache_dir` for a function of ``module``: its import closure, named by the
+    module below the package; every source, unnamed, for a module outside the package."""
+    try:
+        return module.partition(".")[2], import_closure(module)
+    except ValueError:
+        return "", None
+
+
 @contextlib.contextmanager
 def file_lock(path: Path):
     """An exclusive advisory lock (``flock``) on the file ``path`` (made, with its folder, if missing), held for
@@ -220,11 +231,16 @@ def file_lock(path: Path):
 def cached(func: F) -> F:
     """``cached(f)(*args)`` is ``f(*args)``, memoised on disk when a cache directory is configured; a miss is
     computed under the key's :func:`file_lock` (in ``<cache>/.locks``), so concurrent callers with the same arguments compute it
-    once."""
+    once.
+
+    A function of the package is cached in ``<base>/<module>-<hash>``, the hash of its module's
+    :func:`import_closure` (for ``companion.cot.train.train_full``: ``cot.train-<hash>``), so that an edit
+    elsewhere (the other paper's code, the site) keeps its results; any other function depends on every source."""
+    module = func.__module__
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
-        loc = cache_dir()
+        loc = cache_dir(*_sources_of(module))
         if loc is None:
             return func(*args, **kwargs)
         import joblib

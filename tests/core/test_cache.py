@@ -18,6 +18,19 @@ def test_cached_runs_once_per_argument_set(tmp_path, monkeypatch):
     assert any(cache.cache_dir().iterdir())
 
 
+def test_a_package_function_is_cached_under_the_hash_of_its_own_import_closure(tmp_path, monkeypatch):
+    """The cot training runs (``cot.train``) are kept when the mesa code or the site changes, and dropped when
+    any code they can run changes."""
+    from companion import stats
+
+    monkeypatch.setenv("COMPANION_CACHE_DIR", str(tmp_path))
+    assert cache.cached(stats.combine)(3.0, 4.0) == 5.0
+    assert [p.name for p in tmp_path.iterdir()] == ["stats-" + cache.source_hash(cache.import_closure("companion.stats"))]
+    closure = cache.import_closure("companion.cot.train")
+    assert {"cot/train.py", "cot/model.py", "cache.py", "stats.py"} <= set(closure)
+    assert not any(f.startswith(("mesa/", "site/", "run/")) for f in closure)
+
+
 def test_cache_off_always_computes(monkeypatch):
     monkeypatch.setenv("COMPANION_CACHE_DIR", "off")
     CALLS.clear()
