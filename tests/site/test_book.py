@@ -36,6 +36,25 @@ def test_cache_guard_wipes_the_cache_when_the_stack_changes_but_not_when_the_pac
     assert book.guard_cache(tmp_path) is True
 
 
+def test_the_run_cache_keeps_the_folders_of_the_current_code_and_removes_older_ones(tmp_path):
+    from companion import cache
+    from companion.mesa.train import RUN_SOURCES
+
+    def closure(m):
+        return cache.source_hash(cache.import_closure(m))
+
+    keep = ["mesa-" + cache.source_hash(RUN_SOURCES), "cot.train-" + closure("companion.cot.train"),
+            "mesa.evidence-" + closure("companion.mesa.evidence"), cache.source_hash(), "no.such.module-0123456789abcdef",
+            "notes"]
+    old = ["mesa-0123456789abcdef", "cot.train-0123456789abcdef", "fedcba9876543210"]
+    for name in keep + old:
+        (tmp_path / name / "joblib").mkdir(parents=True)
+    (tmp_path / "fedcba9876543211").write_text("a file, not a cache folder")
+    assert sorted(book.prune_run_cache(tmp_path)) == sorted(old)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(keep + ["fedcba9876543211"])
+    assert book.prune_run_cache(tmp_path / "absent") == []
+
+
 def test_the_package_modules_a_page_imports_are_read_from_its_code_cells():
     import nbformat
 

@@ -157,6 +157,40 @@ def _files_hash(files) -> str | None:
     return run_cache.hash_files(pkg, paths)
 
 
+#: the run cache of a build (:func:`companion.cache.cache_dir` without ``$COMPANION_CACHE_DIR``)
+RUN_CACHE = Path("_build") / ".companion_cache"
+
+
+def prune_run_cache(base: Path) -> list[str]:
+    """Remove from the run cache ``base`` the folders that no key of the current code names: a
+    ``<module>-<hash>`` folder (:func:`companion.cache.cached`) whose hash is not that of the module's import
+    closure now (``mesa-<hash>``: the mesa training runs, :data:`companion.mesa.train.RUN_SOURCES`), a bare
+    ``<hash>`` folder but that of every source now. A folder named after no module of the package is kept. Returns
+    the names removed. Each code change of a run's closure otherwise leaves its old folder behind for good."""
+    from ..mesa.train import RUN_SOURCES
+
+    if not base.is_dir():
+        return []
+    removed = []
+    for folder in sorted(base.iterdir()):
+        ns, sep, digest = folder.name.rpartition("-")
+        if not (folder.is_dir() and re.fullmatch(r"[0-9a-f]{16}", digest)):
+            continue
+        if not sep:
+            current = run_cache.source_hash()
+        elif ns == "mesa":
+            current = run_cache.source_hash(RUN_SOURCES)
+        else:
+            try:
+                current = run_cache.source_hash(run_cache.import_closure(f"companion.{ns}"))
+            except ValueError:  # not a module of the package: not ours to judge
+                continue
+        if digest != current:
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder.name)
+    return removed
+
+
 def drop_stale_pages(root: Path) -> list[str]:
     """Remove from the jupyter cache every executed page whose package code changed since it ran (its record's
     :func:`page_code` no longer matches, or it has none), and drop Sphinx's environment if any was removed
@@ -775,6 +809,10 @@ def build(root: Path | None = None, *, strict: bool = True, force: bool = False,
         print("companion book: no Chromium found; the TeX of the pages was not checked", file=sys.stderr)
     if status == 0:
         print(f"companion book: open {root / '_build' / 'html' / 'index.html'}")
+    if status == 0 and os.environ.get("COMPANION_CACHE_DIR") is None:  # a cache of its own, not a shared one
+        gone = prune_run_cache(root / RUN_CACHE)
+        if gone:
+            print(f"companion book: removed {len(gone)} run-cache folder(s) of older code: {', '.join(gone)}")
     print(f"companion book: {time.perf_counter() - start:.0f} s in all, exit status {status}")
     return status
 
