@@ -55,6 +55,7 @@ from companion.mesa.lanes import host
 from .. import cache as run_cache
 from .. import notebooks as nbs
 from ..mesa.results.plan import paper_runs, warm_run_cache
+from ..mesa.train import RUN_SOURCES
 from ..paths import repo_root
 from ..registry import all_results
 from ..report import RESULTS_URL, counts, dashboard_markdown, glance_markdown
@@ -167,8 +168,6 @@ def prune_run_cache(base: Path) -> list[str]:
     closure now (``mesa-<hash>``: the mesa training runs, :data:`companion.mesa.train.RUN_SOURCES`), a bare
     ``<hash>`` folder but that of every source now. A folder named after no module of the package is kept. Returns
     the names removed. Each code change of a run's closure otherwise leaves its old folder behind for good."""
-    from ..mesa.train import RUN_SOURCES
-
     if not base.is_dir():
         return []
     removed = []
