@@ -40,10 +40,12 @@ try:
 except ImportError:  # pragma: no cover - Windows: no advisory locks (see file_lock)
     fcntl = None
 
-__all__ = ["source_hash", "hash_files", "normalised_source", "stack_signature", "import_closure", "cache_dir", "cached",
-           "file_lock"]
+__all__ = ["source_hash", "hash_files", "normalised_source", "stack_signature", "import_closure", "BASE", "cache_dir",
+           "module_cache_dir", "is_current", "cached", "file_lock"]
 
 F = TypeVar("F", bound=Callable)
+#: the cache's folder below the book root when ``$COMPANION_CACHE_DIR`` is not set
+BASE = Path("_build") / ".companion_cache"
 _OFF = {"", "off", "0", "none", "false", "no"}
 
 
@@ -192,7 +194,7 @@ def cache_dir(namespace: str = "", sources: tuple[str, ...] | None = None) -> Pa
     else:
 
         try:
-            base = repo_root() / "_build" / ".companion_cache"
+            base = repo_root() / BASE
         except FileNotFoundError:
             return None
     digest = source_hash(tuple(sources) if sources is not None else None)
@@ -207,6 +209,28 @@ def _sources_of(module: str) -> tuple[str, tuple[str, ...] | None]:
         return module.partition(".")[2], import_closure(module)
     except ValueError:
         return "", None
+
+
+def module_cache_dir(module: str) -> Path | None:
+    """:func:`cache_dir` of the runs of the package module ``module``: ``<base>/<module below the package>-<hash of
+    its import closure>`` (``companion.mesa.train``: ``mesa.train-<hash>``)."""
+    return cache_dir(*_sources_of(module))
+
+
+def is_current(name: str) -> bool | None:
+    """Whether the cache folder ``name`` is a key of the current code: ``<module>-<hash>`` when the module's import
+    closure hashes to it now (:func:`module_cache_dir`), a bare ``<hash>`` when every source does. ``None``: a name
+    of no key (not a 16-hex-digit hash, or no module of the package), not ours to judge."""
+    ns, sep, digest = name.rpartition("-")
+    if len(digest) != 16 or any(c not in "0123456789abcdef" for c in digest):
+        return None
+    if not sep:
+        return digest == source_hash()
+    try:
+        closure = import_closure(f"{Path(__file__).resolve().parent.name}.{ns}")
+    except ValueError:
+        return None
+    return digest == source_hash(closure)
 
 
 @contextlib.contextmanager
@@ -240,7 +264,7 @@ def cached(func: F) -> F:
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
-        loc = cache_dir(*_sources_of(module))
+        loc = module_cache_dir(module)
         if loc is None:
             return func(*args, **kwargs)
         import joblib

@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 import torch
 
+from companion import cache
 from companion.mesa import theory as th
+from companion.mesa import train as train_module
 from companion.mesa.data import generate
 from companion.mesa.empirical import diagonal_gd, diagonal_stats
 from companion.mesa.model import loss_and_grad, per_sequence_loss
@@ -75,7 +77,9 @@ def test_run_cache(tmp_path, monkeypatch):
     kw = dict(law="gaussian", scale=1.0, a0=0.1, b0=0.1, lr=1e-3, epochs=2, **SMALL)
     r1 = run(**kw)
     assert any(tmp_path.rglob("*.pkl")) or any(tmp_path.rglob("output.pkl"))
-    assert [p.name for p in tmp_path.iterdir()][0].startswith("mesa-")
+    # one folder, named by the training module and its import closure (the name companion book's pruning reads)
+    assert [p.name for p in tmp_path.iterdir()] == [train_module.cache_dir().name]
+    assert train_module.cache_dir().name == "mesa.train-" + cache.source_hash(train_module.RUN_SOURCES)
     r2 = run(**kw)
     assert np.array_equal(r1.ab, r2.ab) and np.array_equal(r1.W_KQ, r2.W_KQ)
     r3 = run(**dict(kw, seed=5))

@@ -43,10 +43,10 @@ def test_the_run_cache_keeps_the_folders_of_the_current_code_and_removes_older_o
     def closure(m):
         return cache.source_hash(cache.import_closure(m))
 
-    keep = ["mesa-" + cache.source_hash(RUN_SOURCES), "cot.train-" + closure("companion.cot.train"),
+    keep = ["mesa.train-" + cache.source_hash(RUN_SOURCES), "cot.train-" + closure("companion.cot.train"),
             "mesa.evidence-" + closure("companion.mesa.evidence"), cache.source_hash(), "no.such.module-0123456789abcdef",
             "notes"]
-    old = ["mesa-0123456789abcdef", "cot.train-0123456789abcdef", "fedcba9876543210"]
+    old = ["mesa.train-0123456789abcdef", "cot.train-0123456789abcdef", "fedcba9876543210"]
     for name in keep + old:
         (tmp_path / name / "joblib").mkdir(parents=True)
     (tmp_path / "fedcba9876543211").write_text("a file, not a cache folder")

@@ -21,8 +21,8 @@ import numpy as np
 import torch
 
 from companion import params
-from companion.cache import cache_dir as _cache_dir
 from companion.cache import import_closure as _import_closure
+from companion.cache import module_cache_dir as _module_cache_dir
 from companion.mesa import theory, torch_epoch
 from companion.mesa.data import ARData, check_law, generate
 from companion.mesa.lanes import host
@@ -377,10 +377,9 @@ RUN_SOURCES = _import_closure("companion.mesa.train")
 
 
 def cache_dir():
-    """Where runs are cached (see :mod:`companion.cache`): ``<base>/mesa-<hash of RUN_SOURCES>``, or
+    """Where runs are cached (see :mod:`companion.cache`): ``<base>/mesa.train-<hash of RUN_SOURCES>``, or
     ``None`` when ``$COMPANION_CACHE_DIR`` disables caching."""
-
-    return _cache_dir("mesa", RUN_SOURCES)
+    return _module_cache_dir(__name__)
 
 
 _MEMO = {}

@@ -55,7 +55,6 @@ from companion.mesa.lanes import host
 from .. import cache as run_cache
 from .. import notebooks as nbs
 from ..mesa.results.plan import paper_runs, warm_run_cache
-from ..mesa.train import RUN_SOURCES
 from ..paths import repo_root
 from ..registry import all_results
 from ..report import RESULTS_URL, counts, dashboard_markdown, glance_markdown
@@ -159,32 +158,19 @@ def _files_hash(files) -> str | None:
 
 
 #: the run cache of a build (:func:`companion.cache.cache_dir` without ``$COMPANION_CACHE_DIR``)
-RUN_CACHE = Path("_build") / ".companion_cache"
+RUN_CACHE = run_cache.BASE
 
 
 def prune_run_cache(base: Path) -> list[str]:
-    """Remove from the run cache ``base`` the folders that no key of the current code names: a
-    ``<module>-<hash>`` folder (:func:`companion.cache.cached`) whose hash is not that of the module's import
-    closure now (``mesa-<hash>``: the mesa training runs, :data:`companion.mesa.train.RUN_SOURCES`), a bare
-    ``<hash>`` folder but that of every source now. A folder named after no module of the package is kept. Returns
+    """Remove from the run cache ``base`` the folders that no key of the current code names
+    (:func:`companion.cache.is_current`: a ``<module>-<hash>`` folder whose hash is not that of the module's import
+    closure now, a bare ``<hash>`` folder but that of every source now). A folder of another name is kept. Returns
     the names removed. Each code change of a run's closure otherwise leaves its old folder behind for good."""
     if not base.is_dir():
         return []
     removed = []
     for folder in sorted(base.iterdir()):
-        ns, sep, digest = folder.name.rpartition("-")
-        if not (folder.is_dir() and re.fullmatch(r"[0-9a-f]{16}", digest)):
-            continue
-        if not sep:
-            current = run_cache.source_hash()
-        elif ns == "mesa":
-            current = run_cache.source_hash(RUN_SOURCES)
-        else:
-            try:
-                current = run_cache.source_hash(run_cache.import_closure(f"companion.{ns}"))
-            except ValueError:  # not a module of the package: not ours to judge
-                continue
-        if digest != current:
+        if folder.is_dir() and run_cache.is_current(folder.name) is False:
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(folder.name)
     return removed
