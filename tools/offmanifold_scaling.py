@@ -12,6 +12,13 @@ Gaussian law at ``--scale``, the page's middle diagonal init); an option given o
 
     python tools/offmanifold_scaling.py                                  # the Theorem 4.1 smoke point, sigma = 1
     python tools/offmanifold_scaling.py --point paper --m 625 2500 10000 --reps 10
+    python tools/offmanifold_scaling.py --x1 sphere                      # Gaussian directions, one norm
+
+``--x1`` draws the first tokens of the Gaussian law otherwise, to find what makes ``m * off`` depend on m:
+``sphere`` scales Gaussian vectors to the sphere of the same mean square (no spread of norms), ``radii`` keeps
+Gaussian vectors but stratifies their norms over the set (the quantiles of the chi distribution, shuffled: the
+sample's moments of the norm nearly exact, the law of each token unchanged). Both replace
+``companion.mesa.data.sample_x1`` in this process only; ``population-GD ab`` stays the Gaussian law's.
 
 Not a test: minutes of training, and its purpose is to measure where the extrapolation's model holds.
 """
@@ -22,6 +29,30 @@ import argparse
 import sys
 
 NOTEBOOK = "mesa/thm4_1_emergence"
+X1_DRAWS = ("law", "sphere", "radii")
+
+
+def _draw_x1(kind: str):
+    """A stand-in for ``companion.mesa.data.sample_x1`` that draws the Gaussian law's first tokens as ``kind`` says
+    (the module docstring); other laws as before."""
+    import numpy as np
+    from scipy.stats import chi2
+
+    from companion.mesa import data
+
+    law_x1 = data.sample_x1
+
+    def sample_x1(law, m, d, scale, rng):
+        if law != "gaussian":
+            return law_x1(law, m, d, scale, rng)
+        g = rng.standard_normal((m, d))
+        u = g / np.linalg.norm(g, axis=1, keepdims=True)  # a uniform direction
+        if kind == "sphere":
+            return scale * np.sqrt(d) * u
+        strata = (rng.permutation(m) + rng.uniform(size=m)) / m  # one uniform per stratum, shuffled
+        return scale * u * np.sqrt(chi2.ppf(strata, d))[:, None]
+
+    return sample_x1
 
 
 def _point(point: str, law: str, scale: float) -> dict:
@@ -56,7 +87,13 @@ def main() -> int:
     ap.add_argument("--m", type=int, nargs="+", default=[100, 400, 1600, 6400], help="training-set sizes")
     ap.add_argument("--reps", type=int, default=16, help="independent training sets per size (default 16)")
     ap.add_argument("--seed", type=int, default=5000, help="first seed of the training sets (default 5000)")
+    ap.add_argument("--x1", choices=X1_DRAWS, default="law", help="how the Gaussian law's first tokens are drawn: "
+                    "law (default), sphere (one norm), radii (stratified norms)")
     args = ap.parse_args()
+    if args.x1 != "law" and args.law != "gaussian":
+        print(f"offmanifold_scaling: --x1 {args.x1} draws Gaussian first tokens otherwise; it needs --law gaussian, "
+              f"not {args.law!r}", file=sys.stderr)
+        return 2
 
     import numpy as np
 
@@ -66,6 +103,10 @@ def main() -> int:
     from companion.run.inputs import SweepError
     from companion.stats import richardson
 
+    if args.x1 != "law":
+        from companion.mesa import data
+
+        data.sample_x1 = _draw_x1(args.x1)
     np.seterr(over="ignore", invalid="ignore")  # a step beyond the bound overflows the prediction; run() refuses it
     try:
         pt = _point(args.point, args.law, args.scale)
@@ -84,7 +125,7 @@ def main() -> int:
     except (params.ParameterError, SweepError) as exc:
         print(f"offmanifold_scaling: {exc}", file=sys.stderr)
         return 2
-    print(f"population-GD ab {pop:.6g} ({args.law}, scale {args.scale:g}, d = {d}, T = {T}, lr = {lr:g}, "
+    print(f"population-GD ab {pop:.6g} ({args.law}{'' if args.x1 == 'law' else ', x1 ' + args.x1}, scale {args.scale:g}, d = {d}, T = {T}, lr = {lr:g}, "
           f"{epochs} epochs, init {a0:g} {b0:g}; {reps} sets per m)")
     print(f"{'m':>8} {'mean off':>11} {'+-':>9} {'m*off':>8} {'mean dev':>11} {'+-':>9} {'sd dev':>9}")
     se = {m: off[m].std(ddof=1) / np.sqrt(reps) for m in sizes}
