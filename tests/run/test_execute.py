@@ -126,3 +126,20 @@ def test_plain_papermill_with_a_misspelled_parameter_fails_clearly(tmp_path):
                                    kernel_name="python3", progress_bar=False)
     assert info.value.ename == "ParameterError"
     assert "'sacle': is not a parameter of this notebook (did you mean 'scale'?)" in info.value.evalue
+
+
+@pytest.mark.slow
+def test_the_kernels_event_loop_logs_nothing_onto_the_runs_stderr(tmp_path):
+    """A run's stderr carries the notebook's own error in one line: the kernel's event loop (tornado), which may
+    log a callback's traceback while papermill shuts the kernel down (a stream already closed), is silenced in every
+    kernel the runner starts (``KERNEL_ARGUMENTS``). Here a cell logs such a record onto the process's own stderr."""
+    toy = (FIXTURES / "toy.md").read_text()
+    cell = ("```{code-cell} ipython3\nimport logging, sys\n"
+            "logging.getLogger().addHandler(logging.StreamHandler(sys.__stderr__))\n"
+            "try:\n    raise OSError('Stream is closed')\nexcept OSError:\n"
+            "    logging.getLogger('tornado.application').error('Exception in callback', exc_info=True)\n```\n\n")
+    nb = tmp_path / "toy.md"
+    nb.write_text(toy.replace("```{code-cell} ipython3\nimport numpy as np", cell + "```{code-cell} ipython3\nimport numpy as np", 1))
+    proc = run_cli("run", str(nb), "-p", "n", "200", "-o", str(tmp_path / "out"))
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr and "Stream is closed" not in proc.stderr, proc.stderr

@@ -12,8 +12,11 @@ __all__ = ["WarmKernel", "KERNEL_ARGUMENTS", "RESET_CODE", "MODULE_ATTRIBUTES", 
 
 
 #: the kernel logs a transport warning at every start, and "KeyboardInterrupt caught in kernel" (ERROR) when
-#: papermill stops it after a failed cell: the cell's own error is what counts, reported through papermill
-KERNEL_ARGUMENTS = ["--IPKernelApp.log_level=CRITICAL"]
+#: papermill stops it after a failed cell; and its event loop (tornado) may log a callback's traceback from a
+#: stream closed while papermill shuts it down, onto the run's own stderr: the cell's own error is what counts,
+#: reported through papermill (a refused parameter is one line, never a traceback)
+KERNEL_ARGUMENTS = ["--IPKernelApp.log_level=CRITICAL",
+                    "--IPKernelApp.exec_lines=__import__('logging').getLogger('tornado').setLevel(50)"]
 
 
 #: the attributes of the kernel's ``__main__`` module that the shell's reset deletes with the user's names and
