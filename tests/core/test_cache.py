@@ -151,3 +151,16 @@ def test_concurrent_misses_compute_once(tmp_path):
     with mp.get_context("fork").Pool(3) as pool:
         assert pool.map(_call_cached, jobs) == [6, 6, 7]
     assert sorted(log.read_text().split()) == ["5", "6"]
+
+
+def test_a_cache_folder_is_current_when_its_module_closure_hashes_to_its_name():
+    """``is_current``: the name of a folder that ``cached`` writes now is current, the same module under another
+    hash is not, a bare hash only when it is every source's; a name of no key is not judged (None)."""
+    stats_key = "stats-" + cache.source_hash(cache.import_closure("companion.stats"))
+    assert cache.module_cache_dir("companion.stats") is None or cache.module_cache_dir("companion.stats").name == stats_key
+    assert cache.is_current(stats_key) is True
+    assert cache.is_current("stats-0123456789abcdef") is False
+    assert cache.is_current("mesa.train-" + cache.source_hash(cache.import_closure("companion.mesa.train"))) is True
+    assert cache.is_current(cache.source_hash()) is True and cache.is_current("0123456789abcdef") is False
+    assert cache.is_current("no.such.module-0123456789abcdef") is None
+    assert cache.is_current("notes") is None and cache.is_current("stats-0123") is None
