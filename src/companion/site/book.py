@@ -397,6 +397,7 @@ def pre_execute(root: Path, jobs: int = 2, warm_mesa: bool = True) -> dict[str, 
         print(f"companion book: {len(paper_runs())} mesa training runs into the run cache, {jobs} at a time", flush=True)
         print(f"companion book: mesa runs ready in {warm_run_cache(jobs, log=None):.0f} s", flush=True)
     print(f"companion book: executing {len(todo)} page(s), {jobs} at a time", flush=True)
+    t0 = time.perf_counter()
     with ProcessPoolExecutor(max_workers=max(1, jobs), mp_context=get_context("spawn")) as pool:
         # a page outside notebooks/ (the Sweeps page) runs notebooks in other processes: all the package counts
         futs = [pool.submit(_execute_into_cache, str(root / CACHE_DIR), str(p), timeout,
@@ -408,6 +409,9 @@ def pre_execute(root: Path, jobs: int = 2, warm_mesa: bool = True) -> dict[str, 
             _page_seconds(root, {str(rel): seconds})
             print(f"companion book: {rel} {'FAILED (the build reports it)' if err else 'executed'} in {seconds:.0f} s"
                   + (f": {err}" if err else ""), flush=True)
+    # the pages' own wall time (the mesa runs before them are reported on their own line)
+    print(f"companion book: {len(done)} page(s) executed in {time.perf_counter() - t0:.0f} s "
+          f"(sum of page times {sum(done.values()):.0f} s)", flush=True)
     return done
 
 
@@ -822,11 +826,7 @@ def _execute_pages(root: Path, force: bool) -> None:
         print("companion book: a notebook swept by the Sweeps page changed; re-executing that page")
     # compile the fused mesa kernels once, before the notebooks (cached on disk; a no-op after)
     print(f"companion book: mesa kernels ready in {host.warm_up():.1f} s", flush=True)
-    t0 = time.perf_counter()
-    executed = pre_execute(root, jobs=min(2, available_cores()))
-    if executed:
-        print(f"companion book: {len(executed)} page(s) executed in {time.perf_counter() - t0:.0f} s "
-              f"(sum of page times {sum(executed.values()):.0f} s)", flush=True)
+    pre_execute(root, jobs=min(2, available_cores()))
 
 
 def _tables(root: Path) -> tuple[str, str]:
