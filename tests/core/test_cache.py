@@ -153,11 +153,12 @@ def test_concurrent_misses_compute_once(tmp_path):
     assert sorted(log.read_text().split()) == ["5", "6"]
 
 
-def test_a_cache_folder_is_current_when_its_module_closure_hashes_to_its_name():
+def test_a_cache_folder_is_current_when_its_module_closure_hashes_to_its_name(tmp_path, monkeypatch):
     """``is_current``: the name of a folder that ``cached`` writes now is current, the same module under another
     hash is not, a bare hash only when it is every source's; a name of no key is not judged (None)."""
+    monkeypatch.setenv("COMPANION_CACHE_DIR", str(tmp_path))
     stats_key = "stats-" + cache.source_hash(cache.import_closure("companion.stats"))
-    assert cache.module_cache_dir("companion.stats") is None or cache.module_cache_dir("companion.stats").name == stats_key
+    assert cache.module_cache_dir("companion.stats") == tmp_path / stats_key
     assert cache.is_current(stats_key) is True
     assert cache.is_current("stats-0123456789abcdef") is False
     assert cache.is_current("mesa.train-" + cache.source_hash(cache.import_closure("companion.mesa.train"))) is True

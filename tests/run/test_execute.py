@@ -138,8 +138,10 @@ def test_the_kernels_event_loop_logs_nothing_onto_the_runs_stderr(tmp_path):
             "logging.getLogger().addHandler(logging.StreamHandler(sys.__stderr__))\n"
             "try:\n    raise OSError('Stream is closed')\nexcept OSError:\n"
             "    logging.getLogger('tornado.application').error('Exception in callback', exc_info=True)\n```\n\n")
+    anchor = "```{code-cell} ipython3\nimport numpy as np"
+    assert anchor in toy  # else the logging cell would not be there and the test could not fail
     nb = tmp_path / "toy.md"
-    nb.write_text(toy.replace("```{code-cell} ipython3\nimport numpy as np", cell + "```{code-cell} ipython3\nimport numpy as np", 1))
+    nb.write_text(toy.replace(anchor, cell + anchor, 1))
     proc = run_cli("run", str(nb), "-p", "n", "200", "-o", str(tmp_path / "out"))
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr and "Stream is closed" not in proc.stderr, proc.stderr
