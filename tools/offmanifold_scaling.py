@@ -18,7 +18,8 @@ Gaussian law at ``--scale``, the page's middle diagonal init); an option given o
 ``sphere`` scales Gaussian vectors to the sphere of the same mean square (no spread of norms), ``radii`` keeps
 Gaussian vectors but stratifies their norms over the set (the quantiles of the chi distribution, shuffled: the
 sample's moments of the norm nearly exact, the law of each token unchanged). Both replace
-``companion.mesa.data.sample_x1`` in this process only; ``population-GD ab`` stays the Gaussian law's.
+``companion.mesa.data.sample_x1`` in this process only, with the run cache off (their runs must not be stored under
+the Gaussian law's keys); ``population-GD ab`` stays the Gaussian law's.
 
 Not a test: minutes of training, and its purpose is to measure where the extrapolation's model holds.
 """
@@ -26,6 +27,7 @@ Not a test: minutes of training, and its purpose is to measure where the extrapo
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 NOTEBOOK = "mesa/thm4_1_emergence"
@@ -107,6 +109,8 @@ def main() -> int:
         from companion.mesa import data
 
         data.sample_x1 = _draw_x1(args.x1)
+        # runs and statistics of these tokens must never enter the run cache under the Gaussian law's keys
+        os.environ["COMPANION_CACHE_DIR"] = "off"
     np.seterr(over="ignore", invalid="ignore")  # a step beyond the bound overflows the prediction; run() refuses it
     try:
         pt = _point(args.point, args.law, args.scale)
