@@ -13,13 +13,16 @@ Gaussian law at ``--scale``, the page's middle diagonal init); an option given o
     python tools/offmanifold_scaling.py                                  # the Theorem 4.1 smoke point, sigma = 1
     python tools/offmanifold_scaling.py --point paper --m 625 2500 10000 --reps 10
     python tools/offmanifold_scaling.py --x1 sphere                      # Gaussian directions, one norm
+    python tools/offmanifold_scaling.py --tilt 6                         # training sets tilted by r^6
 
 ``--x1`` draws the first tokens of the Gaussian law otherwise, to find what makes ``m * off`` depend on m:
 ``sphere`` scales Gaussian vectors to the sphere of the same mean square (no spread of norms), ``radii`` keeps
 Gaussian vectors but stratifies their norms over the set (the quantiles of the chi distribution, shuffled: the
 sample's moments of the norm nearly exact, the law of each token unchanged). Both replace
 ``companion.mesa.data.sample_x1`` in this process only, with the run cache off (their runs must not be stored under
-the Gaussian law's keys); ``population-GD ab`` stays the Gaussian law's.
+the Gaussian law's keys); ``population-GD ab`` stays the Gaussian law's. ``--tilt K`` trains on the law's
+importance samples tilted by r^K (``companion.mesa.data.generate``; the design of the Theorem 4.1 page's Gaussian
+replicates), an unbiased estimate of the same population loss.
 
 Not a test: minutes of training, and its purpose is to measure where the extrapolation's model holds.
 """
@@ -89,9 +92,14 @@ def main() -> int:
     ap.add_argument("--m", type=int, nargs="+", default=[100, 400, 1600, 6400], help="training-set sizes")
     ap.add_argument("--reps", type=int, default=16, help="independent training sets per size (default 16)")
     ap.add_argument("--seed", type=int, default=5000, help="first seed of the training sets (default 5000)")
+    ap.add_argument("--tilt", type=int, default=0, help="train on sets tilted by r^K (Gaussian law; default 0)")
     ap.add_argument("--x1", choices=X1_DRAWS, default="law", help="how the Gaussian law's first tokens are drawn: "
                     "law (default), sphere (one norm), radii (stratified norms)")
     args = ap.parse_args()
+    if args.tilt and args.x1 != "law":
+        print(f"offmanifold_scaling: --tilt draws the first tokens itself; it needs --x1 law, not {args.x1!r}",
+              file=sys.stderr)
+        return 2
     if args.x1 != "law" and args.law != "gaussian":
         print(f"offmanifold_scaling: --x1 {args.x1} draws Gaussian first tokens otherwise; it needs --law gaussian, "
               f"not {args.law!r}", file=sys.stderr)
@@ -120,7 +128,8 @@ def main() -> int:
         sizes = [params.integer("--m", m, min=1) for m in args.m]
         reps = params.integer("--reps", args.reps, min=2)
         pop = population_ab(args.law, args.scale, d, T, a0, b0, lr, epochs)[-1]
-        kw = dict(law=args.law, scale=args.scale, d=d, T=T, m_test=10, a0=a0, b0=b0, lr=lr, epochs=epochs)
+        tilt = params.integer("--tilt", args.tilt, min=0)
+        kw = dict(law=args.law, scale=args.scale, d=d, T=T, m_test=10, a0=a0, b0=b0, lr=lr, epochs=epochs, tilt=tilt)
         off, dev = {}, {}
         for m in sizes:
             rs = [run(**kw, m=m, seed=args.seed + k) for k in range(reps)]
@@ -129,7 +138,8 @@ def main() -> int:
     except (params.ParameterError, SweepError) as exc:
         print(f"offmanifold_scaling: {exc}", file=sys.stderr)
         return 2
-    print(f"population-GD ab {pop:.6g} ({args.law}{'' if args.x1 == 'law' else ', x1 ' + args.x1}, scale {args.scale:g}, d = {d}, T = {T}, lr = {lr:g}, "
+    how = ("" if args.x1 == "law" else ", x1 " + args.x1) + (f", tilted by r^{tilt}" if tilt else "")
+    print(f"population-GD ab {pop:.6g} ({args.law}{how}, scale {args.scale:g}, d = {d}, T = {T}, lr = {lr:g}, "
           f"{epochs} epochs, init {a0:g} {b0:g}; {reps} sets per m)")
     print(f"{'m':>8} {'mean off':>11} {'+-':>9} {'m*off':>8} {'mean dev':>11} {'+-':>9} {'sd dev':>9}")
     se = {m: off[m].std(ddof=1) / np.sqrt(reps) for m in sizes}

@@ -36,6 +36,12 @@ def test_the_design_gives_each_setting_its_replicate_rule_and_every_figure_run_t
     assert len(runs) == 15 + 2 * (3 + 5 + 3 + 4 + 4)
     assert [{k: v for k, v in kw.items() if k not in ("param", "what")} for kw in design.checked_runs()] == runs
     assert {kw["param"] for kw in design.checked_runs() if kw["law"] == "sparse"} == {"lrs_sparse"}
+    # the Gaussian replicates train on tilted sets, the sparse ones and the figure runs on plain samples
+    assert {rep.tilt for (law, _), rep in design.replicates.items() if law == "gaussian"} == {thm4_1.GAUSSIAN_TILT}
+    assert {rep.tilt for (law, _), rep in design.replicates.items() if law == "sparse"} == {0}
+    assert thm4_1.GAUSSIAN_TILT > 0 and all(kw.get("tilt", 0) == 0 for kw in figure.values())
+    assert all(kw["tilt"] == (thm4_1.GAUSSIAN_TILT if kw["law"] == "gaussian" else 0)
+               for rep in design.replicates.values() for kw in rep.runs())
 
 
 def test_x1_controls_are_the_training_sets_moments_minus_the_laws():
@@ -46,6 +52,22 @@ def test_x1_controls_are_the_training_sets_moments_minus_the_laws():
     for row, (m, sd) in zip(X, sets):
         x = _dataset("gaussian", m, 3, 6, 2.0, MESA_TRAIN_DATA.entropy(sd), torch.complex64).x1.real.double().numpy() / 2
         assert row == pytest.approx([(x**4).mean() - 3.0, (x**6).mean() - 15.0], rel=1e-5, abs=1e-5)
+
+
+def test_tilted_x1_controls_are_the_weighted_moments_of_the_set_a_run_trains_on():
+    """On a tilted set (companion.mesa.data.generate) the controls are the importance-weighted moments of the very
+    set the run trains on, minus the law's: fails if the controls read a plain set, drop the weights or divide by
+    their sum; over many sets their mean is 0."""
+    sets = [(50, 7), (80, 9)]
+    X = thm4_1.x1_controls("gaussian", 2.0, 3, 6, sets, tilt=6)
+    for row, (m, sd) in zip(X, sets):
+        data = _dataset("gaussian", m, 3, 6, 2.0, MESA_TRAIN_DATA.entropy(sd), torch.complex64, 6)
+        x, w = data.x1.real.double().numpy() / 2, data.w.numpy()[:, None]
+        assert row == pytest.approx([(w * x**4).mean() - 3.0, (w * x**6).mean() - 15.0], rel=1e-5, abs=1e-5)
+    assert not np.allclose(X, thm4_1.x1_controls("gaussian", 2.0, 3, 6, sets))
+    X = thm4_1.x1_controls("gaussian", 1.0, 2, 4, [(100, s) for s in range(300)], tilt=6)
+    mean, se = X.mean(0), X.std(0, ddof=1) / math.sqrt(len(X))
+    assert np.all(np.abs(mean) < 4 * se), (mean, se)
 
 
 def test_x1_controls_have_mean_zero():

@@ -157,3 +157,46 @@ def test_a_runs_records_have_one_entry_per_epoch_from_the_init_to_the_last_weigh
     assert r.b_mean[-1] == pytest.approx(b.astype(float).mean(), rel=1e-15)
     assert np.array_equal(r.ab_diag[-1], (a * b).astype(float))
     assert r.other_max[-1] == np.abs(np.concatenate([r.W_KQ[:d].ravel(), r.W_KQ[d:, d:].ravel(), r.W_PV[:, d:].ravel()])).max()
+
+
+def test_a_tilted_set_is_an_unbiased_importance_sample_of_the_gaussian_law():
+    """The weights w_n = E r^6 / r_n^6 of a set tilted by r^6 (companion.mesa.data.generate): weighted means of r^k
+    are unbiased for the Gaussian law's moments (E r^2 = d, E r^4 = d(d+2)), within 4 of their SEs; w r^6 is the
+    constant E r^6. Fails if the radius is drawn from another chi law or the weights use another power or mean."""
+    d = 4
+    data = generate("gaussian", 200_000, d, 3, 1.0, np.random.default_rng(9), torch.complex128, tilt=6)
+    r = np.linalg.norm(data.x1.real.numpy(), axis=1)
+    w = data.w.numpy()
+    for k, exact in ((0, 1.0), (2, d), (4, d * (d + 2))):
+        v = w * r**k
+        assert abs(v.mean() - exact) < 4 * v.std() / np.sqrt(len(v)), k
+    assert np.allclose(w * r**6, d * (d + 2) * (d + 4), rtol=1e-9)
+    u = data.x1.real.numpy() / r[:, None]  # the directions stay uniform: their second moment is I/d
+    assert np.allclose(u.T @ u / len(u), np.eye(d) / d, atol=4e-3)
+    assert generate("gaussian", 50, d, 3, 1.0, 2, tilt=0).w is None
+    with pytest.raises(ParameterError, match="'tilt'"):
+        generate("sparse", 50, d, 3, 1.0, 2, tilt=6)
+    with pytest.raises(ParameterError, match="'tilt'"):
+        run(law="rademacher", lr=1e-3, epochs=1, tilt=6, **SMALL)
+
+
+def test_the_loss_of_a_tilted_set_is_its_weighted_mean_over_m_and_one_epoch_is_the_restricted_step():
+    """A tilted training set's loss is (1/m) sum_n w_n l_n (not divided by the sum of the weights: the unbiased
+    estimate of the population loss), its first GD step is the restricted GD's on the weighted statistics
+    (companion.mesa.empirical.diagonal_stats), and the run trains on that set (fails if the run, the loss or the
+    statistics drop or self-normalise the weights)."""
+    kw = dict(law="gaussian", scale=1.0, a0=0.5, b0=1.5, lr=2e-3, epochs=1, dtype="complex128", tilt=6, **SMALL)
+    r = run(**kw)
+    data = generate("gaussian", 60, 3, 8, 1.0, np.random.default_rng([4, 0]), torch.complex128, tilt=6)
+    W_KQ, W_PV = init_diagonal(3, 0.5, 1.5, torch.complex128)
+    per = per_sequence_loss(data, W_KQ, W_PV)
+    L, gA, gP = loss_and_grad(data, W_KQ, W_PV)
+    assert float(L) == pytest.approx(float((data.w.numpy() * per).sum() / 60), rel=1e-12)
+    assert float(data.w.sum()) != pytest.approx(60, rel=1e-3)  # self-normalising would differ
+    assert r.train_loss[0] == pytest.approx(float(L), rel=1e-12)
+    assert np.allclose(r.W_KQ, (W_KQ - 2e-3 * gA).numpy(), atol=1e-14)
+    Q, P = diagonal_stats(data, 1)
+    ab = diagonal_gd(0.5, 1.5, 2e-3, 1, Q[0], P[0])
+    assert abs(r.ab[1] - ab[1]) <= 1e-12 * abs(ab[1])
+    with pytest.raises(ParameterError, match="'weights'"):
+        loss_and_grad(data, W_KQ, W_PV, weights=np.ones(60))

@@ -1,4 +1,4 @@
-"""Data model of the mesa paper: x_{t+1} = W x_t with W = diag(exp(i theta_j)), theta_j ~ U[0, 2 pi).
+r"""Data model of the mesa paper: x_{t+1} = W x_t with W = diag(exp(i theta_j)), theta_j ~ U[0, 2 pi).
 
 A data set is stored compactly as the initial tokens ``x1`` (m, d) and the diagonals ``lam`` (m, d)
 of the W's: every token is ``x_t = lam**(t-1) * x1`` (element-wise). :meth:`ARData.tokens` and
@@ -15,6 +15,19 @@ Laws of x_1 (real-valued, stored in a complex dtype):
 
 Another law is plugged in with :func:`register_law` (a sampler ``(rng, m, d) -> (m, d)`` real array
 at scale 1) or by passing such a callable as ``law``.
+
+*Tilted training sets* (``tilt`` = k > 0 in :func:`generate`, the Gaussian law only): an importance sample of the
+Gaussian law. With :math:`x_1 = r u`, u uniform on the sphere and :math:`r^2\sim\chi^2_d`, the radius is drawn from
+the law tilted by :math:`r^k` (:math:`r^2\sim\chi^2_{d+k}`, u unchanged) and each sequence carries the weight
+
+.. math:: w_n = \frac{E_p[r^k]}{r_n^k},\qquad E_p[r^k] = 2^{k/2}\,\frac{\Gamma((d+k)/2)}{\Gamma(d/2)},
+
+so that :math:`\frac1m\sum_n w_n f(x^{(n)})` is an unbiased estimate of :math:`E_p f` for every f (weights divided
+by m, not by their sum: the self-normalised mean has infinite variance for k >= d, as :math:`E_p[r^{-k}]` does).
+The loss of the model (:mod:`companion.mesa.model`) and the statistics of the diagonal-restricted loss
+(:func:`companion.mesa.empirical.diagonal_stats`) read these weights. With k = 6 the per-sequence loss, of degree
+six in :math:`x_1`, has its leading part weighted evenly (:math:`w_n r_n^6` is constant), which is what makes the
+finite-m expansion of the trained model hold from small m (``tools/offmanifold_scaling.py --tilt``).
 """
 
 from __future__ import annotations
@@ -24,10 +37,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+from scipy.special import gammaln
 
 from companion import params
 
-__all__ = ["LAWS", "register_law", "law_names", "sample_x1", "ARData", "generate", "embed", "check_law"]
+__all__ = ["LAWS", "register_law", "law_names", "sample_x1", "ARData", "generate", "tilt_log_mean", "embed",
+           "check_law"]
 
 Sampler = Callable[[np.random.Generator, int, int], np.ndarray]
 
@@ -107,6 +122,7 @@ class ARData:
     lam: torch.Tensor
     T: int
     theta: np.ndarray  # (m, d) phases, float64 (for exact powers)
+    w: torch.Tensor | None = None  # (m,) float64 importance weights of a tilted set (module docstring); None: plain
     _tables: dict = field(default_factory=dict, repr=False, compare=False)
 
     def __getstate__(self) -> dict:
@@ -150,13 +166,13 @@ class ARData:
         return self.x1[:, None, :] * self.powers(0, self.T)
 
     def subset(self, idx) -> ARData:
-        return ARData(self.x1[idx], self.lam[idx], self.T, self.theta[idx])
+        return ARData(self.x1[idx], self.lam[idx], self.T, self.theta[idx], None if self.w is None else self.w[idx])
 
     def scaled(self, s: float) -> ARData:
-        return ARData(self.x1 * s, self.lam, self.T, self.theta)
+        return ARData(self.x1 * s, self.lam, self.T, self.theta, self.w)
 
     def to(self, dtype: torch.dtype) -> ARData:
-        return ARData(self.x1.to(dtype), self.lam.to(dtype), self.T, self.theta)
+        return ARData(self.x1.to(dtype), self.lam.to(dtype), self.T, self.theta, self.w)
 
 
 def generate(
@@ -167,23 +183,44 @@ def generate(
     scale: float = 1.0,
     rng: np.random.Generator | int = 0,
     dtype: torch.dtype = torch.complex128,
+    tilt: int = 0,
 ) -> ARData:
-    """Seeded data set of m sequences (phases drawn first, then x_1 at scale 1, then rescaled)."""
+    r"""Seeded data set of m sequences (phases drawn first, then x_1 at scale 1, then rescaled); ``tilt`` = k > 0:
+    the Gaussian law's importance sample tilted by :math:`r^k` with its weights (module docstring)."""
     T = params.integer("T", T, min=3)
     m = params.integer("m", m, min=1)
     d = params.integer("d", d, min=1)
+    tilt = params.integer("tilt", tilt, min=0)
+    if tilt and law != "gaussian":
+        raise params.ParameterError("tilt", f"a tilted set needs the Gaussian law (a radius independent of the "
+                                            f"direction); got law {law!r}")
     if dtype not in (torch.complex64, torch.complex128):
         raise params.ParameterError("dtype", f"must be torch.complex64 or torch.complex128; got {dtype}")
     if not isinstance(rng, np.random.Generator):
         rng = np.random.default_rng(params.integer("seed", rng, min=0))
     theta = rng.uniform(0.0, 2 * np.pi, size=(m, d))
-    x1 = sample_x1(law, m, d, scale, rng)
+    w = None
+    if tilt:
+        scale = params.real("scale", scale, min=0, min_open=True)
+        g = rng.standard_normal((m, d))
+        r = np.sqrt(rng.chisquare(d + tilt, size=m))
+        x1 = scale * g * (r / np.linalg.norm(g, axis=1))[:, None]
+        w = torch.from_numpy(np.exp(tilt_log_mean(d, tilt) - tilt * np.log(r)))
+    else:
+        x1 = sample_x1(law, m, d, scale, rng)
     return ARData(
         x1=torch.from_numpy(x1.astype(complex)).to(dtype),
         lam=torch.from_numpy(np.exp(1j * theta)).to(dtype),
         T=T,
         theta=theta,
+        w=w,
     )
+
+
+def tilt_log_mean(d: int, k: int) -> float:
+    r"""log E_p[r^k] for :math:`r^2\sim\chi^2_d` (the Gaussian law at scale 1): the log of the tilted set's weight
+    numerator (module docstring)."""
+    return 0.5 * k * np.log(2.0) + gammaln((d + k) / 2) - gammaln(d / 2)
 
 
 def embed(x: torch.Tensor) -> torch.Tensor:

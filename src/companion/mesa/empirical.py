@@ -37,7 +37,9 @@ def _F(data: ARData) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def diagonal_stats(data: ARData, n_batches: int = 1, chunk: int = 500):
-    """(Q, P) summed per batch: arrays (n_batches, d, d, d) and (n_batches, d, d) of batch means."""
+    """(Q, P) summed per batch: arrays (n_batches, d, d, d) and (n_batches, d, d) of batch means (for a tilted set,
+    :func:`companion.mesa.data.generate`, of the importance-weighted per-sequence statistics, divided by the batch's
+    number of sequences: unbiased, as the set's loss is)."""
     n_batches = params.integer("n_batches", n_batches, min=1, max=data.m)
     d = data.d
     bounds = np.linspace(0, data.m, n_batches + 1).astype(int)
@@ -47,11 +49,18 @@ def diagonal_stats(data: ARData, n_batches: int = 1, chunk: int = 500):
         for i in range(bounds[b], bounds[b + 1], chunk):
             sub = data.subset(slice(i, min(i + chunk, bounds[b + 1])))
             F, y = _F(sub)
+            if sub.w is not None:
+                F, y = _weighted(F, sub.w), _weighted(y, sub.w)
             Q[b] += torch.einsum("ntjk,ntjl->jkl", F, F.conj()).real.numpy()
             Pm[b] += torch.einsum("ntjk,ntj->jk", F.conj(), y).real.numpy()
         Q[b] /= bounds[b + 1] - bounds[b]
         Pm[b] /= bounds[b + 1] - bounds[b]
     return Q, Pm
+
+
+def _weighted(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """x (n, ...) times sqrt(w_n): both factors of a product of two so weighted carry w_n once."""
+    return x * torch.sqrt(w).to(x.dtype).reshape((-1,) + (1,) * (x.dim() - 1))
 
 
 def diagonal_gd(a0, b0, lr: float, epochs: int, Q: np.ndarray, P: np.ndarray, return_ab: bool = False):

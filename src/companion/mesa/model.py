@@ -98,12 +98,13 @@ def _targets(data: ARData, positions=None) -> torch.Tensor:
 
 
 def loss(data: ARData, W_KQ, W_PV, weights: torch.Tensor | None = None, positions=None) -> torch.Tensor:
-    """``L = (1/m) sum_n sum_t 1/2 |yhat_t - x_{t+1}|^2`` (or a weighted mean over sequences)."""
+    """``L = (1/m) sum_n sum_t 1/2 |yhat_t - x_{t+1}|^2`` (or a weighted mean over sequences; for a tilted set its
+    importance weights over m, :func:`_weights_normalised`)."""
     r = predict(data, W_KQ, W_PV, positions) - _targets(data, positions)
     per_seq = 0.5 * (r.real**2 + r.imag**2).sum(dim=(1, 2))
-    if weights is None:
+    if weights is None and data.w is None:
         return per_seq.mean()
-    return (per_seq * weights.to(per_seq.dtype)).sum() / weights.sum()
+    return (per_seq * _weights_normalised(data, weights).to(per_seq.dtype)).sum()
 
 
 def loss_and_grad(data: ARData, W_KQ, W_PV, weights=None, positions=None):
@@ -246,7 +247,13 @@ def _sweep_fused(data: ARData, W_KQ, W_PV, pos, wn, mode: int):
 
 
 def _weights_normalised(data: ARData, weights) -> torch.Tensor:
-    """Weights of the sequences in the loss, normalised to sum 1 (uniform when None)."""
+    """Weights of the sequences in the loss: ``weights`` normalised to sum 1; when None, 1/m each, or for a tilted
+    set (:func:`companion.mesa.data.generate`) its importance weights divided by m (not by their sum: the loss is
+    then an unbiased estimate of the population loss)."""
+    if data.w is not None:
+        if weights is not None:
+            raise params.ParameterError("weights", "a tilted data set carries its own importance weights; pass none")
+        return data.w.to(torch.float64) / data.m
     if weights is None:
         return torch.full((data.m,), 1.0 / data.m, dtype=torch.float64)
     try:

@@ -187,11 +187,13 @@ def set_max_eig(data, W_KQ, W_PV, v0=None, eps: float = 1e-6, tol: float = 1e-3,
 
 
 @cached
-def training_set_bound(law, scale: float, d: int, T: int, inits, sets, tol: float = 1e-2, ncv: int = 4) -> Bound:
+def training_set_bound(law, scale: float, d: int, T: int, inits, sets, tol: float = 1e-2, ncv: int = 4,
+                       tilt: int = 0) -> Bound:
     r"""The largest stable step size of full-parameter GD *on each training set it runs on*: the largest Hessian
     eigenvalue of each set's own empirical loss (:func:`set_max_eig`) at every init and at its limit, the set drawn as
     :func:`companion.mesa.train.run` draws it (``sets``: pairs ``(m, seed)``, the arguments of the run; the set is
-    drawn through :data:`~companion.seeds.MESA_TRAIN_DATA`).
+    drawn through :data:`~companion.seeds.MESA_TRAIN_DATA`, tilted by ``tilt`` as the run's is: the loss of a tilted
+    set carries its importance weights).
 
     Why: the curvature is a sixth-moment average of the set's tokens, heavy-tailed for a Gaussian start, so a small
     set can be far stiffer than the population: at d = 5, T = 10, m = 100 (seed 52) one replicate set was 11.8
@@ -201,7 +203,7 @@ def training_set_bound(law, scale: float, d: int, T: int, inits, sets, tol: floa
     al, be = th.alpha_beta(law, scale, d, T)
     worst, where, v0 = 0.0, None, {}
     for i, (m, seed) in enumerate(sets):
-        data = generate(law, int(m), d, T, scale, MESA_TRAIN_DATA.rng(seed), torch.complex64)
+        data = generate(law, int(m), d, T, scale, MESA_TRAIN_DATA.rng(seed), torch.complex64, tilt)
         for a0, b0 in inits:
             for pt, (a, b) in enumerate(((a0, b0), th.limits(a0, b0, be / al))):
                 lam, v0[a0, b0, pt] = set_max_eig(data, *init_diagonal(d, a, b, torch.complex64), v0.get((a0, b0, pt)),
@@ -211,16 +213,17 @@ def training_set_bound(law, scale: float, d: int, T: int, inits, sets, tol: floa
     return Bound(lr_max=2.0 / worst if worst > 0 else math.inf, lam=worst, at=where)
 
 
-def stable_lr(law, scale: float, d: int, T: int, inits, kappa: float = paper.KAPPA, seed: int = 0, sets=()) -> float:
+def stable_lr(law, scale: float, d: int, T: int, inits, kappa: float = paper.KAPPA, seed: int = 0, sets=(),
+              tilt: int = 0) -> float:
     r"""A step size at the fraction ``kappa`` of the full-parameter stability bound over every init of the run:
     :math:`\eta = \kappa\,\min 2/\lambda_{\max}`, the minimum over :func:`stability_bound` (400 independent
     sequences) and, when ``sets`` are given, over the training sets GD will run on with this step
-    (:func:`training_set_bound`)."""
+    (:func:`training_set_bound`, those sets tilted by ``tilt``)."""
     kappa = params.real("kappa", kappa, min=0, max=1, min_open=True, max_open=True)
     lr_max = stability_bound(law, scale, d, T, inits, seed=seed).lr_max
     if len(sets):
         lr_max = min(lr_max, training_set_bound(law, scale, d, T, [tuple(map(float, i)) for i in inits],
-                                                 [(int(m), int(seed)) for m, seed in sets]).lr_max)
+                                                 [(int(m), int(seed)) for m, seed in sets], tilt=int(tilt)).lr_max)
     return kappa * lr_max
 
 
@@ -241,13 +244,15 @@ ESTIMATE_LOW = 1.1
 
 
 @lru_cache(maxsize=64)
-def _blocks(law: str, m: int, d: int, T: int, seed: int) -> tuple:
+def _blocks(law: str, m: int, d: int, T: int, seed: int, tilt: int = 0) -> tuple:
     r"""The per-coordinate curvature blocks of a training set at scale 1 (a and b factored out): the coherent
     6×6 Gram pieces ``U`` (4×4, the b·b part), ``X`` (4×2, a·b), ``W`` (2×2, a·a) and the incoherent 4×4 and 2×2
     pieces, for every coordinate. The set is the one :func:`companion.mesa.train.run` with seed ``seed`` trains on
-    (:data:`~companion.seeds.MESA_TRAIN_DATA`), at scale 1."""
-    data = generate(law, m, d, T, 1.0, MESA_TRAIN_DATA.rng(seed), torch.complex128)
+    (:data:`~companion.seeds.MESA_TRAIN_DATA`), at scale 1; for a tilted set (``tilt``) every per-sequence term
+    carries the sequence's importance weight, as its loss does."""
+    data = generate(law, m, d, T, 1.0, MESA_TRAIN_DATA.rng(seed), torch.complex128, tilt)
     x2 = np.abs(data.x1.numpy()) ** 2
+    wn = np.ones(m) if data.w is None else data.w.numpy()
     lam = data.lam.numpy()
     t = np.arange(2, T, dtype=float)
     ct = t / (t - 1.0)
@@ -258,46 +263,49 @@ def _blocks(law: str, m: int, d: int, T: int, seed: int) -> tuple:
     for j in range(d):
         lj, one = lam[:, j], np.ones(m)
         ph = np.stack([1 / lj, 1 / lj**2, one, 1 / lj, one, 1 / lj], 1)  # A11, A12, A21, A22 (x b); B1, B2 (x a)
-        G = np.einsum("n,np,nq->pq", x2[:, j] ** 3, ph, ph.conj()) / m * s2
+        G = np.einsum("n,np,nq->pq", wn * x2[:, j] ** 3, ph, ph.conj()) / m * s2
         others = np.delete(x2, j, 1)
         psi_a, psi_b = np.stack([one, 1 / lj, lj, one], 1), np.stack([one, 1 / lj], 1)
-        inc_a = np.einsum("n,np,nq->pq", h_inc * x2[:, j] ** 2 * others.sum(1), psi_a, psi_a.conj()) / m
-        inc_b = np.einsum("n,np,nq->pq", h_inc * x2[:, j] * (others**2).sum(1), psi_b, psi_b.conj()) / m
+        inc_a = np.einsum("n,np,nq->pq", wn * h_inc * x2[:, j] ** 2 * others.sum(1), psi_a, psi_a.conj()) / m
+        inc_b = np.einsum("n,np,nq->pq", wn * h_inc * x2[:, j] * (others**2).sum(1), psi_b, psi_b.conj()) / m
         out.append((G[:4, :4] + inc_a, G[:4, 4:], G[4:, 4:] + inc_b))
     return tuple(out)
 
 
-def limit_curvature(law: str, scale: float, d: int, T: int, m: int, seed: int, a: float, b: float) -> float:
+def limit_curvature(law: str, scale: float, d: int, T: int, m: int, seed: int, a: float, b: float,
+                    tilt: int = 0) -> float:
     r"""The largest Gauss–Newton curvature of the training set of the run ``(law, m, d, T, seed)`` at scale
     ``scale`` at the diagonal point (a I, b I): the largest eigenvalue over coordinates j of the 6×6 block
-    :math:`M_j` (module docstring). Every term is of degree 6 in x_1, so the scale enters as ``scale**6``."""
+    :math:`M_j` (module docstring). Every term is of degree 6 in x_1, so the scale enters as ``scale**6``. ``tilt``:
+    the run's tilted training set."""
     worst = 0.0
-    for U, X, W in _blocks(law, int(m), int(d), int(T), int(seed)):
+    for U, X, W in _blocks(law, int(m), int(d), int(T), int(seed), int(tilt)):
         M = np.block([[b * b * U, a * b * X], [a * b * X.conj().T, a * a * W]])
         worst = max(worst, float(np.linalg.eigvalsh(M)[-1]))
     return scale**6 * worst
 
 
-def largest_stable_lr(law: str, scale: float, d: int, T: int, m: int, seed: int, a0: float, b0: float) -> float:
+def largest_stable_lr(law: str, scale: float, d: int, T: int, m: int, seed: int, a0: float, b0: float,
+                      tilt: int = 0) -> float:
     r"""The largest step size with which the run from (a0, b0) on its own training set does not diverge:
     :math:`4/(\kappa_{\rm est}\lambda)`, the catapult bound (module docstring) with :math:`\lambda` the larger
     of :func:`limit_curvature` at the limit :math:`(a_\infty, b_\infty)` and the reduced
     :math:`\alpha(a_\infty^2+b_\infty^2)`, and :math:`\kappa_{\rm est}` = :data:`ESTIMATE_LOW`."""
     al, be = th.alpha_beta(law, scale, d, T)
     a, b = th.limits(a0, b0, be / al)
-    lam = max(limit_curvature(law, scale, d, T, m, seed, a, b), al * (a * a + b * b))
+    lam = max(limit_curvature(law, scale, d, T, m, seed, a, b, tilt), al * (a * a + b * b))
     return 4.0 / (ESTIMATE_LOW * lam)
 
 
 def check_runs(runs: Iterable[dict], d: int, T: int) -> dict:
     r"""Refuse, in one line naming the step-size parameter, the run and its largest stable value
     (:class:`companion.params.ParameterError`), a step size at or above :func:`largest_stable_lr` of any run
-    (dicts with the run's law, scale, lr, a0, b0, m and seed, the step-size parameter ``param`` and the run in words
+    (dicts with the run's law, scale, lr, a0, b0, m, seed and tilt (0 if absent), the step-size parameter ``param`` and the run in words
     ``what``; e.g. ``checked_runs`` of :class:`companion.mesa.results.thm4_1.Design`). Returns the smallest margin
     ``lr_max / lr`` and its run."""
     worst = None
     for r in runs:
-        lr_max = largest_stable_lr(r["law"], r["scale"], d, T, r["m"], r["seed"], r["a0"], r["b0"])
+        lr_max = largest_stable_lr(r["law"], r["scale"], d, T, r["m"], r["seed"], r["a0"], r["b0"], r.get("tilt", 0))
         margin = lr_max / r["lr"]
         if worst is None or margin < worst["margin"]:
             worst = dict(r, lr_max=lr_max, margin=margin)

@@ -67,6 +67,7 @@ class RunConfig:
     check_lr: bool = True  # refuse step sizes beyond the stability bound before training (diagonal init)
     chunk: int = 10_000  # sequences per kernel call (memory only; results do not depend on it)
     device: str = "cpu"  # "cpu": the fused kernel; any other torch device ("cuda", "cpu:0"): the torch epoch on it
+    tilt: int = 0  # > 0: the training set is the Gaussian law's importance sample tilted by r^tilt (data.generate)
 
     def validated(self) -> RunConfig:
         law = check_law(self.law)
@@ -90,6 +91,9 @@ class RunConfig:
         params.integer("chunk", self.chunk, min=1)
         params.boolean("check_lr", self.check_lr)
         torch_epoch.check_device(self.device)
+        params.integer("tilt", self.tilt, min=0)
+        if self.tilt and self.law != "gaussian":
+            raise params.ParameterError("tilt", f"a tilted training set needs law 'gaussian'; got {self.law!r}")
         return self
 
 
@@ -203,14 +207,14 @@ def test_loss(data: ARData, W_KQ, W_PV, chunk: int = 2500) -> float:
 _DATASETS: OrderedDict = OrderedDict()
 
 
-def _dataset(law: str, m: int, d: int, T: int, scale: float, seed: tuple, dtype) -> ARData:
+def _dataset(law: str, m: int, d: int, T: int, scale: float, seed: tuple, dtype, tilt: int = 0) -> ARData:
     """The seeded data set of a run, kept for the next runs on the same data (a few, least recently used
     dropped): runs that differ only in init, step size or mask share the data and its position tables."""
-    key = (law, m, d, T, float(scale), seed, str(dtype))
+    key = (law, m, d, T, float(scale), seed, str(dtype), tilt)
     if key in _DATASETS:
         _DATASETS.move_to_end(key)
         return _DATASETS[key]
-    data = generate(law, m, d, T, scale, np.random.default_rng(list(seed)), dtype)
+    data = generate(law, m, d, T, scale, np.random.default_rng(list(seed)), dtype, tilt)
     _DATASETS[key] = data
     while len(_DATASETS) > 4:
         _DATASETS.popitem(last=False)
@@ -337,7 +341,7 @@ def _train(cfg: RunConfig) -> TrainResult:
     dtype = getattr(torch, cfg.dtype)
     d = cfg.d
     W_KQ, W_PV = _initial_weights(cfg, dtype)
-    train_data = _dataset(cfg.law, cfg.m, d, cfg.T, cfg.scale, MESA_TRAIN_DATA.entropy(cfg.seed), dtype)
+    train_data = _dataset(cfg.law, cfg.m, d, cfg.T, cfg.scale, MESA_TRAIN_DATA.entropy(cfg.seed), dtype, cfg.tilt)
     test_data = _dataset(cfg.law, cfg.m_test, d, cfg.T, cfg.scale, MESA_TEST_DATA.entropy(cfg.seed), dtype)
     mk, mp = offdiag_mask(d)
     if cfg.mask:

@@ -27,6 +27,7 @@ from companion.mesa import theory as th
 from companion.mesa.analysis import radial_losses
 from companion.mesa.data import generate
 from companion.mesa.evidence import (
+    GAUSSIAN_TILT,
     MAX_REPLICATES,
     LossEvidence,
     Replicates,
@@ -126,8 +127,9 @@ def design(sigmas, lrs_gauss, inits, d: int, T: int, m: int, m_test: int, epochs
     a0, b0 = inits[len(inits) // 2]
     sweep = {}
     for TT, n in sweep_replicates(n_rep, Ts).items():
-        lrT = stable_lr("gaussian", 1.0, d, TT, [(a0, b0)], kappa, seed, sets=replicate_sets(m_sweep, n, seed))
-        sweep[TT] = Replicates("gaussian", 1.0, d, TT, a0, b0, lrT, epochs, m_sweep, n, seed)
+        lrT = stable_lr("gaussian", 1.0, d, TT, [(a0, b0)], kappa, seed, sets=replicate_sets(m_sweep, n, seed),
+                        tilt=GAUSSIAN_TILT)
+        sweep[TT] = Replicates("gaussian", 1.0, d, TT, a0, b0, lrT, epochs, m_sweep, n, seed, tilt=GAUSSIAN_TILT)
     return Design(figure, sweep)
 
 

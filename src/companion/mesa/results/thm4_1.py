@@ -8,7 +8,8 @@ The theorem: from the diagonal initialisation the gradient flow stays on the dia
 * the runs of the page: every setting from every init (Fig. 1a/1c) and the replicate sets of each claim, with the
   replicate rule of each setting (:func:`design`; the step-size checks and the paper's run plan read the same);
 * trained :math:`ab` extrapolated in m against the population GD (:func:`replicates`, which runs
-  :func:`companion.mesa.evidence.extrapolated_ab` per law and scale, with the control variates of
+  :func:`companion.mesa.evidence.extrapolated_ab` per law and scale, the Gaussian replicates on training sets
+  tilted by :data:`GAUSSIAN_TILT`, with the control variates of
   :func:`x1_controls`), with what the extrapolation leaves of the off-manifold feedback as a measured systematic
   error (:func:`companion.mesa.evidence.offmanifold_residual`), and the one-step-GD deviation;
 * the noise model's numbers quoted on the page (:func:`noise_numbers`, :func:`moment_ratio_rel_se`), and those of
@@ -36,6 +37,7 @@ from companion.mesa.empirical import exact_population
 from companion.mesa.evidence import (
     FALSIFIER_INDEPENDENT,
     FALSIFIER_T_INFINITY,
+    GAUSSIAN_TILT,
     ExtrapolatedAb,
     Extrapolation,
     Replicates,
@@ -51,13 +53,14 @@ from companion.seeds import MESA_TRAIN_DATA
 from companion.stats import Z_LEVEL
 from companion.text import number_tag
 
-__all__ = ["CLAIMS", "RESULT", "tag", "manifest", "Setting", "Design", "design", "paper_design", "paper_runs",
+__all__ = ["CLAIMS", "RESULT", "GAUSSIAN_TILT", "tag", "manifest", "Setting", "Design", "design", "paper_design", "paper_runs",
            "figure_runs", "AbClaim", "replicates", "control_coefficients",
            "x1_controls", "noise_numbers", "quoted_settings", "offmanifold_numbers", "band_numbers",
            "flow_limit_error", "Invariance", "invariance", "moment_ratio_rel_se", "record_population", "record_ab",
            "record_one_step", "ab_curves"]
 
 _ONE_STEP_FALSIFIER = "the trained model is not one-step GD (deviation independent of $m$)"
+
 
 CLAIMS = (
     ClaimSpec("flow_limit", "numerics", "ode", prediction="companion.mesa.theory.limits"),
@@ -160,7 +163,8 @@ def design(sigmas, lrs_gauss, cs, lrs_sparse, inits, d: int, T: int, m: int, m_t
         sparse = st.law == "sparse" and n_rep_sparse is not None
         n = n_rep_sparse if sparse else n_rep_dev if (st.law, st.scale) == ("gaussian", s_mid) else n_rep
         mr = m_rep_sparse if sparse and m_rep_sparse is not None else m_rep
-        reps[st.law, st.scale] = Replicates(st.law, st.scale, d, T, a0, b0, st.lr, epochs, mr, n, seed)
+        reps[st.law, st.scale] = Replicates(st.law, st.scale, d, T, a0, b0, st.lr, epochs, mr, n, seed,
+                                            tilt=GAUSSIAN_TILT if st.law == "gaussian" else 0)
     return Design(settings, inits, dict(d=d, T=T, m=m, m_test=m_test, epochs=epochs, seed=seed), s_mid, reps)
 
 
@@ -218,8 +222,8 @@ def replicates(design: Design, m_eval: int = 300) -> dict:
     for (law, s), rp in design.replicates.items():
         n = rp.n_rep
         q = extrapolated_ab(rp, m_eval=m_eval if (law, s) == ("gaussian", design.s_mid) else 0, offmanifold=True)
-        cb = x1_controls(law, s, rp.d, rp.T, rp.sets[:n])
-        cs = x1_controls(law, s, rp.d, rp.T, rp.sets[n:])
+        cb = x1_controls(law, s, rp.d, rp.T, rp.sets[:n], rp.tilt)
+        cs = x1_controls(law, s, rp.d, rp.T, rp.sets[n:], rp.tilt)
         ctl = stats.controlled_richardson(q.big, q.small, cb, cs,
                                           coef=control_coefficients(law, s, rp.d, rp.T, rp.a0, rp.b0, rp.lr, rp.epochs))
         raw = Extrapolation(q.measured, q.se, q.dof, q.mean_big, q.mean_small)
@@ -254,7 +258,7 @@ def control_coefficients(law, scale: float, d: int, T: int, a0: float, b0: float
     return np.array(g)
 
 
-def x1_controls(law, scale: float, d: int, T: int, sets) -> np.ndarray:
+def x1_controls(law, scale: float, d: int, T: int, sets, tilt: int = 0) -> np.ndarray:
     r"""Control variates of the training sets ``sets`` ((m, seed) of each run; the sets of
     :func:`companion.mesa.train.run`, regenerated from their seeds): the pooled sample moments of the initial
     tokens minus the law's exact moments, at scale 1,
@@ -263,14 +267,18 @@ def x1_controls(law, scale: float, d: int, T: int, sets) -> np.ndarray:
               \hat m_p=\frac1{md}\sum_{n,j}(x_{1,nj}/s)^p ,
 
     whose expectation is exactly 0 for every law (they are statistics of :math:`x_1` alone: no phase, no
-    model, no claim of the theorem enters). The trained ab depends on the sample through :math:`\hat m_4/\hat m_6`
+    model, no claim of the theorem enters); for tilted sets (``tilt``, :func:`companion.mesa.data.generate`) the
+    means are importance-weighted, :math:`\hat m_p=\frac1{md}\sum_{n,j}w_n(x_{1,nj}/s)^p`, with the same exact
+    expectation. The trained ab depends on the sample through :math:`\hat m_4/\hat m_6`
     to first order (the reduced loss), so for the Gaussian these two explain most of its spread. Returns (R, 2)."""
     mo = th.moments(law, 1.0, d)
     out = []
     for m, sd in sets:
-        x = generate(law, int(m), d, T, 1.0, MESA_TRAIN_DATA.rng(sd), torch.complex128).x1.real.numpy()
+        data = generate(law, int(m), d, T, 1.0, MESA_TRAIN_DATA.rng(sd), torch.complex128, tilt)
+        x = data.x1.real.numpy()
+        w = np.ones(len(x)) if data.w is None else data.w.numpy()
         x2 = x * x
-        out.append([float((x2 * x2).mean()) - mo.m4, float((x2 * x2 * x2).mean()) - mo.m6])
+        out.append([float((w[:, None] * x2 * x2).mean()) - mo.m4, float((w[:, None] * x2 * x2 * x2).mean()) - mo.m6])
     return np.array(out)
 
 
