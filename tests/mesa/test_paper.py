@@ -66,11 +66,13 @@ def test_replicate_and_sweep_settings():
 
 def test_paper_runs_are_distinct_and_include_the_replicates():
     """paper_runs() warms the cache for everything the notebooks train at their defaults: each run once (238), the
-    replicate training sets included, with the seeds written out here (replicates 1.. at m, 17.. at m/4)."""
+    replicate training sets included, with the seeds written out here (replicates 1.. at m, 17.. at m/4; the
+    Gaussian replicate sets tilted)."""
     from dataclasses import asdict
 
     from companion import replicate_seed
     from companion.mesa import stability
+    from companion.mesa.evidence import GAUSSIAN_TILT
     from companion.mesa.results.plan import paper_runs
     from companion.mesa.train import RunConfig
 
@@ -83,12 +85,12 @@ def test_paper_runs_are_distinct_and_include_the_replicates():
                 + [dict(base, m=m // 4, seed=replicate_seed(c["seed"], 17 + k)) for k in range(n)])
 
     c, r = paper.COMMON, paper.REPLICATES
-    want = reps("gaussian", c["T"], dict(paper.TABLE1["gaussian"])[1.0], 2500, 16)
+    want = reps("gaussian", c["T"], dict(paper.TABLE1["gaussian"])[1.0], 2500, 16, tilt=GAUSSIAN_TILT)
     for mask in (True, False):  # thm4_3 and prop4_2: the same masked and unmasked training sets
         want += reps("full_one", c["T"], 5e-4, r["m_rep_mask"], r["n_rep_mask"], mask=mask)
     sets = [(m, replicate_seed(c["seed"], k)) for m, k in [(10_000, k) for k in range(1, 11)] + [(2500, k) for k in range(17, 27)]]
-    want += reps("gaussian", 10, stability.stable_lr("gaussian", 1.0, c["d"], 10, [(0.5, 1.5)], 0.25, c["seed"], sets=sets),
-                 10_000, 10)
+    want += reps("gaussian", 10, stability.stable_lr("gaussian", 1.0, c["d"], 10, [(0.5, 1.5)], 0.25, c["seed"], sets=sets,
+                                                     tilt=GAUSSIAN_TILT), 10_000, 10, tilt=GAUSSIAN_TILT)
     want.append(dict(law="full_one", scale=1.0, d=c["d"], T=c["T"], m=c["m"], m_test=10, a0=2.0, b0=2.0, lr=5e-4,
                      epochs=1, seed=c["seed"]))  # Prop 4.2's first step
     for kw in want:

@@ -99,7 +99,7 @@ def _targets(data: ARData, positions=None) -> torch.Tensor:
 
 def loss(data: ARData, W_KQ, W_PV, weights: torch.Tensor | None = None, positions=None) -> torch.Tensor:
     """``L = (1/m) sum_n sum_t 1/2 |yhat_t - x_{t+1}|^2`` (or a weighted mean over sequences; for a tilted set its
-    importance weights over m, :func:`_weights_normalised`)."""
+    importance weights divided by m, as in the fast paths)."""
     r = predict(data, W_KQ, W_PV, positions) - _targets(data, positions)
     per_seq = 0.5 * (r.real**2 + r.imag**2).sum(dim=(1, 2))
     if weights is None and data.w is None:

@@ -9,7 +9,7 @@ The theorem: from the diagonal initialisation the gradient flow stays on the dia
   replicate rule of each setting (:func:`design`; the step-size checks and the paper's run plan read the same);
 * trained :math:`ab` extrapolated in m against the population GD (:func:`replicates`, which runs
   :func:`companion.mesa.evidence.extrapolated_ab` per law and scale, the Gaussian replicates on training sets
-  tilted by :data:`GAUSSIAN_TILT`, with the control variates of
+  tilted by :data:`companion.mesa.evidence.GAUSSIAN_TILT`, with the control variates of
   :func:`x1_controls`), with what the extrapolation leaves of the off-manifold feedback as a measured systematic
   error (:func:`companion.mesa.evidence.offmanifold_residual`), and the one-step-GD deviation;
 * the noise model's numbers quoted on the page (:func:`noise_numbers`, :func:`moment_ratio_rel_se`), and those of
