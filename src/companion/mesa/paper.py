@@ -29,5 +29,5 @@ RATE = dict(m_rate=10_000, n_rate=10)
 # replicate training sets (at m_rep and m_rep/4): thm4_1 per (law, scale), its Gaussian middle scale (the one-step-GD
 # deviation), thm4_3 and prop4_2 (masked and unmasked, the same training sets: m_rep_mask and m_rep_mask/4); the
 # notebooks' defaults; thm4_1's sparse scales: n_rep_sparse at m_rep_sparse and m_rep_sparse/4
-REPLICATES = dict(m_rep=2500, n_rep=3, n_rep_dev=16, m_rep_mask=1000, n_rep_mask=10, m_rep_sparse=1000, n_rep_sparse=10)
+REPLICATES = dict(m_rep=2500, n_rep=16, n_rep_dev=16, m_rep_mask=1000, n_rep_mask=10, m_rep_sparse=1000, n_rep_sparse=10)
 T_SWEEP = dict(Ts=[10, 20, 100], m_sweep=10_000, n_rep=10, kappa=0.25)  # the trained T sweep of prop4_1 (middle init)
