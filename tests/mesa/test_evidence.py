@@ -228,3 +228,65 @@ def test_equivariant_ab_is_the_endpoint_product_with_a_jackknife_se():
     loo = [th.equivariant_gd(0.5, 1.5, 0.02, 30, np.delete(noisy["G"], ix, 0).mean(0), h, d)[-1]
            for ix in np.array_split(np.arange(40), 20)]
     assert q.se_ab == pytest.approx(stats.jackknife_se(0.0, [x[0] * x[2] for x in loo])[1], rel=1e-10) and q.se_ab > 0
+
+
+@pytest.mark.parametrize("positions", [None, [6, 9]])
+def test_the_population_loss_terms_are_the_loss_and_its_derivatives_in_ab(positions):
+    """``population_loss_terms``: the closed-form loss (whole sequence or summed positions) at ab = c, its slope and
+    curvature, against central differences of :func:`companion.mesa.theory.population_loss` / ``position_loss``."""
+    law, s, d, T, c, h = "rademacher", 1.3, 4, 11, 0.21, 1e-4
+
+    def L(x):
+        if positions is None:
+            return float(th.population_loss(law, s, d, T, x))
+        return float(np.sum(th.position_loss(law, s, d, np.array(positions, float), x)))
+
+    pred, slope, curv = evidence.population_loss_terms(law, s, d, T, c, positions)
+    assert pred == pytest.approx(L(c), rel=1e-12)
+    assert slope == pytest.approx((L(c + h) - L(c - h)) / (2 * h), rel=1e-6)
+    assert curv == pytest.approx((L(c + h) - 2 * L(c) + L(c - h)) / h**2, rel=1e-4)
+
+
+def test_the_sparse_gaussian_start_integrates_its_radius_exactly_with_one_degree_of_freedom():
+    """x_1 = g e_J has the radius |g|, g^2 ~ chi^2_1 (``RADIAL_DOF``): on the diagonal manifold at c* the radial
+    per-sequence losses are the population loss to round-off (the plain mean misses it by several of its SEs of
+    a degree-6 quantity); with the Gaussian's d degrees of freedom they would be far off."""
+    from companion.mesa.analysis import radial_losses
+
+    d, T = 5, 12
+    td = generate("sparse_gaussian", 4000, d, T, 1.0, np.random.default_rng(3), torch.complex128)
+    c = th.c_star("sparse_gaussian", 1.0, d, T)
+    W = init_diagonal(d, 1.0, c, torch.complex128)
+    exact = float(th.population_loss("sparse_gaussian", 1.0, d, T, c))
+    assert evidence.RADIAL_DOF["sparse_gaussian"](d) == 1
+    assert radial_losses(td, *W, 1.0, dof=1).mean() == pytest.approx(exact, rel=1e-10)
+    assert abs(radial_losses(td, *W, 1.0, dof=d).mean() / exact - 1) > 0.5
+
+
+@pytest.mark.parametrize("law", ["gaussian", "rademacher"])
+def test_the_replicate_loss_is_the_richardson_combination_of_the_replicates_losses_on_one_test_set(law):
+    """``replicate_loss``: each replicate's mean loss on the common test set (stream MESA_LOSS_EVAL of the design's
+    seed; the Gaussian's radius integrated), combined as (4 L(m) - L(m/4)) / 3; the prediction is the population loss
+    at the population-GD ab of the same step and epochs; the floor is |L'| |r| plus the extrapolated cost of the
+    entries off the manifold."""
+    from companion.mesa.analysis import manifold_part, radial_losses, weights
+    from companion.seeds import MESA_LOSS_EVAL
+
+    rep = evidence.Replicates(law, 1.0, 3, 8, 0.5, 1.5, 1e-3, 15, 200, 3, 11, tilt=6 if law == "gaussian" else 0)
+    ab = evidence.extrapolated_ab(rep, offmanifold=True)
+    q = evidence.replicate_loss(rep, ab, 150, [7])
+    td = generate(law, 150, 3, 8, 1.0, MESA_LOSS_EVAL.rng(11), torch.complex128)
+
+    def loss(K, P):
+        return radial_losses(td, K, P, 1.0, positions=[7]) if law == "gaussian" else per_sequence_loss(td, K, P, positions=[7])
+
+    big = [train.run(**kw) for kw in rep.big]
+    small = [train.run(**kw) for kw in rep.small]
+    mean = [np.mean([loss(*weights(r)).mean() for r in rs]) for rs in (big, small)]
+    assert q.loss.measured == pytest.approx((4 * mean[0] - mean[1]) / 3, rel=1e-10)
+    off = [np.mean([(loss(*weights(r)) - loss(*manifold_part(*weights(r)))).mean() for r in rs]) for rs in (big, small)]
+    assert q.off_entries.measured == pytest.approx((4 * off[0] - off[1]) / 3, rel=1e-8, abs=1e-14)
+    assert q.predicted == pytest.approx(float(th.position_loss(law, 1.0, 3, 7.0, ab.predicted)), rel=1e-12)
+    assert q.floor == pytest.approx(abs(q.slope) * abs(ab.off.measured) + abs(q.off_entries.measured), rel=1e-12)
+    assert q.loss.se >= stats.richardson([loss(*weights(r)).mean() for r in big],
+                                         [loss(*weights(r)).mean() for r in small])["se"]

@@ -60,12 +60,14 @@ def test_replicate_and_sweep_settings():
     for name in ("thm4_3_masking", "prop4_2_beyond"):  # the same masked and unmasked training sets
         p = _defaults(name)
         assert (p["m_rep"], p["n_rep"]) == (r["m_rep_mask"], r["n_rep_mask"])
+    p = _defaults("thm4_2_capability")
+    assert (p["m_rep"], p["n_rep"]) == (r["m_rep_cap"], r["n_rep_cap"])
     p = _defaults("prop4_1_gaussian")
     assert {k: p[k] for k in paper.T_SWEEP} == paper.T_SWEEP
 
 
 def test_paper_runs_are_distinct_and_include_the_replicates():
-    """paper_runs() warms the cache for everything the notebooks train at their defaults: each run once (238), the
+    """paper_runs() warms the cache for everything the notebooks train at their defaults: each run once (328), the
     replicate training sets included, with the seeds written out here (replicates 1.. at m, 17.. at m/4; the
     Gaussian replicate sets tilted)."""
     from dataclasses import asdict
@@ -74,18 +76,27 @@ def test_paper_runs_are_distinct_and_include_the_replicates():
     from companion.mesa import stability
     from companion.mesa.evidence import GAUSSIAN_TILT
     from companion.mesa.results.plan import paper_runs
+    from companion.mesa.results.thm4_1 import SETTING_STRIDE
     from companion.mesa.train import RunConfig
 
     keys = [tuple(sorted(asdict(RunConfig(**kw)).items())) for kw in paper_runs()]
-    assert len(keys) == len(set(keys)) == 238
+    assert len(keys) == len(set(keys)) == 328
 
-    def reps(law, T, lr, m, n, **kw):
+    def reps(law, T, lr, m, n, seed=None, **kw):
+        seed = c["seed"] if seed is None else seed
         base = dict(law=law, scale=1.0, d=c["d"], T=T, m_test=10, a0=0.5, b0=1.5, lr=lr, epochs=c["epochs"], **kw)
-        return ([dict(base, m=m, seed=replicate_seed(c["seed"], 1 + k)) for k in range(n)]
-                + [dict(base, m=m // 4, seed=replicate_seed(c["seed"], 17 + k)) for k in range(n)])
+        return ([dict(base, m=m, seed=replicate_seed(seed, 1 + k)) for k in range(n)]
+                + [dict(base, m=m // 4, seed=replicate_seed(seed, 17 + k)) for k in range(n)])
 
     c, r = paper.COMMON, paper.REPLICATES
-    want = reps("gaussian", c["T"], dict(paper.TABLE1["gaussian"])[1.0], 2500, 16, tilt=GAUSSIAN_TILT)
+    want = []
+    # thm4_1: 16 replicate sets per size at every Gaussian scale, sigma = 1 from the page's seed, the others from
+    # their own (settings 1 and 2 of the page's order)
+    for (s, lr), i in zip(paper.TABLE1["gaussian"], (1, None, 2)):
+        seed = None if i is None else replicate_seed(c["seed"], SETTING_STRIDE * i)
+        want += [dict(kw, scale=s) for kw in reps("gaussian", c["T"], lr, 2500, 16, seed, tilt=GAUSSIAN_TILT)]
+    for law, _, lr in paper.PROBES:  # thm4_2: the probe laws that fail Assumption 4.2 (the Gaussian's are thm4_1's)
+        want += reps(law, c["T"], lr, r["m_rep_cap"], r["n_rep_cap"])
     for mask in (True, False):  # thm4_3 and prop4_2: the same masked and unmasked training sets
         want += reps("full_one", c["T"], 5e-4, r["m_rep_mask"], r["n_rep_mask"], mask=mask)
     sets = [(m, replicate_seed(c["seed"], k)) for m, k in [(10_000, k) for k in range(1, 11)] + [(2500, k) for k in range(17, 27)]]

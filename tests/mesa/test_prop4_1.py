@@ -1,12 +1,12 @@
 """Proposition 4.1 (companion.mesa.results.prop4_1): the trained T sweep (its replicate rule and its step over its
-own training sets), the trained-loss band of the no-recovery claims, and the limit-model claims (``limit_t*``), whose
+own training sets), the replicates the no-recovery claims read, and the limit-model claims (``limit_t*``), whose
 estimator integrates the radius of x_1 exactly: the plain test-set mean of the degree-6 per-sequence loss has an SE
 that under-covers (z s.d. 1.25 at d = 4, T = 30, 1000 sequences)."""
 
 import numpy as np
 import pytest
 
-from companion import params, stats
+from companion import params
 from companion.mesa import analysis, evidence, stability, train
 from companion.mesa.results import prop4_1
 from companion.params import ParameterError
@@ -32,24 +32,20 @@ def test_the_sweep_step_is_stable_on_its_stiffest_replicate_set():
         train.run(**dict(kw, lr=old))
 
 
-def test_the_no_recovery_band_holds_the_training_sets_ab_spread_and_feedback_at_any_T():
-    """Prop 4.1's trained-loss claims (``prop4_1.no_recovery``): the SE combines the test-set SE with the jackknife
-    SE of the run's own restricted-GD ab moved through the loss, and the band adds the run's feedback moved the same
-    way, at any T (an ab term taken from the T sweep would be 0 at a T the sweep does not reach)."""
-    from companion.mesa.empirical import sampling_spread
-    from companion.mesa.evidence import training_stats
-    r = train.run(law="gaussian", scale=1.0, d=3, T=8, m=200, m_test=100, a0=0.5, b0=1.5, lr=1e-3, epochs=30, seed=5)
-    out = prop4_1.no_recovery(r, 0.5, 1.5, 30, n_batches=10)
-    restricted, se_ab = sampling_spread(None, 0.5, 1.5, 1e-3, 30, batch_stats=training_stats("gaussian", 200, 3, 8, 5, 10))
-    assert se_ab[-1] > 0 and out["whole"].off == pytest.approx(float(r.ab[-1] - restricted[-1]), rel=1e-12)
-    for q in out.values():
-        ev = q.loss
-        ab_term = abs(ev.slope) * se_ab[-1]
-        assert ab_term > 1e-3 * ev.se_test  # left out, the SE below would differ by far more than its rel
-        assert ev.se == pytest.approx(np.hypot(ev.se_test, ab_term), rel=1e-9)
-        crit = stats.critical(stats.Z_LEVEL, 9)
-        ab_floor = abs(ev.slope) * abs(q.off) + 0.5 * ev.curvature * (abs(q.off) + crit * se_ab[-1]) ** 2
-        assert q.off_loss == pytest.approx(ab_floor + abs(ev.remnant[0]), rel=1e-9)
+def test_the_no_recovery_claims_read_the_replicates_of_the_sweeps_shortest_context():
+    """Prop 4.1's trained-loss claims (``prop4_1.no_recovery``): the replicates of the sweep's shortest T (its most
+    numerous), the last position T0 - 1 and the whole sequence, each against the population loss at that T's
+    population-GD ab (``evidence.replicate_loss``), never at the page's own T."""
+    from companion.mesa import theory as th
+
+    des = prop4_1.design([1.0], [1e-3], [(0.5, 1.5)], 3, 9, 200, 100, 10, 5, [8, 6], 200, 3, 0.25)
+    sweep, reps = prop4_1.t_sweep(des)
+    T0, cap = prop4_1.no_recovery(des, sweep, 100)
+    assert T0 == 6 and reps[6] == 3 and set(cap) == {"last", "whole"}
+    c = sweep[6].predicted
+    assert cap["last"].predicted == pytest.approx(float(th.position_loss("gaussian", 1.0, 3, 5.0, c)), rel=1e-12)
+    assert cap["whole"].predicted == pytest.approx(float(th.population_loss("gaussian", 1.0, 3, 6, c)), rel=1e-12)
+    assert cap["whole"].loss.zero_loss == pytest.approx(3 / 2 * 4 * 1.0)  # d/2 (T0 - 2) m2
 
 
 def test_radial_moments_are_the_chi_square_moments():

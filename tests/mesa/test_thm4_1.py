@@ -17,7 +17,9 @@ from companion.seeds import MESA_TRAIN_DATA
 def test_the_design_gives_each_setting_its_replicate_rule_and_every_figure_run_the_page_seed():
     """Every figure run trains on the page's seed at m; the Gaussian middle scale has n_rep_dev replicate sets (the
     one-step-GD deviation), each sparse scale n_rep_sparse at m_rep_sparse, every other setting n_rep at m_rep; at m the
-    seeds are replicates 1.. of the page's seed, at m/4 replicates 17..; the step-size checks see exactly these runs."""
+    seeds are replicates 1.. of the setting's base seed, at m/4 replicates 17..: the page's seed for the Gaussian
+    middle scale, replicate 64 i of it for the i-th other setting, so no two settings share a training set; the
+    step-size checks see exactly these runs."""
     inits = [(0.1, 0.1), (0.5, 1.5), (2.0, 2.0)]
     design = thm4_1.design([0.5, 1.0, 2.0], [1e-3, 1e-4, 2e-6], [0.5, 1.0], [3e-2, 1e-3], inits, 5, 12, 400, 100, 30, 7,
                            m_rep=800, n_rep=3, n_rep_dev=5, m_rep_sparse=320, n_rep_sparse=4)
@@ -26,12 +28,16 @@ def test_the_design_gives_each_setting_its_replicate_rule_and_every_figure_run_t
     assert len(figure) == 5 * 3 and all(kw["seed"] == 7 and kw["m"] == 400 for kw in figure.values())
     want = {("gaussian", 0.5): (3, 800), ("gaussian", 1.0): (5, 800), ("gaussian", 2.0): (3, 800),
             ("sparse", 0.5): (4, 320), ("sparse", 1.0): (4, 320)}
+    base = {("gaussian", 0.5): replicate_seed(7, 64), ("gaussian", 1.0): 7, ("gaussian", 2.0): replicate_seed(7, 128),
+            ("sparse", 0.5): replicate_seed(7, 192), ("sparse", 1.0): replicate_seed(7, 256)}
     for key, (n, m) in want.items():
         rep = design.replicates[key]
         assert (rep.n_rep, rep.m, rep.m_small, rep.a0, rep.b0, rep.lr) == (n, m, m // 4, 0.5, 1.5, dict(
             zip([0.5, 1.0, 2.0], [1e-3, 1e-4, 2e-6]) if key[0] == "gaussian" else zip([0.5, 1.0], [3e-2, 1e-3]))[key[1]])
-        assert [s for _, s in rep.sets] == [replicate_seed(7, k) for k in range(1, n + 1)] + [
-            replicate_seed(7, 17 + k) for k in range(n)]
+        assert [s for _, s in rep.sets] == [replicate_seed(base[key], k) for k in range(1, n + 1)] + [
+            replicate_seed(base[key], 17 + k) for k in range(n)]
+    seeds = [s for rep in design.replicates.values() for _, s in rep.sets]
+    assert len(seeds) == len(set(seeds))  # no training set read by two settings
     runs = design.runs()
     assert len(runs) == 15 + 2 * (3 + 5 + 3 + 4 + 4)
     assert [{k: v for k, v in kw.items() if k not in ("param", "what")} for kw in design.checked_runs()] == runs

@@ -46,7 +46,9 @@ def _mesa_plan() -> dict[str, dict[str, tuple[object, str]]]:
                                   "n_rep_sparse": (rep["n_rep_sparse"], "paper.REPLICATES['n_rep_sparse']")},
         "mesa/thm4_2_capability": {**common, **sparse, **diag, "kappa": kappa,
                                    "probe_laws": (list(probes), "paper.PROBES + paper.TABLE1 at scale 1"),
-                                   "probe_lrs": (list(probes.values()), "paper.PROBES + paper.TABLE1 at scale 1")},
+                                   "probe_lrs": (list(probes.values()), "paper.PROBES + paper.TABLE1 at scale 1"),
+                                   "m_rep": (rep["m_rep_cap"], "paper.REPLICATES['m_rep_cap']"),
+                                   "n_rep": (rep["n_rep_cap"], "paper.REPLICATES['n_rep_cap']")},
         "mesa/prop4_1_gaussian": {**common, **gauss, **diag,
                                   **{k: (paper.T_SWEEP[k], f"paper.T_SWEEP[{k!r}]")
                                      for k in ("Ts", "m_sweep", "n_rep", "kappa")}},

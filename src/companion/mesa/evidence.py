@@ -53,6 +53,7 @@ from companion.seeds import MESA_EQUIVARIANT_MC, MESA_LOSS_EVAL, MESA_ONE_STEP_E
 
 __all__ = [
     "ROUNDOFF32",
+    "RADIAL_DOF",
     "GAUSSIAN_TILT",
     "MASKING_PAIR",
     "FALSIFIER_T_INFINITY",
@@ -60,6 +61,7 @@ __all__ = [
     "Extrapolation",
     "OffManifold",
     "ExtrapolatedLoss",
+    "ReplicateLoss",
     "OneStepScaling",
     "ExtrapolatedAb",
     "AbEvidence",
@@ -69,6 +71,9 @@ __all__ = [
     "training_stats",
     "ab_evidence",
     "loss_evidence",
+    "population_loss_terms",
+    "replicate_loss",
+    "replicate_loss_words",
     "loss_words",
     "MAX_REPLICATES",
     "replicate_sets",
@@ -326,15 +331,7 @@ def loss_evidence(result, c_pop: float, se_ab: float, positions=None, m_test: in
     mu, se_test = stats.mean_se(losses)
     remnant = stats.mean_se(losses - per_seq(*manifold_part(*W)))
     mo = th.moments(law, s, d)
-    if positions is None:
-        al, be = th.alpha_beta(law, s, d, T)
-        pred = float(th.population_loss(law, s, d, T, c_pop))
-        slope, curv = d * (al * c_pop - be), d * al
-    else:
-        t = np.atleast_1d(positions).astype(float)
-        pred = float(np.sum(th.position_loss(law, s, d, t, c_pop)))
-        slope = float(np.sum(d * (c_pop * (mo.m6 + (d - 1) * mo.m24 / (t - 1)) - mo.m4)))
-        curv = float(np.sum(d * (mo.m6 + (d - 1) * mo.m24 / (t - 1))))
+    pred, slope, curv = population_loss_terms(law, s, d, T, c_pop, positions)
     se, dof = stats.welch((se_test, len(losses) - 1), (abs(slope) * se_ab, dof_ab))
     ab_floor = abs(slope) * abs(off) + 0.5 * curv * (abs(off) + stats.critical(z, dof_ab) * se_ab) ** 2
     return LossEvidence(measured=mu, predicted=pred, se=se, dof=dof, se_test=se_test, slope=slope, curvature=curv,
@@ -342,6 +339,21 @@ def loss_evidence(result, c_pop: float, se_ab: float, positions=None, m_test: in
                         estimator="the radius of $x_1$ integrated exactly" if gauss else "the plain mean over sequences",
                         losses=losses,
                         zero_loss=d / 2 * (T - 2 if positions is None else len(np.atleast_1d(positions))) * mo.m2)
+
+
+def population_loss_terms(law, scale: float, d: int, T: int, c: float, positions=None) -> tuple[float, float, float]:
+    r"""The population loss on the diagonal manifold at ab = ``c`` over the whole sequence
+    (:func:`companion.mesa.theory.population_loss`) or summed over ``positions``
+    (:func:`companion.mesa.theory.position_loss`), with its slope :math:`L'(c)` and curvature :math:`L''` in ab (the
+    loss is exactly quadratic in ab). Returns ``(L, L', L'')``."""
+    mo = th.moments(law, scale, d)
+    if positions is None:
+        al, be = th.alpha_beta(law, scale, d, T)
+        return float(th.population_loss(law, scale, d, T, c)), float(d * (al * c - be)), float(d * al)
+    t = np.atleast_1d(positions).astype(float)
+    q = mo.m6 + (d - 1) * mo.m24 / (t - 1)
+    return (float(np.sum(th.position_loss(law, scale, d, t, c))), float(np.sum(d * (c * q - mo.m4))),
+            float(np.sum(d * q)))
 
 
 def loss_words(ev: LossEvidence) -> str:
@@ -614,9 +626,21 @@ def offmanifold_words(off, *, se: float | None = None, predicted: float | None =
     return words + (f"; see {see}" if see else "") + ")"
 
 
-def _extrapolated_loss(runs_big, runs_small, m_loss: int, seed: int) -> ExtrapolatedLoss:
-    r"""Whole-sequence test loss of the replicates at m and m/4 on one common test set (``m_loss`` sequences,
-    seed stream :data:`~companion.seeds.MESA_LOSS_EVAL`, ``[seed, 8]``, independent of every training set), extrapolated to m -> infinity.
+#: the laws whose start has a radius independent of its direction with :math:`r^2/s^2\sim\chi^2_k`, and k as a
+#: function of d: the Gaussian (k = d) and the sparse Gaussian :math:`g\,e_J` (k = 1); their test-set losses
+#: integrate the radius exactly (:func:`companion.mesa.analysis.radial_losses`)
+RADIAL_DOF = {"gaussian": lambda d: d, "sparse_gaussian": lambda d: 1}
+
+
+def _extrapolated_loss(runs_big, runs_small, m_loss: int, seed: int, positions=None,
+                       part=None) -> ExtrapolatedLoss:
+    r"""Test loss of the replicates at m and m/4 (whole sequence, or summed over ``positions``) on one common test
+    set (``m_loss`` sequences of the law, seed stream :data:`~companion.seeds.MESA_LOSS_EVAL`, ``[seed, 8]``,
+    independent of every training set), extrapolated to m -> infinity; for a Gaussian or sparse-Gaussian start
+    with the radius of :math:`x_1` integrated exactly (:func:`companion.mesa.analysis.radial_losses`,
+    :data:`~companion.mesa.evidence.RADIAL_DOF`). ``part``: a function ``part(loss, W_KQ, W_PV)`` of that
+    per-sequence loss function and the weights, returning the per-sequence statistic to extrapolate instead of the
+    loss (same test set).
 
     At a stationary point of the population loss (converged diagonal at c*, other parameters 0) the loss
     excess of a finite-m model is quadratic in its parameter errors, which are O(m^-1/2), so the excess is
@@ -630,11 +654,82 @@ def _extrapolated_loss(runs_big, runs_small, m_loss: int, seed: int) -> Extrapol
     losses over the i.i.d. test sequences (the test set is common to all replicates).
     """
     c = runs_big[0].config
-    td = generate(c["law"], m_loss, c["d"], c["T"], c["scale"], MESA_LOSS_EVAL.rng(seed), torch.complex128)
-    big = np.array([per_sequence_loss(td, *weights(r)) for r in runs_big])
-    small = np.array([per_sequence_loss(td, *weights(r)) for r in runs_small])
-    mo = th.moments(c["law"], c["scale"], c["d"])
-    return replace(richardson_paired(big, small), zero_loss=c["d"] / 2 * (c["T"] - 2) * mo.m2, big=big, small=small)
+    law, s = c["law"], c["scale"]
+    td = generate(law, m_loss, c["d"], c["T"], s, MESA_LOSS_EVAL.rng(seed), torch.complex128)
+
+    def loss(K, Pv):
+        if law in RADIAL_DOF:
+            return radial_losses(td, K, Pv, s, positions=positions, dof=RADIAL_DOF[law](c["d"]))
+        return per_sequence_loss(td, K, Pv, positions=positions)
+
+    f = loss if part is None else (lambda K, Pv: part(loss, K, Pv))
+    big = np.array([f(*weights(r)) for r in runs_big])
+    small = np.array([f(*weights(r)) for r in runs_small])
+    mo = th.moments(law, s, c["d"])
+    n_pos = c["T"] - 2 if positions is None else len(np.atleast_1d(positions))
+    return replace(richardson_paired(big, small), zero_loss=c["d"] / 2 * n_pos * mo.m2, big=big, small=small)
+
+
+@dataclass(frozen=True)
+class ReplicateLoss:
+    r"""A test loss of trained replicates extrapolated in m against the population loss at the population-GD ab
+    (:func:`replicate_loss`): the trained loss ``loss`` and the cost of the entries off the diagonal manifold
+    ``off_entries`` (both :class:`ExtrapolatedLoss`), the ``predicted`` population loss, its slope and curvature in
+    ab, the off-manifold remnant of ab through the slope ``ab_part``, the systematic ``floor`` (``ab_part`` plus
+    the absolute extrapolated ``off_entries``) and the population-GD ab ``c_pop``."""
+
+    loss: ExtrapolatedLoss
+    off_entries: ExtrapolatedLoss
+    predicted: float
+    slope: float
+    curvature: float
+    ab_part: float
+    floor: float
+    c_pop: float
+
+
+def replicate_loss(rep: Replicates, ab: ExtrapolatedAb, m_loss: int, positions=None) -> ReplicateLoss:
+    r"""The test loss of the replicates ``rep`` (whole sequence, or summed over ``positions``) extrapolated in m,
+    against the population loss at the population-GD ab ``ab.predicted`` (never at the learned parameters); ``ab``:
+    the same replicates' :func:`extrapolated_ab` with ``offmanifold=True``.
+
+    *Measured*: :math:`\hat L_\infty=\tfrac13(4\bar L(m)-\bar L(m/4))` on one common test set of ``m_loss``
+    sequences (``_extrapolated_loss``; the radius of a Gaussian start integrated exactly), with the replicate
+    spread and the paired test-set SE. A trained model's excess over the population loss is of second order in its
+    :math:`O(m^{-1/2})` parameter errors (the loss is flat in the directions off the manifold and quadratic in ab),
+    so it is a 1/m bias that the combination removes, in every training set's spread included.
+
+    *Systematic parts* (``floor``), both what the combination leaves of a part whose population limit is known:
+
+    * the off-manifold feedback of ab, :math:`r` of :func:`offmanifold_residual`, through the loss: :math:`|L'|\,|r|`;
+    * the cost of the trained entries off the diagonal manifold, :math:`L(W)-L(W_{
+m manifold})`
+      (:func:`companion.mesa.analysis.manifold_part`), 0 in the limit: its own combination
+      :math:`\tfrac13(4\bar\Delta(m)-\bar\Delta(m/4))` in absolute value.
+
+    Returns the :class:`ReplicateLoss`."""
+    runs_big = [train.run(**kw) for kw in rep.big]
+    runs_small = [train.run(**kw) for kw in rep.small]
+    ev = _extrapolated_loss(runs_big, runs_small, m_loss, rep.seed, positions)
+    off = _extrapolated_loss(runs_big, runs_small, m_loss, rep.seed, positions,
+                             part=lambda loss, K, Pv: loss(K, Pv) - loss(*manifold_part(K, Pv)))
+    pred, slope, curv = population_loss_terms(rep.law, rep.scale, rep.d, rep.T, ab.predicted, positions)
+    ab_part = abs(slope) * abs(_offmanifold_value(ab.off))
+    return ReplicateLoss(ev, off, pred, slope, curv, ab_part, ab_part + abs(off.measured), float(ab.predicted))
+
+
+def replicate_loss_words(q: ReplicateLoss, rep: Replicates) -> str:
+    """The band of a :func:`replicate_loss` claim in words (for a record's ``detail``): the design, the estimator,
+    the standard error and the two measured systematic parts."""
+    ev, off = q.loss, q.off_entries
+    return (f"{rep.n_rep} replicate training sets per size at $m = {rep.m}$ and $m = {rep.m_small}$"
+            + (" (tilted samples of the law)" if rep.tilt else "") + ", each model's mean loss on one common test set"
+            + (" (the radius of $x_1$ integrated exactly)" if rep.law in RADIAL_DOF else "")
+            + r", Richardson combination $\tfrac13(4\bar L(m)-\bar L(m/4))$ for the $1/m$ excess of a trained model; "
+            f"SE {ev.se:.3g} from the replicate spread and the paired test-set SE ({ev.se_test:.3g}), Welch degrees of "
+            f"freedom; + the off-manifold remnant of $ab$ through the loss's slope ($|L'|\\,|r| = {q.ab_part:.3g}$) + "
+            "what the extrapolation leaves of the cost of the entries off the diagonal manifold "
+            f"(${off.measured:+.3g} \\pm {off.se:.2g}$)")
 
 
 def richardson_paired(big: np.ndarray, small: np.ndarray) -> ExtrapolatedLoss:

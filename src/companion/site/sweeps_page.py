@@ -82,10 +82,10 @@ SIZES: dict[str, dict[str, dict[str, dict[str, Any]]]] = {
         # smaller ones leave the sparse run far from recovery after 100 epochs
         "book": dict(grid={"T": [6, 12]},
                      fixed=dict(d=5, m=400, m_test=400, epochs=100, cs=[1.0], lrs_sparse=[], a0s=[0.5],
-                                b0s=[1.5], probe_laws=LAWS, probe_lrs=[], n_batches=10)),
+                                b0s=[1.5], probe_laws=LAWS, probe_lrs=[], m_rep=800, n_rep=4, n_batches=10)),
         "test": dict(grid={"T": [6, 8]},
                      fixed=dict(d=5, m=400, m_test=400, epochs=60, cs=[1.0], lrs_sparse=[], a0s=[0.5],
-                                b0s=[1.5], probe_laws=LAWS, probe_lrs=[], n_batches=10)),
+                                b0s=[1.5], probe_laws=LAWS, probe_lrs=[], m_rep=400, n_rep=3, n_batches=10)),
         "cluster": dict(grid={"T": [10, 20, 50, 100, 200], "d": [3, 5, 8]},
                         fixed=dict(cs=[1.0], lrs_sparse=[], a0s=[0.5], b0s=[1.5], probe_laws=LAWS, probe_lrs=[])),
     },

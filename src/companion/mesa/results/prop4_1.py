@@ -6,8 +6,8 @@ What the page checks, and where:
 * trained :math:`ab\,\sigma^2` at several context lengths, extrapolated in m, against the population GD and
   away from the :math:`T\to\infty` value 1/5 (:func:`t_sweep`; the runs, with the replicate rule
   :func:`sweep_replicates` and the stable step :func:`companion.mesa.stability.stable_lr`, are :func:`design`'s);
-* the trained model's last-position and whole-sequence test losses against the population losses at the
-  population-GD ab (:func:`no_recovery`);
+* the trained models' last-position and whole-sequence test losses at the sweep's shortest context, extrapolated
+  in m, against the population losses at the population-GD ab (:func:`no_recovery`);
 * the limit model at long test contexts against :math:`\ell_t(c^*)` (:func:`limit_position_losses`);
 * Fig. 1b (:func:`ratio_curves`) and the T sweep (:func:`T_sweep`).
 """
@@ -29,17 +29,14 @@ from companion.mesa.data import generate
 from companion.mesa.evidence import (
     GAUSSIAN_TILT,
     MAX_REPLICATES,
-    LossEvidence,
     Replicates,
-    ab_evidence,
     extrapolated_ab,
-    loss_evidence,
-    loss_words,
     offmanifold_floor,
     offmanifold_words,
     population_ab,
+    replicate_loss,
+    replicate_loss_words,
     replicate_sets,
-    training_stats,
 )
 from companion.mesa.figures import POPULATION, TRAINED, init_label, plain_log_ticks
 from companion.mesa.stability import stable_lr
@@ -49,7 +46,7 @@ from companion.seeds import MESA_POSITION_EVAL
 from companion.stats import Z_LEVEL
 
 __all__ = ["CLAIMS", "RESULT", "manifest", "sweep_replicates", "Design", "design", "paper_design", "paper_runs",
-           "figure_runs", "t_sweep", "NoRecovery", "no_recovery", "limit_positions", "LimitLosses", "limit_position_losses",
+           "figure_runs", "t_sweep", "no_recovery", "limit_positions", "LimitLosses", "limit_position_losses",
            "record_ratio", "record_no_recovery", "record_limit", "ratio_curves", "T_sweep"]
 
 #: the falsifier of the limit model's loss at the longest test position: recovery
@@ -61,9 +58,9 @@ CLAIMS = (
     ClaimSpec("ratio_T{T}", "statistical", "trained", headline=True,
               prediction="companion.mesa.evidence.population_ab", falsifier=r"$T\to\infty$ constant $1/5$"),
     ClaimSpec("no_recovery_last", "statistical", "trained", headline=True,
-              prediction="companion.mesa.evidence.loss_evidence", falsifier="the model recovers the sequence (loss $0$)"),
+              prediction="companion.mesa.evidence.population_loss_terms", falsifier="the model recovers the sequence (loss $0$)"),
     ClaimSpec("no_recovery_whole", "statistical", "trained",
-              prediction="companion.mesa.evidence.loss_evidence", falsifier="the model recovers the sequence (loss $0$)"),
+              prediction="companion.mesa.evidence.population_loss_terms", falsifier="the model recovers the sequence (loss $0$)"),
     # the headline is the longest test context of the three
     ClaimSpec("limit_t{t}", "statistical", "monte_carlo", headline=True,
               prediction="companion.mesa.theory.position_loss",
@@ -159,50 +156,17 @@ def t_sweep(design: Design) -> tuple[dict, dict]:
     return sweep, {TT: rep.n_rep for TT, rep in design.sweep.items()}
 
 
-@dataclass(frozen=True)
-class NoRecovery:
-    """The evidence of one ``no_recovery_*`` claim (:func:`no_recovery`): the trained model's test loss against the
-    population loss (``loss``, :class:`companion.mesa.evidence.LossEvidence`), the run's off-manifold feedback of ab
-    ``off``, the measured systematic part of the loss ``off_loss`` and the population-GD ab ``c_pop``."""
-
-    loss: LossEvidence
-    off: float
-    off_loss: float
-    c_pop: float
-
-
-def no_recovery(r_mid, a0: float, b0: float, epochs: int, n_batches: int = 20) -> dict:
-    r"""The trained model ``r_mid`` on its test set against the population loss at the population-GD ab (never at
-    its learned parameters): ``last`` position and ``whole`` sequence (:func:`companion.mesa.evidence.loss_evidence`).
-
-    Two finite-m effects of the run's own training set enter the band, both measured on that set, at any T:
-
-    * its sampling spread of ab, the delete-one-batch jackknife SE of the GD restricted to the diagonal manifold on
-      the set (:func:`companion.mesa.evidence.ab_evidence`, ``n_batches`` batches, ``n_batches`` - 1 degrees of
-      freedom), moved through the loss by its derivative in ab;
-    * the full model's off-manifold feedback :math:`o = ab - ab^{\rm diag}`, its ab minus that restricted GD's
-      (:func:`companion.mesa.evidence.offmanifold_floor`, as for every trained-ab claim), and the trained model's
-      off-manifold entries: ``off_loss`` = the systematic part of :func:`companion.mesa.evidence.loss_evidence`
-      (the shift and the ab band through the exactly quadratic loss, and the measured cost of the entries off the
-      manifold), added to the band.
-
-    Both are needed at short T: at T = 12, m = 400 (seed 83) a band without the spread of ab over the training sets
-    and the feedback failed the whole-sequence claim at 4.2 SE.
-
-    Returns
-    -------
-    dict
-        ``{"last": ..., "whole": ...}``, each a :class:`NoRecovery`.
-    """
-    c = r_mid.config
-    T = c["T"]
-    c_pop = population_ab("gaussian", c["scale"], c["d"], T, a0, b0, c["lr"], epochs)[-1]
-    ab = ab_evidence(r_mid, training_stats("gaussian", c["m"], c["d"], T, c["seed"], n_batches))
-    out = {}
-    for k, pos in (("last", [T - 1]), ("whole", None)):
-        ev = loss_evidence(r_mid, c_pop, ab.se, positions=pos, dof_ab=ab.dof, off=ab.off)
-        out[k] = NoRecovery(ev, off=ab.off, off_loss=ev.floor, c_pop=float(c_pop))
-    return out
+def no_recovery(design: Design, sweep: dict, m_loss: int) -> tuple[int, dict]:
+    r"""The trained models of the sweep's shortest context :math:`T_0` (its most numerous replicates; ``sweep``: the
+    evidence of :func:`t_sweep`) on a common test set of ``m_loss`` sequences, against the population loss at the
+    population-GD ab (never at their learned parameters): ``last`` position :math:`T_0-1` and ``whole`` sequence,
+    each extrapolated in m over the replicate training sets (:func:`companion.mesa.evidence.replicate_loss`: the
+    spread of the trained loss over training sets is in the band, the finite-m excess removed by the Richardson
+    combination, what it leaves of the two parts with a known limit measured). Returns ``(T0, {"last": ...,
+    "whole": ...})``, each a :class:`companion.mesa.evidence.ReplicateLoss`."""
+    T0 = min(design.sweep)
+    rep = design.sweep[T0]
+    return T0, {k: replicate_loss(rep, sweep[T0], m_loss, pos) for k, pos in (("last", [T0 - 1]), ("whole", None))}
 
 
 @dataclass(frozen=True)
@@ -274,24 +238,25 @@ def record_ratio(v, sweep: dict, reps: dict, m_sweep: int) -> None:
                    f"{offmanifold_words(q.off, se=q.se, see='mesa/thm4_1_emergence')} + complex64 round-off")
 
 
-def record_no_recovery(v, cap: dict, sigma: float, a0: float, b0: float) -> None:
-    """Claims ``no_recovery_last`` and ``no_recovery_whole``: the trained model's last-position and whole-sequence
-    test loss (:func:`no_recovery`) against the population loss at the population-GD ab, at ``Z_LEVEL`` SE plus the measured
-    finite-m systematic terms and round-off; the falsifier is recovery (loss 0)."""
+def record_no_recovery(v, cap: dict, rep: Replicates) -> None:
+    """Claims ``no_recovery_last`` and ``no_recovery_whole``: the trained models' last-position and whole-sequence
+    test loss at the sweep's shortest context (:func:`no_recovery`; ``rep``: the sweep's replicate design there)
+    against the population loss at the population-GD ab, at ``Z_LEVEL`` SE plus the measured systematic
+    parts and round-off; the falsifier is recovery (loss 0)."""
     for k, q in cap.items():
         what = "last-position" if k == "last" else "whole-sequence"
         ev = q.loss
         v.statistical(
-            f"no_recovery_{k}", quantity=rf"$\sigma = {sigma:g}$, init $({a0:g}, {b0:g})$: {what} test loss of the "
-                                         "trained model vs population loss at the population-GD $ab$",
-            predicted=ev.predicted, measured=ev.measured, se=ev.se, dof=ev.dof,
-            floor=1e-12 * ev.zero_loss + q.off_loss,
+            f"no_recovery_{k}", quantity=rf"$\sigma = 1$, $T = {rep.T}$: {what} test loss of the trained models, "
+                                         "extrapolated in $m$, vs population loss at the population-GD $ab$",
+            predicted=q.predicted, measured=ev.measured, se=ev.se, dof=ev.dof,
+            floor=1e-12 * ev.zero_loss + q.floor,
             falsifier="the model recovers the sequence (loss $0$)", falsifier_value=0.0, headline=k == "last",
-            reason=f"{Z_LEVEL:.3g} SE of the test-set mean and of the jackknife spread of $ab$ through the loss; plus the "
-                   f"measured systematic terms ({q.off_loss:.3g}: off-manifold shift, curvature, entries off the "
-                   "manifold) and round-off",
-            detail=f"level of {Z_LEVEL:.3g} SE, Student-t on {ev.dof:.1f} Welch degrees of freedom: {loss_words(ev)}; "
-                   f"{offmanifold_words(q.off, predicted=q.c_pop)} + round-off")
+            reason=f"{Z_LEVEL:.3g} SE (Student-t, {ev.dof:.1f} degrees of freedom) of {rep.n_rep} replicate training "
+                   f"sets per size and the common test set, extrapolated in $m$; plus what the extrapolation leaves "
+                   f"of the parts with a known limit ({q.floor:.3g}) and round-off",
+            detail=f"level of {Z_LEVEL:.3g} SE: " + replicate_loss_words(q, rep) + " + round-off "
+                   "(`companion.mesa.evidence.replicate_loss`)")
 
 
 def record_limit(v, lim: dict, t_lim, m_test: int) -> None:

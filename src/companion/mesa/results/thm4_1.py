@@ -49,11 +49,11 @@ from companion.mesa.evidence import (
 from companion.mesa.figures import POPULATION, TRAINED, init_label
 from companion.mesa.train import run
 from companion.plotting import COLORS, legend_outside, new_figure
-from companion.seeds import MESA_TRAIN_DATA
+from companion.seeds import MESA_TRAIN_DATA, replicate_seed
 from companion.stats import Z_LEVEL
 from companion.text import number_tag
 
-__all__ = ["CLAIMS", "RESULT", "GAUSSIAN_TILT", "tag", "manifest", "Setting", "Design", "design", "paper_design", "paper_runs",
+__all__ = ["CLAIMS", "RESULT", "GAUSSIAN_TILT", "SETTING_STRIDE", "tag", "manifest", "Setting", "Design", "design", "paper_design", "paper_runs",
            "figure_runs", "AbClaim", "replicates", "control_coefficients",
            "x1_controls", "noise_numbers", "quoted_settings", "offmanifold_numbers", "band_numbers",
            "flow_limit_error", "Invariance", "invariance", "moment_ratio_rel_se", "record_population", "record_ab",
@@ -143,6 +143,12 @@ class Design:
                 yield from ((kw, st.param, f"replicate {k + 1} of {rep.n_rep}") for k, kw in enumerate(half))
 
 
+#: the replicate seeds of a setting other than the Gaussian middle scale start at replicate ``SETTING_STRIDE * i`` of
+#: the page's seed (i = 1, 2, ... in the order of the settings); one setting draws replicates 1 to 2 MAX_REPLICATES
+#: of its base, so the settings' training sets are disjoint
+SETTING_STRIDE = 64
+
+
 def design(sigmas, lrs_gauss, cs, lrs_sparse, inits, d: int, T: int, m: int, m_test: int, epochs: int, seed: int,
            m_rep: int, n_rep: int, n_rep_dev: int, m_rep_sparse: int | None = None,
            n_rep_sparse: int | None = None) -> Design:
@@ -151,7 +157,10 @@ def design(sigmas, lrs_gauss, cs, lrs_sparse, inits, d: int, T: int, m: int, m_t
     the middle init: ``n_rep`` training sets at ``m_rep`` and ``m_rep/4``; ``n_rep_dev`` of each for the Gaussian
     middle scale (whose replicates also measure the one-step-GD deviation); for the sparse law, when
     ``n_rep_sparse`` is given, ``n_rep_sparse`` at ``m_rep_sparse`` and ``m_rep_sparse/4`` (its ab has no moment
-    noise: small sets suffice)."""
+    noise: small sets suffice). The Gaussian middle scale draws its sets from the page's seed (Theorem 4.2's Gaussian
+    replicates at the paper's settings are among them); every other setting from its own base seed
+    (:data:`~companion.mesa.results.thm4_1.SETTING_STRIDE`): the same draws rescaled would make the scales' claims
+    one measurement read several times (once trained to the limit, their z coincide)."""
     settings = tuple(Setting(law, s, lr, param) for law, scales, lrs, param in
                      (("gaussian", sigmas, lrs_gauss, "lrs_gauss"), ("sparse", cs, lrs_sparse, "lrs_sparse"))
                      for s, lr in zip(scales, lrs))
@@ -159,11 +168,15 @@ def design(sigmas, lrs_gauss, cs, lrs_sparse, inits, d: int, T: int, m: int, m_t
     a0, b0 = inits[len(inits) // 2]
     s_mid = sigmas[len(sigmas) // 2] if len(sigmas) else None
     reps = {}
+    others = 0
     for st in settings:
         sparse = st.law == "sparse" and n_rep_sparse is not None
-        n = n_rep_sparse if sparse else n_rep_dev if (st.law, st.scale) == ("gaussian", s_mid) else n_rep
+        mid = (st.law, st.scale) == ("gaussian", s_mid)
+        n = n_rep_sparse if sparse else n_rep_dev if mid else n_rep
         mr = m_rep_sparse if sparse and m_rep_sparse is not None else m_rep
-        reps[st.law, st.scale] = Replicates(st.law, st.scale, d, T, a0, b0, st.lr, epochs, mr, n, seed,
+        others += not mid
+        base = seed if mid else replicate_seed(seed, SETTING_STRIDE * others)  # independent sets per setting
+        reps[st.law, st.scale] = Replicates(st.law, st.scale, d, T, a0, b0, st.lr, epochs, mr, n, base,
                                             tilt=GAUSSIAN_TILT if st.law == "gaussian" else 0)
     return Design(settings, inits, dict(d=d, T=T, m=m, m_test=m_test, epochs=epochs, seed=seed), s_mid, reps)
 
