@@ -67,7 +67,7 @@ def test_replicate_and_sweep_settings():
 
 
 def test_paper_runs_are_distinct_and_include_the_replicates():
-    """paper_runs() warms the cache for everything the notebooks train at their defaults: each run once (328), the
+    """paper_runs() warms the cache for everything the notebooks train at their defaults: each run once (348), the
     replicate training sets included, with the seeds written out here (replicates 1.. at m, 17.. at m/4; the
     Gaussian replicate sets tilted)."""
     from dataclasses import asdict
@@ -77,10 +77,11 @@ def test_paper_runs_are_distinct_and_include_the_replicates():
     from companion.mesa.evidence import GAUSSIAN_TILT
     from companion.mesa.results.plan import paper_runs
     from companion.mesa.results.thm4_1 import SETTING_STRIDE
+    from companion.mesa.results.thm4_2 import probe_lr
     from companion.mesa.train import RunConfig
 
     keys = [tuple(sorted(asdict(RunConfig(**kw)).items())) for kw in paper_runs()]
-    assert len(keys) == len(set(keys)) == 328
+    assert len(keys) == len(set(keys)) == 348
 
     def reps(law, T, lr, m, n, seed=None, **kw):
         seed = c["seed"] if seed is None else seed
@@ -96,6 +97,7 @@ def test_paper_runs_are_distinct_and_include_the_replicates():
         seed = None if i is None else replicate_seed(c["seed"], SETTING_STRIDE * i)
         want += [dict(kw, scale=s) for kw in reps("gaussian", c["T"], lr, 2500, 16, seed, tilt=GAUSSIAN_TILT)]
     for law, _, lr in paper.PROBES:  # thm4_2: the probe laws that fail Assumption 4.2 (the Gaussian's are thm4_1's)
+        lr = probe_lr(law, lr, c["d"], c["T"], (0.5, 1.5), paper.KAPPA, c["seed"], c["m"], r["m_rep_cap"], r["n_rep_cap"])
         want += reps(law, c["T"], lr, r["m_rep_cap"], r["n_rep_cap"])
     for mask in (True, False):  # thm4_3 and prop4_2: the same masked and unmasked training sets
         want += reps("full_one", c["T"], 5e-4, r["m_rep_mask"], r["n_rep_mask"], mask=mask)

@@ -13,7 +13,8 @@ from companion.params import ParameterError
 
 
 def test_sweep_replicates_rule():
-    assert prop4_1.sweep_replicates(10, [10, 20, 100]) == {10: 10, 20: 7, 100: 3}
+    """Every T of the sweep trains n_rep sets per size (on tilted sets the long contexts decide too)."""
+    assert prop4_1.sweep_replicates(10, [10, 20, 100]) == {10: 10, 20: 10, 100: 10}
     assert prop4_1.sweep_replicates(3, [5, 1000]) == {5: 3, 1000: 3}
 
 

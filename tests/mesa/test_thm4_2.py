@@ -31,3 +31,22 @@ def train_loss_plain(r):
     from companion.mesa.analysis import per_sequence_loss, test_data, weights
 
     return per_sequence_loss(test_data(r), *weights(r))
+
+
+def test_the_paper_design_trains_every_replicate_below_its_own_sets_bound():
+    """At the page's defaults the probe laws that fail Assumption 4.2 train replicate sets of m_rep/4 sequences: a
+    sparse-Gaussian set of 625 is too stiff for the 1e-3 its single set of 10^4 took (diverging above 8.4e-4), so
+    its step is 0 in ``paper.PROBES``: kappa times the bound over the sets it trains on (``thm4_2.probe_lr``). The
+    page's validation (``stability.check_runs``) accepts every replicate of the paper design."""
+    from companion.mesa import paper, stability
+    from companion.mesa.evidence import replicate_sets
+    from companion.mesa.results import thm4_2
+
+    c, r = paper.COMMON, paper.REPLICATES
+    design = thm4_2.paper_design()
+    assert set(design.replicates) == {"gaussian", "rademacher", "sparse_gaussian"} and set(design.probes) == set()
+    assert stability.check_runs(design.checked_runs(), c["d"], c["T"])["margin"] > 1
+    lr = design.replicates["sparse_gaussian"].lr
+    assert lr == stability.stable_lr("sparse_gaussian", 1.0, c["d"], c["T"], [(0.5, 1.5)], paper.KAPPA, c["seed"],
+                                     sets=replicate_sets(r["m_rep_cap"], r["n_rep_cap"], c["seed"]))
+    assert thm4_2.probe_lr("rademacher", 1e-3, 5, 100, (0.5, 1.5), 0.25, 1, 10_000, 2500, 10) == 1e-3

@@ -14,7 +14,6 @@ What the page checks, and where:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,7 +27,6 @@ from companion.mesa.analysis import radial_losses
 from companion.mesa.data import generate
 from companion.mesa.evidence import (
     GAUSSIAN_TILT,
-    MAX_REPLICATES,
     Replicates,
     extrapolated_ab,
     offmanifold_floor,
@@ -85,16 +83,12 @@ def manifest(sweep: dict, t_lim) -> list[str]:
 
 
 def sweep_replicates(n_rep: int, Ts) -> dict:
-    r"""Replicate training sets per context length of the trained T sweep: ``n_rep`` at the shortest T and
-    :math:`n(T)=\max\big(3,\ \mathrm{round}(n_{\rm rep}\sqrt{T_{\min}/T})\big)` at longer ones.
+    r"""Replicate training sets per context length of the trained T sweep: ``n_rep`` at every T.
 
-    Why: the gap between :math:`c^*(T)\sigma^2` and the falsifier 1/5 falls like 1/T, a run costs ~T, and the
-    standard error of R replicates falls like :math:`1/\sqrt R`, so the power at long T is out of reach at any
-    affordable R (the page records ``not_resolvable`` there); the square-root rule spends the replicates where
-    the gap is resolvable and keeps three (the fewest with a usable spread) where it is not."""
-    Ts = list(Ts)
-    t0 = min(Ts)
-    return {T: max(3, min(MAX_REPLICATES, round(n_rep * math.sqrt(t0 / T)))) for T in Ts}
+    The gap between :math:`c^*(T)\sigma^2` and the falsifier 1/5 falls like 1/T; on the tilted training sets
+    (:data:`companion.mesa.evidence.GAUSSIAN_TILT`) the replicates' standard error is small enough that the page's
+    rule decides at long T too (at the paper's T = 100 among them), so every T gets the same replicates."""
+    return {T: int(n_rep) for T in Ts}
 
 
 @dataclass(frozen=True)

@@ -43,9 +43,11 @@ from companion.mesa.evidence import (
     population_ab,
     replicate_loss,
     replicate_loss_words,
+    replicate_sets,
 )
 from companion.mesa.figures import POPULATION, init_label
 from companion.mesa.model import loss_grad_fast
+from companion.mesa.stability import stable_lr
 from companion.mesa.train import init_diagonal, run
 from companion.plotting import COLORS, legend_outside, new_figure
 from companion.stats import Z_LEVEL
@@ -53,7 +55,7 @@ from companion.text import number_tag
 
 __all__ = ["CLAIMS", "RESULT", "LAWS", "tag", "holds", "manifest", "Condition", "conditions", "Design", "design", "paper_design",
            "paper_runs", "figure_runs", "capability_table", "exact_loss_at_cstar",
-           "LossClaim", "Capability", "capability", "capability_replicates", "replicate_tilt", "record_exact",
+           "LossClaim", "Capability", "capability", "capability_replicates", "replicate_tilt", "probe_lr", "record_exact",
            "record_capability", "test_loss_curves", "capability_probe"]
 
 #: the laws of the page's table of Assumption 4.2
@@ -164,6 +166,19 @@ def replicate_tilt(law) -> int:
     return GAUSSIAN_TILT if law == "gaussian" else 0
 
 
+def probe_lr(law, lr: float, d: int, T: int, init, kappa: float, seed: int, m: int, m_rep: int, n_rep: int) -> float:
+    """The step size of the probe law ``law``: ``lr`` where it is positive, else ``kappa`` times the full-parameter
+    stability bound over the training sets the probe trains on (:func:`companion.mesa.stability.stable_lr`): its
+    set of ``m`` sequences where Assumption 4.2 holds (:func:`holds`), its replicate sets at ``m_rep`` and
+    ``m_rep/4`` (tilted as they are trained, :func:`replicate_tilt`) where it fails."""
+    if lr > 0:
+        return float(lr)
+    if holds(law, d):
+        return stable_lr(law, 1.0, d, T, [init], kappa, seed, sets=[(m, seed)])
+    return stable_lr(law, 1.0, d, T, [init], kappa, seed, sets=replicate_sets(m_rep, n_rep, seed),
+                     tilt=replicate_tilt(law))
+
+
 def design(cs, lrs_sparse, inits, probe_laws, probe_lrs, d: int, T: int, m: int, m_test: int, epochs: int,
            seed: int, m_rep: int, n_rep: int) -> Design:
     """The runs of the page: the sparse scales ``cs`` with their step sizes from every init at m (Fig. 1d); each
@@ -183,13 +198,17 @@ def design(cs, lrs_sparse, inits, probe_laws, probe_lrs, d: int, T: int, m: int,
 
 def paper_design() -> Design:
     """:func:`design` at the paper's settings (:mod:`companion.mesa.paper`, the page's defaults): the probes are the
-    Gaussian and the sparse law at their Table-1 step sizes and the laws of ``companion.mesa.paper.PROBES``."""
+    Gaussian and the sparse law at their Table-1 step sizes and the laws of ``companion.mesa.paper.PROBES`` (a step
+    of 0 resolved by :func:`probe_lr`)."""
     sp = paper.TABLE1["sparse"]
     probes = dict([("gaussian", dict(paper.TABLE1["gaussian"])[1.0]), *((law, lr) for law, _, lr in paper.PROBES),
                    ("sparse", dict(sp)[1.0])])
-    rep = paper.REPLICATES
-    return design([s for s, _ in sp], [lr for _, lr in sp], paper.INITS, list(probes), list(probes.values()),
-                  **paper.COMMON, m_rep=rep["m_rep_cap"], n_rep=rep["n_rep_cap"])
+    rep, c = paper.REPLICATES, paper.COMMON
+    init = paper.INITS[len(paper.INITS) // 2]
+    lrs = [probe_lr(law, lr, c["d"], c["T"], init, paper.KAPPA, c["seed"], c["m"], rep["m_rep_cap"], rep["n_rep_cap"])
+           for law, lr in probes.items()]
+    return design([s for s, _ in sp], [lr for _, lr in sp], paper.INITS, list(probes), lrs,
+                  **c, m_rep=rep["m_rep_cap"], n_rep=rep["n_rep_cap"])
 
 
 def paper_runs() -> list[dict]:
