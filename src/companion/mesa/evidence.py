@@ -702,8 +702,7 @@ def replicate_loss(rep: Replicates, ab: ExtrapolatedAb, m_loss: int, positions=N
     *Systematic parts* (``floor``), both what the combination leaves of a part whose population limit is known:
 
     * the off-manifold feedback of ab, :math:`r` of :func:`offmanifold_residual`, through the loss: :math:`|L'|\,|r|`;
-    * the cost of the trained entries off the diagonal manifold, :math:`L(W)-L(W_{
-m manifold})`
+    * the cost of the trained entries off the diagonal manifold, :math:`L(W)-L(W_{\rm manifold})`
       (:func:`companion.mesa.analysis.manifold_part`), 0 in the limit: its own combination
       :math:`\tfrac13(4\bar\Delta(m)-\bar\Delta(m/4))` in absolute value.
 

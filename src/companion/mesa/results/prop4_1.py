@@ -246,9 +246,8 @@ def record_no_recovery(v, cap: dict, rep: Replicates) -> None:
             predicted=q.predicted, measured=ev.measured, se=ev.se, dof=ev.dof,
             floor=1e-12 * ev.zero_loss + q.floor,
             falsifier="the model recovers the sequence (loss $0$)", falsifier_value=0.0, headline=k == "last",
-            reason=f"{Z_LEVEL:.3g} SE (Student-t, {ev.dof:.1f} degrees of freedom) of {rep.n_rep} replicate training "
-                   f"sets per size and the common test set, extrapolated in $m$; plus what the extrapolation leaves "
-                   f"of the parts with a known limit ({q.floor:.3g}) and round-off",
+            reason=f"{Z_LEVEL:.3g} SE (Student-t) of {rep.n_rep} replicate training sets per size and the test set, "
+                   f"extrapolated in $m$; + what that leaves of the parts with a known limit ({q.floor:.3g})",
             detail=f"level of {Z_LEVEL:.3g} SE: " + replicate_loss_words(q, rep) + " + round-off "
                    "(`companion.mesa.evidence.replicate_loss`)")
 

@@ -426,9 +426,8 @@ def record_capability(v, cap: dict, a0: float, b0: float) -> None:
                           predicted=c.predicted, measured=c.measured, se=c.se, dof=c.dof,
                           floor=c.floor, falsifier=c.falsifier, falsifier_value=c.falsifier_value,
                           headline=k == "whole",
-                          reason=f"{Z_LEVEL:.3g} SE ({bw}) of the replicate training sets and the common test set, "
-                                 f"extrapolated in $m$; + what the extrapolation leaves of the parts with a known "
-                                 f"limit ({sys_se}) and complex64 round-off",
+                          reason=f"{Z_LEVEL:.3g} SE ({bw}) of the replicate sets and the test set, extrapolated in "
+                                 f"$m$; + what that leaves of the parts with a known limit ({sys_se}) and round-off",
                           detail=detail)
 
 
