@@ -710,8 +710,9 @@ def replicate_loss(rep: Replicates, ab: ExtrapolatedAb, m_loss: int, positions=N
     runs_big = [train.run(**kw) for kw in rep.big]
     runs_small = [train.run(**kw) for kw in rep.small]
     ev = _extrapolated_loss(runs_big, runs_small, m_loss, rep.seed, positions)
-    off = _extrapolated_loss(runs_big, runs_small, m_loss, rep.seed, positions,
-                             part=lambda loss, K, Pv: loss(K, Pv) - loss(*manifold_part(K, Pv)))
+    man = _extrapolated_loss(runs_big, runs_small, m_loss, rep.seed, positions,
+                             part=lambda loss, K, Pv: loss(*manifold_part(K, Pv)))
+    off = richardson_paired(ev.big - man.big, ev.small - man.small)
     pred, slope, curv = population_loss_terms(rep.law, rep.scale, rep.d, rep.T, ab.predicted, positions)
     ab_part = abs(slope) * abs(_offmanifold_value(ab.off))
     return ReplicateLoss(ev, off, pred, slope, curv, ab_part, ab_part + abs(off.measured), float(ab.predicted))

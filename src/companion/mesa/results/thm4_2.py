@@ -41,6 +41,7 @@ from companion.mesa.evidence import (
     loss_evidence,
     loss_words,
     population_ab,
+    population_loss_terms,
     replicate_loss,
     replicate_loss_words,
     replicate_sets,
@@ -309,7 +310,7 @@ def _falsifier(law, s: float, d: int, T: int, cf: float, positions) -> tuple[str
             fv = d / 2 * (cf * cf * (mo.m6 + (d - 1) * mo.m2 * mo.m4 / (T - 2)) - 2 * cf * mo.m4 + mo.m2)
         return _NOT_RECOVER, float(fv)
     if a42["ii_cauchy_schwarz_equality"] and mo.m24 > 0:  # (ii) holds, (i) fails: the step 1/kappa
-        return _STEP_KAPPA, _loss_at(law, s, d, T, cf, positions)
+        return _STEP_KAPPA, population_loss_terms(law, s, d, T, cf, positions)[0]
     return _RECOVERS, 0.0
 
 
@@ -350,14 +351,6 @@ def capability_replicates(rep: Replicates, m_loss: int) -> Capability:
                              systematic=q.floor, floor=q.floor + _ROUNDOFF * q.loss.zero_loss,
                              method=replicate_loss_words(q, rep), loss=q)
     return Capability(holds=False, ab=ab, **out)
-
-
-def _loss_at(law, s: float, d: int, T: int, c: float, positions) -> float:
-    """The exact population loss of the diagonal model at ab = c: the whole sequence (``positions`` None) or the
-    sum over ``positions`` (:func:`companion.mesa.theory.population_loss`, :func:`companion.mesa.theory.position_loss`)."""
-    if positions is None:
-        return float(th.population_loss(law, s, d, T, c))
-    return float(np.sum(th.position_loss(law, s, d, np.atleast_1d(positions).astype(float), c)))
 
 
 # ---- verdict
