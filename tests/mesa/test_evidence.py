@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from companion import stats
-from companion.mesa import evidence, train
+from companion.mesa import data, evidence, train
 from companion.mesa import theory as th
 from companion.mesa.data import generate
 from companion.mesa.empirical import diagonal_stats, exact_population, sampling_spread
@@ -248,7 +248,7 @@ def test_the_population_loss_terms_are_the_loss_and_its_derivatives_in_ab(positi
 
 
 def test_the_sparse_gaussian_start_integrates_its_radius_exactly_with_one_degree_of_freedom():
-    """x_1 = g e_J has the radius |g|, g^2 ~ chi^2_1 (``RADIAL_DOF``): on the diagonal manifold at c* the radial
+    """x_1 = g e_J has the radius |g|, g^2 ~ chi^2_1 (``companion.mesa.data.RADIAL_DOF``): on the diagonal manifold at c* the radial
     per-sequence losses are the population loss to round-off (the plain mean misses it by several of its SEs of
     a degree-6 quantity); with the Gaussian's d degrees of freedom they would be far off."""
     from companion.mesa.analysis import radial_losses
@@ -258,7 +258,7 @@ def test_the_sparse_gaussian_start_integrates_its_radius_exactly_with_one_degree
     c = th.c_star("sparse_gaussian", 1.0, d, T)
     W = init_diagonal(d, 1.0, c, torch.complex128)
     exact = float(th.population_loss("sparse_gaussian", 1.0, d, T, c))
-    assert evidence.RADIAL_DOF["sparse_gaussian"](d) == 1
+    assert data.RADIAL_DOF["sparse_gaussian"](d) == 1
     assert radial_losses(td, *W, 1.0, dof=1).mean() == pytest.approx(exact, rel=1e-10)
     assert abs(radial_losses(td, *W, 1.0, dof=d).mean() / exact - 1) > 0.5
 

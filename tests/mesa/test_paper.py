@@ -69,7 +69,7 @@ def test_replicate_and_sweep_settings():
 def test_paper_runs_are_distinct_and_include_the_replicates():
     """paper_runs() warms the cache for everything the notebooks train at their defaults: each run once (348), the
     replicate training sets included, with the seeds written out here (replicates 1.. at m, 17.. at m/4; the
-    Gaussian replicate sets tilted)."""
+    Gaussian and sparse-Gaussian replicate sets tilted)."""
     from dataclasses import asdict
 
     from companion import replicate_seed
@@ -77,7 +77,7 @@ def test_paper_runs_are_distinct_and_include_the_replicates():
     from companion.mesa.evidence import GAUSSIAN_TILT
     from companion.mesa.results.plan import paper_runs
     from companion.mesa.results.thm4_1 import SETTING_STRIDE
-    from companion.mesa.results.thm4_2 import probe_lr
+    from companion.mesa.results.thm4_2 import probe_lr, replicate_tilt
     from companion.mesa.train import RunConfig
 
     keys = [tuple(sorted(asdict(RunConfig(**kw)).items())) for kw in paper_runs()]
@@ -98,7 +98,7 @@ def test_paper_runs_are_distinct_and_include_the_replicates():
         want += [dict(kw, scale=s) for kw in reps("gaussian", c["T"], lr, 2500, 16, seed, tilt=GAUSSIAN_TILT)]
     for law, _, lr in paper.PROBES:  # thm4_2: the probe laws that fail Assumption 4.2 (the Gaussian's are thm4_1's)
         lr = probe_lr(law, lr, c["d"], c["T"], (0.5, 1.5), paper.KAPPA, c["seed"], c["m"], r["m_rep_cap"], r["n_rep_cap"])
-        want += reps(law, c["T"], lr, r["m_rep_cap"], r["n_rep_cap"])
+        want += reps(law, c["T"], lr, r["m_rep_cap"], r["n_rep_cap"], tilt=replicate_tilt(law))
     for mask in (True, False):  # thm4_3 and prop4_2: the same masked and unmasked training sets
         want += reps("full_one", c["T"], 5e-4, r["m_rep_mask"], r["n_rep_mask"], mask=mask)
     sets = [(m, replicate_seed(c["seed"], k)) for m, k in [(10_000, k) for k in range(1, 11)] + [(2500, k) for k in range(17, 27)]]

@@ -48,5 +48,7 @@ def test_the_paper_design_trains_every_replicate_below_its_own_sets_bound():
     assert stability.check_runs(design.checked_runs(), c["d"], c["T"])["margin"] > 1
     lr = design.replicates["sparse_gaussian"].lr
     assert lr == stability.stable_lr("sparse_gaussian", 1.0, c["d"], c["T"], [(0.5, 1.5)], paper.KAPPA, c["seed"],
-                                     sets=replicate_sets(r["m_rep_cap"], r["n_rep_cap"], c["seed"]))
+                                     sets=replicate_sets(r["m_rep_cap"], r["n_rep_cap"], c["seed"]),
+                                     tilt=thm4_2.replicate_tilt("sparse_gaussian"))
+    assert thm4_2.replicate_tilt("sparse_gaussian") > 0 and thm4_2.replicate_tilt("rademacher") == 0
     assert thm4_2.probe_lr("rademacher", 1e-3, 5, 100, (0.5, 1.5), 0.25, 1, 10_000, 2500, 10) == 1e-3

@@ -180,6 +180,27 @@ def test_a_tilted_set_is_an_unbiased_importance_sample_of_the_gaussian_law():
         run(law="rademacher", lr=1e-3, epochs=1, tilt=6, **SMALL)
 
 
+def test_a_tilted_sparse_gaussian_set_keeps_one_signed_axis_and_reweights_its_radius():
+    """x_1 = g e_J tilted by r^6 (r = |g|, r^2 ~ chi^2_1 at scale 1, tilted to chi^2_7): one nonzero coordinate per
+    sequence on a uniform axis with a uniform sign; weighted means of g^2, g^4 are the law's 1 and 3 within 4 SEs
+    and w g^6 is the constant E g^6 = 15. Fails if the radius gets the Gaussian's d degrees of freedom, if the axis
+    or sign is not uniform, or if the scale is applied twice."""
+    d, s = 5, 1.7
+    data = generate("sparse_gaussian", 200_000, d, 3, s, np.random.default_rng(4), torch.complex128, tilt=6)
+    x = data.x1.real.numpy() / s
+    w = data.w.numpy()
+    assert np.all((x != 0).sum(axis=1) == 1)
+    g = x.sum(axis=1)
+    for k, exact in ((0, 1.0), (2, 1.0), (4, 3.0)):
+        v = w * g**k
+        assert abs(v.mean() - exact) < 4 * v.std() / np.sqrt(len(v)), k
+    assert np.allclose(w * g**6, 15.0, rtol=1e-9)
+    axis = np.abs(x).argmax(axis=1)
+    assert np.allclose(np.bincount(axis, minlength=d) / len(x), 1 / d, atol=5e-3)
+    assert abs(np.mean(np.sign(g))) < 5e-3
+    assert run(law="sparse_gaussian", lr=1e-3, epochs=1, tilt=6, **SMALL).config["tilt"] == 6
+
+
 def test_the_loss_of_a_tilted_set_is_its_weighted_mean_over_m_and_one_epoch_is_the_restricted_step():
     """A tilted training set's loss is (1/m) sum_n w_n l_n (not divided by the sum of the weights: the unbiased
     estimate of the population loss), its first GD step is the restricted GD's on the weighted statistics

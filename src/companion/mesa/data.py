@@ -16,14 +16,16 @@ Laws of x_1 (real-valued, stored in a complex dtype):
 Another law is plugged in with :func:`register_law` (a sampler ``(rng, m, d) -> (m, d)`` real array
 at scale 1) or by passing such a callable as ``law``.
 
-*Tilted training sets* (``tilt`` = k > 0 in :func:`generate`, the Gaussian law only): an importance sample of the
-Gaussian law. With :math:`x_1 = r u`, u uniform on the sphere and :math:`r^2\sim\chi^2_d`, the radius is drawn from
-the law tilted by :math:`r^k` (:math:`r^2\sim\chi^2_{d+k}`, u unchanged) and each sequence carries the weight
+*Tilted training sets* (``tilt`` = k > 0 in :func:`generate`, for the laws of :data:`RADIAL_DOF`): an importance
+sample of a law whose start is a radius times an independent direction, :math:`x_1 = r u` with
+:math:`r^2\sim\chi^2_q` (the Gaussian: q = d, u uniform on the sphere; the sparse Gaussian :math:`g\,e_J`: q = 1,
+:math:`u=\pm e_J` uniform). The radius is drawn from the law tilted by :math:`r^k` (:math:`r^2\sim\chi^2_{q+k}`, u
+unchanged) and each sequence carries the weight
 
-.. math:: w_n = \frac{E_p[r^k]}{r_n^k},\qquad E_p[r^k] = 2^{k/2}\,\frac{\Gamma((d+k)/2)}{\Gamma(d/2)},
+.. math:: w_n = \frac{E_p[r^k]}{r_n^k},\qquad E_p[r^k] = 2^{k/2}\,\frac{\Gamma((q+k)/2)}{\Gamma(q/2)},
 
 so that :math:`\frac1m\sum_n w_n f(x^{(n)})` is an unbiased estimate of :math:`E_p f` for every f (weights divided
-by m, not by their sum: the self-normalised mean has infinite variance for k >= d, as :math:`E_p[r^{-k}]` does).
+by m, not by their sum: the self-normalised mean has infinite variance for k >= q, as :math:`E_p[r^{-k}]` does).
 The loss of the model (:mod:`companion.mesa.model`) and the statistics of the diagonal-restricted loss
 (:func:`companion.mesa.empirical.diagonal_stats`) read these weights. With k = 6 the per-sequence loss, of degree
 six in :math:`x_1`, has its leading part weighted evenly (:math:`w_n r_n^6` is constant), which is what makes the
@@ -42,7 +44,7 @@ from scipy.special import gammaln
 from companion import params
 
 __all__ = ["LAWS", "register_law", "law_names", "sample_x1", "ARData", "generate", "tilt_log_mean", "embed",
-           "check_law"]
+           "check_law", "RADIAL_DOF", "check_tilt"]
 
 Sampler = Callable[[np.random.Generator, int, int], np.ndarray]
 
@@ -81,6 +83,35 @@ LAWS: dict[str, Sampler] = {
     "rademacher": _rademacher,
     "sparse_gaussian": _sparse_gaussian,
 }
+
+
+def _sphere(rng: np.random.Generator, m: int, d: int) -> tuple[np.ndarray, np.ndarray]:
+    g = rng.standard_normal((m, d))
+    return g, np.linalg.norm(g, axis=1)
+
+
+def _signed_axis(rng: np.random.Generator, m: int, d: int) -> tuple[np.ndarray, np.ndarray]:
+    x = np.zeros((m, d))
+    x[np.arange(m), rng.integers(0, d, size=m)] = rng.choice(np.array([-1.0, 1.0]), size=m)
+    return x, np.ones(m)
+
+
+#: the laws whose start is :math:`x_1 = r u` with :math:`r^2\sim\chi^2_q` independent of the direction u: q as a
+#: function of d (u's sampler, returning v and its norm with u = v / |v|, is in ``_DIRECTION``). Their training sets
+#: can be tilted (:func:`generate`) and their test-set losses integrate the radius exactly
+#: (:func:`companion.mesa.analysis.radial_losses`).
+RADIAL_DOF: dict[str, Callable[[int], int]] = {"gaussian": lambda d: d, "sparse_gaussian": lambda d: 1}
+_DIRECTION: dict[str, Callable[[np.random.Generator, int, int], tuple[np.ndarray, np.ndarray]]] = {
+    "gaussian": _sphere, "sparse_gaussian": _signed_axis}
+
+
+def check_tilt(law, tilt) -> int:
+    """Validate a training set's ``tilt`` (an integer >= 0; > 0 only for a law of :data:`RADIAL_DOF`)."""
+    tilt = params.integer("tilt", tilt, min=0)
+    if tilt and law not in RADIAL_DOF:
+        raise params.ParameterError("tilt", f"a tilted set needs a law with a radius independent of its direction "
+                                            f"({', '.join(RADIAL_DOF)}); got law {law!r}")
+    return tilt
 
 
 def register_law(name: str, sampler: Sampler) -> None:
@@ -186,14 +217,12 @@ def generate(
     tilt: int = 0,
 ) -> ARData:
     r"""Seeded data set of m sequences (phases drawn first, then x_1 at scale 1, then rescaled); ``tilt`` = k > 0:
-    the Gaussian law's importance sample tilted by :math:`r^k` with its weights (module docstring)."""
+    the law's importance sample tilted by :math:`r^k` with its weights (a law of :data:`RADIAL_DOF`; module
+    docstring)."""
     T = params.integer("T", T, min=3)
     m = params.integer("m", m, min=1)
     d = params.integer("d", d, min=1)
-    tilt = params.integer("tilt", tilt, min=0)
-    if tilt and law != "gaussian":
-        raise params.ParameterError("tilt", f"a tilted set needs the Gaussian law (a radius independent of the "
-                                            f"direction); got law {law!r}")
+    tilt = check_tilt(law, tilt)
     if dtype not in (torch.complex64, torch.complex128):
         raise params.ParameterError("dtype", f"must be torch.complex64 or torch.complex128; got {dtype}")
     if not isinstance(rng, np.random.Generator):
@@ -202,10 +231,11 @@ def generate(
     w = None
     if tilt:
         scale = params.real("scale", scale, min=0, min_open=True)
-        g = rng.standard_normal((m, d))
-        r = np.sqrt(rng.chisquare(d + tilt, size=m))
-        x1 = scale * g * (r / np.linalg.norm(g, axis=1))[:, None]
-        w = torch.from_numpy(np.exp(tilt_log_mean(d, tilt) - tilt * np.log(r)))
+        q = RADIAL_DOF[law](d)
+        v, norm = _DIRECTION[law](rng, m, d)
+        r = np.sqrt(rng.chisquare(q + tilt, size=m))
+        x1 = scale * v * (r / norm)[:, None]
+        w = torch.from_numpy(np.exp(tilt_log_mean(q, tilt) - tilt * np.log(r)))
     else:
         x1 = sample_x1(law, m, d, scale, rng)
     return ARData(
@@ -217,10 +247,10 @@ def generate(
     )
 
 
-def tilt_log_mean(d: int, k: int) -> float:
-    r"""log E_p[r^k] for :math:`r^2\sim\chi^2_d` (the Gaussian law at scale 1): the log of the tilted set's weight
-    numerator (module docstring)."""
-    return 0.5 * k * np.log(2.0) + gammaln((d + k) / 2) - gammaln(d / 2)
+def tilt_log_mean(q: int, k: int) -> float:
+    r"""log E_p[r^k] for :math:`r^2\sim\chi^2_q` (the radius of a law of :data:`RADIAL_DOF` at scale 1): the log of
+    the tilted set's weight numerator (module docstring)."""
+    return 0.5 * k * np.log(2.0) + gammaln((q + k) / 2) - gammaln(q / 2)
 
 
 def embed(x: torch.Tensor) -> torch.Tensor:

@@ -46,14 +46,13 @@ from companion.cache import cached
 from companion.mesa import theory as th
 from companion.mesa import train
 from companion.mesa.analysis import manifold_part, per_sequence_loss, radial_losses, test_data, weights
-from companion.mesa.data import generate
+from companion.mesa.data import RADIAL_DOF, generate
 from companion.mesa.empirical import diagonal_gd, diagonal_stats, sampling_spread
 from companion.mesa.model import predict, predict_fast
 from companion.seeds import MESA_EQUIVARIANT_MC, MESA_LOSS_EVAL, MESA_ONE_STEP_EVAL, MESA_TRAIN_DATA
 
 __all__ = [
     "ROUNDOFF32",
-    "RADIAL_DOF",
     "GAUSSIAN_TILT",
     "MASKING_PAIR",
     "FALSIFIER_T_INFINITY",
@@ -626,19 +625,13 @@ def offmanifold_words(off, *, se: float | None = None, predicted: float | None =
     return words + (f"; see {see}" if see else "") + ")"
 
 
-#: the laws whose start has a radius independent of its direction with :math:`r^2/s^2\sim\chi^2_k`, and k as a
-#: function of d: the Gaussian (k = d) and the sparse Gaussian :math:`g\,e_J` (k = 1); their test-set losses
-#: integrate the radius exactly (:func:`companion.mesa.analysis.radial_losses`)
-RADIAL_DOF = {"gaussian": lambda d: d, "sparse_gaussian": lambda d: 1}
-
-
 def _extrapolated_loss(runs_big, runs_small, m_loss: int, seed: int, positions=None,
                        part=None) -> ExtrapolatedLoss:
     r"""Test loss of the replicates at m and m/4 (whole sequence, or summed over ``positions``) on one common test
     set (``m_loss`` sequences of the law, seed stream :data:`~companion.seeds.MESA_LOSS_EVAL`, ``[seed, 8]``,
     independent of every training set), extrapolated to m -> infinity; for a Gaussian or sparse-Gaussian start
     with the radius of :math:`x_1` integrated exactly (:func:`companion.mesa.analysis.radial_losses`,
-    :data:`~companion.mesa.evidence.RADIAL_DOF`). ``part``: a function ``part(loss, W_KQ, W_PV)`` of that
+    :data:`~companion.mesa.data.RADIAL_DOF`). ``part``: a function ``part(loss, W_KQ, W_PV)`` of that
     per-sequence loss function and the weights, returning the per-sequence statistic to extrapolate instead of the
     loss (same test set).
 

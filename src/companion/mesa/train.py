@@ -24,7 +24,7 @@ from companion import params
 from companion.cache import import_closure as _import_closure
 from companion.cache import module_cache_dir as _module_cache_dir
 from companion.mesa import theory, torch_epoch
-from companion.mesa.data import ARData, check_law, generate
+from companion.mesa.data import ARData, check_law, check_tilt, generate
 from companion.mesa.lanes import host
 from companion.mesa.model import loss_fast, loss_grad_fast, ratio_entries
 from companion.params import TrainingDiverged  # re-exported: companion.mesa.train.TrainingDiverged
@@ -67,7 +67,7 @@ class RunConfig:
     check_lr: bool = True  # refuse step sizes beyond the stability bound before training (diagonal init)
     chunk: int = 10_000  # sequences per kernel call (memory only; results do not depend on it)
     device: str = "cpu"  # "cpu": the fused kernel; any other torch device ("cuda", "cpu:0"): the torch epoch on it
-    tilt: int = 0  # > 0: the training set is the Gaussian law's importance sample tilted by r^tilt (data.generate)
+    tilt: int = 0  # > 0: the training set is the law's importance sample tilted by r^tilt (data.generate)
 
     def validated(self) -> RunConfig:
         law = check_law(self.law)
@@ -91,9 +91,7 @@ class RunConfig:
         params.integer("chunk", self.chunk, min=1)
         params.boolean("check_lr", self.check_lr)
         torch_epoch.check_device(self.device)
-        params.integer("tilt", self.tilt, min=0)
-        if self.tilt and self.law != "gaussian":
-            raise params.ParameterError("tilt", f"a tilted training set needs law 'gaussian'; got {self.law!r}")
+        check_tilt(self.law, self.tilt)
         return self
 
 

@@ -26,7 +26,7 @@ from companion import stats
 from companion.claims import ClaimSpec, ResultSpec
 from companion.mesa import paper
 from companion.mesa import theory as th
-from companion.mesa.data import ARData
+from companion.mesa.data import RADIAL_DOF, ARData
 from companion.mesa.empirical import exact_population
 from companion.mesa.evidence import (
     GAUSSIAN_TILT,
@@ -162,9 +162,10 @@ class Design:
 
 
 def replicate_tilt(law) -> int:
-    """The tilt of a probe law's replicate training sets: :data:`companion.mesa.evidence.GAUSSIAN_TILT` for the
-    Gaussian (as on Theorem 4.1's page), none for the other laws."""
-    return GAUSSIAN_TILT if law == "gaussian" else 0
+    """The tilt of a probe law's replicate training sets: :data:`companion.mesa.evidence.GAUSSIAN_TILT` for the laws
+    whose start is a chi-distributed radius times an independent direction (:data:`companion.mesa.data.RADIAL_DOF`:
+    the Gaussian, as on Theorem 4.1's page, and the sparse Gaussian), none for the other laws."""
+    return GAUSSIAN_TILT if law in RADIAL_DOF else 0
 
 
 def probe_lr(law, lr: float, d: int, T: int, init, kappa: float, seed: int, m: int, m_rep: int, n_rep: int) -> float:
