@@ -65,7 +65,9 @@ def _mesa_plan() -> dict[str, dict[str, tuple[object, str]]]:
             "epochs_fig5": (paper.FIG5["epochs"], "paper.FIG5['epochs']"),
             "a0s": ([a for a, _ in inits + paper.APPENDIX_INITS], "paper.INITS + paper.APPENDIX_INITS"),
             "b0s": ([b for _, b in inits + paper.APPENDIX_INITS], "paper.INITS + paper.APPENDIX_INITS"),
-            **{k: (paper.RATE[k], f"paper.RATE[{k!r}]") for k in ("m_rate", "n_rate")}},
+            **{k: (paper.RATE[k], f"paper.RATE[{k!r}]") for k in ("m_rate", "n_rate")},
+            "m_init": (rep["m_rep_init"], "paper.REPLICATES['m_rep_init']"),
+            "n_init": (rep["n_rep_init"], "paper.REPLICATES['n_rep_init']")},
     }
 
 

@@ -32,7 +32,8 @@ RATE = dict(m_rate=10_000, n_rate=10)
 # replicate training sets (at m_rep and m_rep/4): thm4_1 per (law, scale), its Gaussian middle scale (the one-step-GD
 # deviation), thm4_3 and prop4_2 (masked and unmasked, the same training sets: m_rep_mask and m_rep_mask/4); the
 # notebooks' defaults; thm4_1's sparse scales: n_rep_sparse at m_rep_sparse and m_rep_sparse/4; thm4_2's probe laws
-# that fail Assumption 4.2: n_rep_cap at m_rep_cap and m_rep_cap/4
+# that fail Assumption 4.2: n_rep_cap at m_rep_cap and m_rep_cap/4; the appendix's diagonal inits: n_rep_init at
+# m_rep_init and m_rep_init/4 (Thm 4.1's size: from (0.5, 1.5) its first sets)
 REPLICATES = dict(m_rep=2500, n_rep=16, n_rep_dev=16, m_rep_mask=1000, n_rep_mask=10, m_rep_sparse=1000, n_rep_sparse=10,
-                  m_rep_cap=2500, n_rep_cap=10)
+                  m_rep_cap=2500, n_rep_cap=10, m_rep_init=2500, n_rep_init=10)
 T_SWEEP = dict(Ts=[10, 20, 100], m_sweep=10_000, n_rep=10, kappa=0.25)  # the trained T sweep of prop4_1 (middle init)

@@ -9,8 +9,8 @@ What the page checks, and where:
 * from a standard Gaussian init, the trained mean :math:`a_jb_j` against the per-coordinate population GD and
   the paired test loss against a diagonal init (:func:`fig5_evidence`), and what the initial off-manifold
   entries keep and cost, family by family (:func:`fig5_offmanifold`, a measurement);
-* from several diagonal inits, the final (a, b) against the population GD, which conserves :math:`a^2-b^2`
-  (:func:`init_evidence`);
+* from several diagonal inits, the final (a, b) of replicate training sets, extrapolated in m, against the
+  population GD, which conserves :math:`a^2-b^2` (:func:`init_evidence`);
 * the Table-1 step sizes against the stability bound of the reduced system (:func:`table1_stability`), the
   divergence beyond it (:func:`divergence_check`) and, below it, the forward-Euler contraction multiplier of the
   trained transformer against the gradient flow's (:func:`euler_rate`, the page's headline; the experiment:
@@ -31,20 +31,21 @@ from companion.claims import ClaimSpec, ResultSpec
 from companion.mesa import paper
 from companion.mesa import theory as th
 from companion.mesa.analysis import manifold_part, radial_losses, test_data, weights
-from companion.mesa.empirical import jackknife_ab
 from companion.mesa.evidence import (
     FALSIFIER_INDEPENDENT,
     FALSIFIER_T_INFINITY,
+    GAUSSIAN_TILT,
     ROUNDOFF32,
     AbEvidence,
     Replicates,
     ab_evidence,
     offmanifold_floor,
     offmanifold_words,
+    replicate_sets,
 )
 from companion.mesa.figures import init_label, plain_log_ticks
 from companion.mesa.results import number_tag
-from companion.mesa.stability import ReducedBound, reduced_stability
+from companion.mesa.stability import ReducedBound, reduced_stability, stable_lr
 from companion.mesa.train import TrainingDiverged, run
 from companion.plotting import COLORS, legend_outside, new_figure
 from companion.stats import Z_LEVEL
@@ -52,7 +53,7 @@ from companion.stats import Z_LEVEL
 from ...text import tex_number
 
 __all__ = ["CLAIMS", "RESULT", "tag", "manifest", "RATE_WINDOW", "RateDesign", "euler_rate_design", "Design", "design",
-           "paper_design", "paper_runs", "FamilyCost", "Fig5Row", "fig5_evidence", "OFF_FAMILIES", "fig5_offmanifold",
+           "paper_design", "paper_runs", "page_lr", "FamilyCost", "Fig5Row", "fig5_evidence", "OFF_FAMILIES", "fig5_offmanifold",
            "family_words", "InitRow", "init_evidence", "Table1Row", "table1_stability", "EulerRate", "euler_rate",
            "Divergence", "divergence_check", "record_fig5", "record_inits", "record_stability", "record_euler_rate",
            "record_divergence", "fig5_heatmaps", "init_paths", "table1_steps"]
@@ -175,7 +176,8 @@ def euler_rate_design(law, scale: float, d: int, T: int, kappa: float, a0: float
 class Design:
     """Every training run of the page (:func:`design`), as keyword arguments of :func:`companion.mesa.train.run`: the
     diagonal-init reference of Fig. 5 (``fig5_reference``) and the runs from a Gaussian init per sigma_w (``fig5``);
-    the runs from every diagonal init (``inits``); the contraction-rate experiment (``rate``,
+    the replicate training sets of every diagonal init (``inits``: (a0, b0) -> :class:`Replicates`); the
+    contraction-rate experiment (``rate``,
     :func:`euler_rate_design`) with its replicate training sets (``rate_replicates``, None when its window holds
     fewer than two epochs); and the divergence demonstration (``divergence``, at ``factor`` times the largest stable
     step ``lr_crit`` of the reduced system; None when not asked for), which is not among ``runs``: it diverges."""
@@ -191,15 +193,18 @@ class Design:
     def runs(self) -> list[dict]:
         """Every run of the page that trains to its last epoch."""
         rate = self.rate_replicates.runs() if self.rate_replicates is not None else []
-        return [self.fig5_reference, *self.fig5.values(), *self.inits.values(), *rate]
+        inits = [kw for rep in self.inits.values() for kw in rep.runs()]
+        return [self.fig5_reference, *self.fig5.values(), *inits, *rate]
 
 
 def design(sigma_ws, epochs_fig5: int, inits, lr: float, d: int, T: int, m: int, m_test: int, epochs: int, seed: int,
            m_rate: int, n_rate: int, kappa: float, m_div: int | None = None, a0_rate: float = 1.2,
-           factor: float = 1.5, epochs_div: int = 60) -> Design:
+           factor: float = 1.5, epochs_div: int = 60, m_init: int = 2500, n_init: int = 10) -> Design:
     """The runs of the page. Fig. 5: the Gaussian law at sigma = 1 with step ``lr`` for ``epochs_fig5`` epochs from a
     standard Gaussian init of each ``sigma_ws`` and from the diagonal init (0.5, 1.5) (the reference on the same
-    data); every diagonal init of ``inits`` for ``epochs`` epochs; the contraction rate: the sparse law at c = 1 from
+    data); from every diagonal init of ``inits``, ``n_init`` replicate training sets at ``m_init`` and ``m_init/4``
+    (the Gaussian law tilted by :data:`companion.mesa.evidence.GAUSSIAN_TILT`, as Theorem 4.1's replicates: at the
+    paper's settings its sets from (0.5, 1.5) are the first of Theorem 4.1's) for ``epochs`` epochs; the contraction rate: the sparse law at c = 1 from
     ``(a0_rate I, a0_rate I)`` at ``kappa`` times the reduced bound (:func:`euler_rate_design`), ``n_rate`` replicate
     training sets at ``m_rate`` and ``m_rate/4``; with ``m_div``, the divergence demonstration: the same law and init
     on ``m_div`` sequences at ``factor`` times the largest stable step of the reduced system, ``epochs_div`` epochs."""
@@ -212,15 +217,29 @@ def design(sigma_ws, epochs_fig5: int, inits, lr: float, d: int, T: int, m: int,
                                           epochs=epochs_div, d=d, T=T, m=m_div, m_test=10, seed=seed, check_lr=False)
     return Design(fig5_reference=dict(a0=0.5, b0=1.5, epochs=epochs_fig5, **common),
                   fig5={sw: dict(init="gaussian", sigma_w=sw, epochs=epochs_fig5, **common) for sw in sigma_ws},
-                  inits={(a0, b0): dict(a0=a0, b0=b0, epochs=epochs, **common) for a0, b0 in inits},
+                  inits={(a0, b0): Replicates("gaussian", 1.0, d, T, a0, b0, lr, epochs, m_init, n_init, seed,
+                                              tilt=GAUSSIAN_TILT) for a0, b0 in inits},
                   rate=rate, rate_replicates=reps, divergence=div, lr_crit=lr_crit)
+
+
+def page_lr(lr: float, inits, kappa: float, d: int, T: int, m: int, seed: int, m_init: int, n_init: int) -> float:
+    """The step size of the page's Gaussian runs: ``lr`` where it is positive, else ``kappa`` times the
+    full-parameter stability bound over every init and every training set those runs train on: the Fig. 5 set of
+    ``m`` sequences and the diagonal inits' replicate sets at ``m_init`` and ``m_init/4``, tilted
+    (:func:`companion.mesa.stability.stable_lr`)."""
+    if lr > 0:
+        return float(lr)
+    return min(stable_lr("gaussian", 1.0, d, T, inits, kappa, seed, sets=[(m, seed)]),
+               stable_lr("gaussian", 1.0, d, T, inits, kappa, seed, sets=replicate_sets(m_init, n_init, seed),
+                         tilt=GAUSSIAN_TILT))
 
 
 def paper_design() -> Design:
     """:func:`design` at the paper's settings (:mod:`companion.mesa.paper`, the page's defaults), without the
     divergence demonstration (it diverges: there is nothing to compute in advance)."""
     return design(paper.FIG5["sigma_ws"], paper.FIG5["epochs"], paper.INITS + paper.APPENDIX_INITS, paper.FIG5["lr"],
-                  **paper.COMMON, m_rate=paper.RATE["m_rate"], n_rate=paper.RATE["n_rate"], kappa=paper.KAPPA)
+                  **paper.COMMON, m_rate=paper.RATE["m_rate"], n_rate=paper.RATE["n_rate"], kappa=paper.KAPPA,
+                  m_init=paper.REPLICATES["m_rep_init"], n_init=paper.REPLICATES["n_rep_init"])
 
 
 def paper_runs() -> list[dict]:
@@ -366,38 +385,43 @@ def family_words(kept: dict) -> str:
 
 @dataclass(frozen=True)
 class InitRow:
-    """The evidence of one diagonal-init run (:func:`init_evidence`): the run ``r``, its final mean diagonal ``a`` and
-    ``b`` each as (measured, population GD, jackknife SE of the restricted GD), the equal-factor falsifier ``f``,
-    the limit ``lim`` from the conserved :math:`a^2-b^2`, the jackknife degrees of freedom ``dof`` and the run's
-    off-manifold feedback on a and b (``off_a``, ``off_b``)."""
+    """The evidence of one diagonal init (:func:`init_evidence`): its replicate design ``rep``, the first replicate
+    run at m ``r`` (its (a, b) path is drawn), the final mean diagonal ``a`` and ``b`` of the replicates each
+    extrapolated in m (:func:`companion.stats.richardson`: ``measured``, ``se``, ``dof``, ``mean_big``,
+    ``mean_small``), the population GD's final a and b (``a_pred``, ``b_pred``), the equal-factor falsifier ``f``
+    and the limit ``lim`` from the conserved :math:`a^2-b^2`."""
 
+    rep: Replicates
     r: object
-    a: tuple[float, float, float]
-    b: tuple[float, float, float]
+    a: dict
+    b: dict
+    a_pred: float
+    b_pred: float
     f: float
     lim: tuple[float, float]
-    dof: int
-    off_a: float
-    off_b: float
 
 
-def init_evidence(design: Design, batch_stats, al: float, be: float) -> dict:
-    """Several diagonal inits (the runs of the ``design`` from every diagonal init): per init an :class:`InitRow`, the
-    run ``r``, the final
-    mean diagonal (a, b) each as (measured, population GD, jackknife SE of the restricted GD), the equal-factor
-    falsifier ``f`` = sqrt of the population-GD ab, the limit from the conserved a^2 - b^2 ``lim``, the jackknife
-    degrees of freedom ``dof`` and ``off``: the final (a, b) minus those of the restricted GD on the same training
-    set (the off-manifold feedback of the run, a measured systematic error:
-    :func:`companion.mesa.evidence.offmanifold_residual`)."""
+def init_evidence(design: Design, al: float, be: float) -> dict:
+    r"""Per diagonal init of the ``design`` an :class:`InitRow`: the final mean diagonal a and b of its ``n_init``
+    replicate training sets at m and m/4 (``design.inits``), extrapolated to m -> infinity,
+
+    .. math:: \hat a_\infty = \tfrac13\big(4\,\bar a(m) - \bar a(m/4)\big)
+
+    (:func:`companion.stats.richardson`; the same for b), against the population GD (:func:`companion.mesa.theory.reduced_gd`
+    at the population :math:`\alpha`, :math:`\beta` = ``al``, ``be``), which conserves :math:`a^2-b^2` up to the
+    step's second order. The restricted GD on a training set is a smooth function of its sample moments and the
+    off-manifold feedback is of second order in the :math:`O(m^{-1/2})` fluctuations: both bias the final (a, b)
+    by O(1/m), which the combination removes; its standard error is the replicate spread's (Welch). The
+    falsifier: equal factors :math:`a = b = \sqrt{ab}` at the population GD's ab."""
     rows = {}
-    for (a0, b0), kw in design.inits.items():
-        lr, epochs = kw["lr"], kw["epochs"]
-        r = run(**kw)
-        ap, bp, cp = th.reduced_gd(a0, b0, lr, epochs, al, be)
-        jk = jackknife_ab(a0, b0, lr, epochs, batch_stats)
-        rows[a0, b0] = InitRow(r=r, a=(r.a_mean[-1], ap[-1], jk["se_a_mean"]), b=(r.b_mean[-1], bp[-1], jk["se_b_mean"]),
-                               f=float(np.sqrt(cp[-1])), lim=th.limits(a0, b0, be / al), dof=jk["dof"],
-                               off_a=float(r.a_mean[-1] - jk["a"].mean()), off_b=float(r.b_mean[-1] - jk["b"].mean()))
+    for (a0, b0), rep in design.inits.items():
+        big = [run(**kw) for kw in rep.big]
+        small = [run(**kw) for kw in rep.small]
+        ap, bp, cp = th.reduced_gd(a0, b0, rep.lr, rep.epochs, al, be)
+        a = stats.richardson([r.a_mean[-1] for r in big], [r.a_mean[-1] for r in small])
+        b = stats.richardson([r.b_mean[-1] for r in big], [r.b_mean[-1] for r in small])
+        rows[a0, b0] = InitRow(rep=rep, r=big[0], a=a, b=b, a_pred=float(ap[-1]), b_pred=float(bp[-1]),
+                               f=float(np.sqrt(cp[-1])), lim=th.limits(a0, b0, be / al))
     return rows
 
 
@@ -543,22 +567,24 @@ def record_fig5(v, fig5: dict, cst: float, epochs_fig5: int, n_batches: int, L_z
                    f"{family_words(q.kept)})")
 
 
-def record_inits(v, init_rows: dict, n_batches: int) -> None:
-    r"""Claims ``init_{a,b}_{a0}_{b0}``: per diagonal init (:func:`init_evidence`) the final mean diagonal a and b
-    against the population GD that conserves :math:`a^2-b^2`, at ``Z_LEVEL`` SE of the restricted GD's jackknife plus the
-    run's measured off-manifold feedback and complex64 round-off; the falsifier is equal factors
+def record_inits(v, init_rows: dict) -> None:
+    r"""Claims ``init_{a,b}_{a0}_{b0}``: per diagonal init (:func:`init_evidence`) the final mean diagonal a and b of
+    its replicate training sets, extrapolated in m, against the population GD that conserves :math:`a^2-b^2`, at
+    ``Z_LEVEL`` SE of the replicate spreads (Welch) plus complex64 round-off; the falsifier is equal factors
     :math:`a=b=\sqrt{ab}`."""
     for (a0, b0), q in init_rows.items():
-        for k, (meas, pred, se), off in (("a", q.a, q.off_a), ("b", q.b, q.off_b)):
-            why, how = _jackknife_words(n_batches, off, q.dof, pred,
-                                        "complex64 round-off ($10^{-5}$ of the prediction)")
+        rep = q.rep
+        for k, e, pred in (("a", q.a, q.a_pred), ("b", q.b, q.b_pred)):
             v.statistical(
-                f"init_{k}_{tag(a0)}_{tag(b0)}", quantity=f"init $({a0:g}, {b0:g})$: final mean diagonal ${k}$ vs "
-                                                          "population GD",
-                predicted=pred, measured=meas, se=se, dof=q.dof,
-                floor=offmanifold_floor(1e-5 * abs(pred), off),
+                f"init_{k}_{tag(a0)}_{tag(b0)}", quantity=f"init $({a0:g}, {b0:g})$: final mean diagonal ${k}$, "
+                                                          r"extrapolated to $m\to\infty$, vs population GD",
+                predicted=pred, measured=e["measured"], se=e["se"], dof=e["dof"], floor=ROUNDOFF32 * abs(pred),
                 falsifier=_EQUAL_FACTORS, falsifier_value=q.f,
-                reason=why, detail=how)
+                reason=f"{Z_LEVEL:.3g} SE of {rep.n_rep} replicate training sets at each of two sizes, extrapolated in $m$, "
+                       "Student-t (Welch); plus complex64 round-off",
+                detail=f"level of {Z_LEVEL:.3g} SE: {rep.n_rep} replicate training sets at $m = {rep.m}$ and {rep.n_rep} at "
+                       f"$m/4$ (tilted samples of the law), Richardson $(4x(m) - x(m/4))/3$, SE from the replicate "
+                       f"spreads, {stats.band_words(e['dof'])} (Welch) + complex64 round-off")
 
 
 def record_stability(v, max_number: float, lr_number: float, lr: float, d: int, T: int) -> None:
@@ -635,7 +661,7 @@ def fig5_heatmaps(fig5: dict, d: int):
 
 
 def init_paths(init_rows: dict, cst: float):
-    """The (a, b) paths of the diagonal-init runs (``init_rows[ini].r``), their limits (stars, from the
+    """The (a, b) paths of the diagonal-init runs (``init_rows[ini].r``, each init's first replicate at m), their limits (stars, from the
     conserved a^2 - b^2) and the hyperbola ab = c*."""
     fig, ax = new_figure(width=4.2, height=3.4)
     hi = 1.1 * max(max(abs(a0), abs(b0)) for a0, b0 in init_rows)
