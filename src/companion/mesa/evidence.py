@@ -366,8 +366,9 @@ def loss_words(ev: LossEvidence) -> str:
 
 
 #: the tilt of the training sets of the Gaussian replicate designs (Theorem 4.1's ``ab_*``, Proposition 4.1's
-#: ``ratio_T*``): importance samples of the law (:func:`companion.mesa.data.generate`) whose weights make the
-#: degree-six leading part of each sequence's loss count evenly. On plain Gaussian sets the off-manifold feedback
+#: ``ratio_T*``, the appendix's ``init_*``; Theorem 4.2's Gaussian and sparse-Gaussian ``loss_*``): importance
+#: samples of the law (:func:`companion.mesa.data.generate`) whose weights make the degree-six leading part of each
+#: sequence's loss count evenly. On plain Gaussian sets the off-manifold feedback
 #: of the trained ab is a 1/m law only from m of about 1600 on (the spread of the first tokens' norms), so a
 #: Richardson extrapolation from smaller sizes leaves an upward remnant; on sets tilted by r^6, m times the
 #: feedback is constant from m = 100 on and the replicates' spread is smaller (``tools/offmanifold_scaling.py

@@ -202,9 +202,11 @@ def design(sigma_ws, epochs_fig5: int, inits, lr: float, d: int, T: int, m: int,
            factor: float = 1.5, epochs_div: int = 60, m_init: int = 2500, n_init: int = 10) -> Design:
     """The runs of the page. Fig. 5: the Gaussian law at sigma = 1 with step ``lr`` for ``epochs_fig5`` epochs from a
     standard Gaussian init of each ``sigma_ws`` and from the diagonal init (0.5, 1.5) (the reference on the same
-    data); from every diagonal init of ``inits``, ``n_init`` replicate training sets at ``m_init`` and ``m_init/4``
-    (the Gaussian law tilted by :data:`companion.mesa.evidence.GAUSSIAN_TILT`, as Theorem 4.1's replicates: at the
-    paper's settings its sets from (0.5, 1.5) are the first of Theorem 4.1's) for ``epochs`` epochs; the contraction rate: the sparse law at c = 1 from
+    data); from every diagonal init of ``inits`` with :math:`a_0\ne b_0`, ``n_init`` replicate training sets at
+    ``m_init`` and ``m_init/4`` (the Gaussian law tilted by :data:`companion.mesa.evidence.GAUSSIAN_TILT`, as Theorem
+    4.1's replicates: at the paper's settings its sets from (0.5, 1.5) are the first of Theorem 4.1's) for ``epochs``
+    epochs, and from an init with :math:`a_0 = b_0` the first of those sets at each size (its path is drawn; its
+    claims have nothing to decide, :func:`init_evidence`); the contraction rate: the sparse law at c = 1 from
     ``(a0_rate I, a0_rate I)`` at ``kappa`` times the reduced bound (:func:`euler_rate_design`), ``n_rate`` replicate
     training sets at ``m_rate`` and ``m_rate/4``; with ``m_div``, the divergence demonstration: the same law and init
     on ``m_div`` sequences at ``factor`` times the largest stable step of the reduced system, ``epochs_div`` epochs."""
@@ -217,8 +219,9 @@ def design(sigma_ws, epochs_fig5: int, inits, lr: float, d: int, T: int, m: int,
                                           epochs=epochs_div, d=d, T=T, m=m_div, m_test=10, seed=seed, check_lr=False)
     return Design(fig5_reference=dict(a0=0.5, b0=1.5, epochs=epochs_fig5, **common),
                   fig5={sw: dict(init="gaussian", sigma_w=sw, epochs=epochs_fig5, **common) for sw in sigma_ws},
-                  inits={(a0, b0): Replicates("gaussian", 1.0, d, T, a0, b0, lr, epochs, m_init, n_init, seed,
-                                              tilt=GAUSSIAN_TILT) for a0, b0 in inits},
+                  inits={(a0, b0): Replicates("gaussian", 1.0, d, T, a0, b0, lr, epochs, m_init,
+                                              n_init if a0 != b0 else 1, seed, tilt=GAUSSIAN_TILT)
+                         for a0, b0 in inits},
                   rate=rate, rate_replicates=reps, divergence=div, lr_crit=lr_crit)
 
 
@@ -388,13 +391,13 @@ class InitRow:
     """The evidence of one diagonal init (:func:`init_evidence`): its replicate design ``rep``, the first replicate
     run at m ``r`` (its (a, b) path is drawn), the final mean diagonal ``a`` and ``b`` of the replicates each
     extrapolated in m (:func:`companion.stats.richardson`: ``measured``, ``se``, ``dof``, ``mean_big``,
-    ``mean_small``), the population GD's final a and b (``a_pred``, ``b_pred``), the equal-factor falsifier ``f``
-    and the limit ``lim`` from the conserved :math:`a^2-b^2`."""
+    ``mean_small``; None for an init with :math:`a_0 = b_0`), the population GD's final a and b (``a_pred``,
+    ``b_pred``), the equal-factor falsifier ``f`` and the limit ``lim`` from the conserved :math:`a^2-b^2`."""
 
     rep: Replicates
     r: object
-    a: dict
-    b: dict
+    a: dict | None
+    b: dict | None
     a_pred: float
     b_pred: float
     f: float
@@ -412,14 +415,17 @@ def init_evidence(design: Design, al: float, be: float) -> dict:
     step's second order. The restricted GD on a training set is a smooth function of its sample moments and the
     off-manifold feedback is of second order in the :math:`O(m^{-1/2})` fluctuations: both bias the final (a, b)
     by O(1/m), which the combination removes; its standard error is the replicate spread's (Welch). The
-    falsifier: equal factors :math:`a = b = \sqrt{ab}` at the population GD's ab."""
+    falsifier: equal factors :math:`a = b = \sqrt{ab}` at the population GD's ab. From an init with
+    :math:`a_0 = b_0` the conserved :math:`a^2 - b^2` is 0 and equal factors are the prediction: there is nothing
+    for the claims to decide (the ab such an init reaches is Theorem 4.1's claim), so ``a`` and ``b`` are None and
+    its one run per size is only drawn."""
     rows = {}
     for (a0, b0), rep in design.inits.items():
         big = [run(**kw) for kw in rep.big]
         small = [run(**kw) for kw in rep.small]
         ap, bp, cp = th.reduced_gd(a0, b0, rep.lr, rep.epochs, al, be)
-        a = stats.richardson([r.a_mean[-1] for r in big], [r.a_mean[-1] for r in small])
-        b = stats.richardson([r.b_mean[-1] for r in big], [r.b_mean[-1] for r in small])
+        a = stats.richardson([r.a_mean[-1] for r in big], [r.a_mean[-1] for r in small]) if a0 != b0 else None
+        b = stats.richardson([r.b_mean[-1] for r in big], [r.b_mean[-1] for r in small]) if a0 != b0 else None
         rows[a0, b0] = InitRow(rep=rep, r=big[0], a=a, b=b, a_pred=float(ap[-1]), b_pred=float(bp[-1]),
                                f=float(np.sqrt(cp[-1])), lim=th.limits(a0, b0, be / al))
     return rows
@@ -571,10 +577,18 @@ def record_inits(v, init_rows: dict) -> None:
     r"""Claims ``init_{a,b}_{a0}_{b0}``: per diagonal init (:func:`init_evidence`) the final mean diagonal a and b of
     its replicate training sets, extrapolated in m, against the population GD that conserves :math:`a^2-b^2`, at
     ``Z_LEVEL`` SE of the replicate spreads (Welch) plus complex64 round-off; the falsifier is equal factors
-    :math:`a=b=\sqrt{ab}`."""
+    :math:`a=b=\sqrt{ab}`. Not applicable from an init with :math:`a_0 = b_0`, where equal factors are the
+    prediction."""
     for (a0, b0), q in init_rows.items():
         rep = q.rep
         for k, e, pred in (("a", q.a, q.a_pred), ("b", q.b, q.b_pred)):
+            if e is None:
+                v.not_applicable(
+                    f"init_{k}_{tag(a0)}_{tag(b0)}", kind="statistical",
+                    quantity=f"init $({a0:g}, {b0:g})$: final mean diagonal ${k}$ vs population GD",
+                    reason="$a_0 = b_0$: the conserved $a^2 - b^2$ is $0$, so equal factors $a = b = \\sqrt{ab}$ are the "
+                           "prediction and there is no competitor to reject; the $ab$ this init reaches is Theorem 4.1's claim")
+                continue
             v.statistical(
                 f"init_{k}_{tag(a0)}_{tag(b0)}", quantity=f"init $({a0:g}, {b0:g})$: final mean diagonal ${k}$, "
                                                           r"extrapolated to $m\to\infty$, vs population GD",
