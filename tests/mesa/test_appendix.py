@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from companion.mesa import paper
 from companion.mesa import theory as th
 from companion.mesa.results import appendix
 from companion.mesa.stability import reduced_stability
@@ -115,3 +116,19 @@ def test_the_manifold_part_keeps_the_real_red_diagonals_and_nothing_else():
     j = np.arange(D)
     assert torch.equal(K[D + j, j], K0[D + j, j]) and torch.equal(P[j, j], P0[j, j])
     assert int((K != 0).sum()) == D and int((P != 0).sum()) == D
+
+
+def test_the_diagonal_inits_train_on_disjoint_sets_and_a_symmetric_init_on_one_per_size():
+    """Mirrored inits such as (0.5, 1.5) and (1.5, 0.5) on the same training sets would read one measurement twice
+    (the restricted GD is symmetric under swapping a and b): every init with a0 != b0 of the paper design draws its
+    own sets, the first from the page's seed (Thm 4.1's); an init with a0 = b0 trains one set per size (its claims
+    are not applicable). Fails if the inits share a base seed or the symmetric inits train replicates."""
+    design = appendix.paper_design()
+    sets = {ini: {(kw["m"], kw["seed"]) for kw in rep.runs()} for ini, rep in design.inits.items()}
+    asym = [ini for ini in design.inits if ini[0] != ini[1]]
+    assert len(asym) == 3 and all(len(sets[ini]) == 2 * 10 for ini in asym)
+    assert all(len(sets[ini]) == 2 for ini in design.inits if ini[0] == ini[1])
+    for i, x in enumerate(asym):
+        for y in asym[i + 1:]:
+            assert not sets[x] & sets[y], (x, y)
+    assert design.inits[0.5, 1.5].seed == paper.COMMON["seed"]

@@ -104,10 +104,14 @@ def test_paper_runs_are_distinct_and_include_the_replicates():
     sets = [(m, replicate_seed(c["seed"], k)) for m, k in [(10_000, k) for k in range(1, 11)] + [(2500, k) for k in range(17, 27)]]
     want += reps("gaussian", 10, stability.stable_lr("gaussian", 1.0, c["d"], 10, [(0.5, 1.5)], 0.25, c["seed"], sets=sets,
                                                      tilt=GAUSSIAN_TILT), 10_000, 10, tilt=GAUSSIAN_TILT)
-    for a0, b0 in paper.INITS + paper.APPENDIX_INITS:  # the appendix's diagonal inits (from (0.5, 1.5): thm4_1's sets)
-        n = r["n_rep_init"] if a0 != b0 else 1  # a0 = b0: nothing to decide, one set per size for the figure
+    # the appendix's diagonal inits: (0.5, 1.5) on thm4_1's sets, the later ones with a0 != b0 each from its own base;
+    # a0 = b0: nothing to decide, one set per size for the figure
+    bases = {(0.5, 1.5): None, (1.5, 0.5): replicate_seed(c["seed"], SETTING_STRIDE),
+             (1.0, 0.2): replicate_seed(c["seed"], 2 * SETTING_STRIDE)}
+    for a0, b0 in paper.INITS + paper.APPENDIX_INITS:
+        n = r["n_rep_init"] if a0 != b0 else 1
         want += [dict(kw, a0=a0, b0=b0) for kw in reps("gaussian", c["T"], paper.FIG5["lr"], r["m_rep_init"], n,
-                                                       tilt=GAUSSIAN_TILT)]
+                                                       bases.get((a0, b0)), tilt=GAUSSIAN_TILT)]
     want.append(dict(law="full_one", scale=1.0, d=c["d"], T=c["T"], m=c["m"], m_test=10, a0=2.0, b0=2.0, lr=5e-4,
                      epochs=1, seed=c["seed"]))  # Prop 4.2's first step
     for kw in want:

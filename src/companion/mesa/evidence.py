@@ -54,6 +54,7 @@ from companion.seeds import MESA_EQUIVARIANT_MC, MESA_LOSS_EVAL, MESA_ONE_STEP_E
 __all__ = [
     "ROUNDOFF32",
     "GAUSSIAN_TILT",
+    "SETTING_STRIDE",
     "MASKING_PAIR",
     "FALSIFIER_T_INFINITY",
     "FALSIFIER_INDEPENDENT",
@@ -377,6 +378,12 @@ GAUSSIAN_TILT = 6
 
 #: the most replicate training sets of one size a replicate design draws (:func:`replicate_sets`)
 MAX_REPLICATES = 16
+
+#: the replicate seeds of a page's further settings (each with a replicate design of its own: a scale of Theorem
+#: 4.1, an init of the appendix) start at replicate ``SETTING_STRIDE * i`` of the page's seed (i = 1, 2, ... in the
+#: page's order); one setting draws replicates 1 to 2 MAX_REPLICATES of its base, so the settings' training sets are
+#: disjoint (the same draws, rescaled or started elsewhere, would make their claims one measurement read several times)
+SETTING_STRIDE = 64
 
 
 def replicate_sets(m: int, n_rep: int, seed: int) -> list[tuple[int, int]]:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from companion import params, stats
+from companion import params, replicate_seed, stats
 from companion.claims import ClaimSpec, ResultSpec
 from companion.mesa import paper
 from companion.mesa import theory as th
@@ -36,6 +36,7 @@ from companion.mesa.evidence import (
     FALSIFIER_T_INFINITY,
     GAUSSIAN_TILT,
     ROUNDOFF32,
+    SETTING_STRIDE,
     AbEvidence,
     Replicates,
     ab_evidence,
@@ -206,7 +207,10 @@ def design(sigma_ws, epochs_fig5: int, inits, lr: float, d: int, T: int, m: int,
     ``m_init`` and ``m_init/4`` (the Gaussian law tilted by :data:`companion.mesa.evidence.GAUSSIAN_TILT`, as Theorem
     4.1's replicates: at the paper's settings its sets from (0.5, 1.5) are the first of Theorem 4.1's) for ``epochs``
     epochs, and from an init with :math:`a_0 = b_0` the first of those sets at each size (its path is drawn; its
-    claims have nothing to decide, :func:`init_evidence`); the contraction rate: the sparse law at c = 1 from
+    claims have nothing to decide, :func:`init_evidence`). The first init with :math:`a_0\ne b_0` draws its sets
+    from the page's seed, every later one from its own base
+    (:data:`~companion.mesa.evidence.SETTING_STRIDE`): mirrored inits such as (0.5, 1.5) and (1.5, 0.5) on the same
+    sets would give one measurement twice (the restricted GD is symmetric under swapping a and b). The contraction rate: the sparse law at c = 1 from
     ``(a0_rate I, a0_rate I)`` at ``kappa`` times the reduced bound (:func:`euler_rate_design`), ``n_rate`` replicate
     training sets at ``m_rate`` and ``m_rate/4``; with ``m_div``, the divergence demonstration: the same law and init
     on ``m_div`` sequences at ``factor`` times the largest stable step of the reduced system, ``epochs_div`` epochs."""
@@ -219,10 +223,22 @@ def design(sigma_ws, epochs_fig5: int, inits, lr: float, d: int, T: int, m: int,
                                           epochs=epochs_div, d=d, T=T, m=m_div, m_test=10, seed=seed, check_lr=False)
     return Design(fig5_reference=dict(a0=0.5, b0=1.5, epochs=epochs_fig5, **common),
                   fig5={sw: dict(init="gaussian", sigma_w=sw, epochs=epochs_fig5, **common) for sw in sigma_ws},
-                  inits={(a0, b0): Replicates("gaussian", 1.0, d, T, a0, b0, lr, epochs, m_init,
-                                              n_init if a0 != b0 else 1, seed, tilt=GAUSSIAN_TILT)
-                         for a0, b0 in inits},
+                  inits=_init_replicates(inits, d, T, lr, epochs, m_init, n_init, seed),
                   rate=rate, rate_replicates=reps, divergence=div, lr_crit=lr_crit)
+
+
+def _init_replicates(inits, d: int, T: int, lr: float, epochs: int, m_init: int, n_init: int, seed: int) -> dict:
+    """The replicate design of every diagonal init (:func:`design`): one set per size where a0 = b0, else ``n_init``;
+    the first init with a0 != b0 from ``seed``, each later one from replicate ``SETTING_STRIDE * i`` of it."""
+    out, i = {}, 0
+    for a0, b0 in inits:
+        base = seed
+        if a0 != b0:
+            base = seed if i == 0 else replicate_seed(seed, SETTING_STRIDE * i)
+            i += 1
+        out[a0, b0] = Replicates("gaussian", 1.0, d, T, a0, b0, lr, epochs, m_init, n_init if a0 != b0 else 1, base,
+                                 tilt=GAUSSIAN_TILT)
+    return out
 
 
 def page_lr(lr: float, inits, kappa: float, d: int, T: int, m: int, seed: int, m_init: int, n_init: int) -> float:

@@ -38,6 +38,7 @@ from companion.mesa.evidence import (
     FALSIFIER_INDEPENDENT,
     FALSIFIER_T_INFINITY,
     GAUSSIAN_TILT,
+    SETTING_STRIDE,
     ExtrapolatedAb,
     Extrapolation,
     Replicates,
@@ -143,12 +144,6 @@ class Design:
                 yield from ((kw, st.param, f"replicate {k + 1} of {rep.n_rep}") for k, kw in enumerate(half))
 
 
-#: the replicate seeds of a setting other than the Gaussian middle scale start at replicate ``SETTING_STRIDE * i`` of
-#: the page's seed (i = 1, 2, ... in the order of the settings); one setting draws replicates 1 to 2 MAX_REPLICATES
-#: of its base, so the settings' training sets are disjoint
-SETTING_STRIDE = 64
-
-
 def design(sigmas, lrs_gauss, cs, lrs_sparse, inits, d: int, T: int, m: int, m_test: int, epochs: int, seed: int,
            m_rep: int, n_rep: int, n_rep_dev: int, m_rep_sparse: int | None = None,
            n_rep_sparse: int | None = None) -> Design:
@@ -159,7 +154,7 @@ def design(sigmas, lrs_gauss, cs, lrs_sparse, inits, d: int, T: int, m: int, m_t
     ``n_rep_sparse`` is given, ``n_rep_sparse`` at ``m_rep_sparse`` and ``m_rep_sparse/4`` (its ab has no moment
     noise: small sets suffice). The Gaussian middle scale draws its sets from the page's seed (Theorem 4.2's Gaussian
     replicates at the paper's settings are among them); every other setting from its own base seed
-    (:data:`~companion.mesa.results.thm4_1.SETTING_STRIDE`): the same draws rescaled would make the scales' claims
+    (:data:`~companion.mesa.evidence.SETTING_STRIDE`): the same draws rescaled would make the scales' claims
     one measurement read several times (once trained to the limit, their z coincide)."""
     settings = tuple(Setting(law, s, lr, param) for law, scales, lrs, param in
                      (("gaussian", sigmas, lrs_gauss, "lrs_gauss"), ("sparse", cs, lrs_sparse, "lrs_sparse"))
