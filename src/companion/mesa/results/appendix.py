@@ -203,7 +203,7 @@ class Design:
 def design(sigma_ws, epochs_fig5: int, inits, lr: float, d: int, T: int, m: int, m_test: int, epochs: int, seed: int,
            m_rate: int, n_rate: int, kappa: float, m_div: int | None = None, a0_rate: float = 1.2,
            factor: float = 1.5, epochs_div: int = 60, m_init: int = 2500, n_init: int = 10) -> Design:
-    """The runs of the page. Fig. 5: the Gaussian law at sigma = 1 with step ``lr`` for ``epochs_fig5`` epochs from a
+    r"""The runs of the page. Fig. 5: the Gaussian law at sigma = 1 with step ``lr`` for ``epochs_fig5`` epochs from a
     standard Gaussian init of each ``sigma_ws`` and from the diagonal init (0.5, 1.5) (the reference on the same
     data); from every diagonal init of ``inits`` with :math:`a_0\ne b_0`, ``n_init`` replicate training sets at
     ``m_init`` and ``m_init/4`` (the Gaussian law tilted by :data:`companion.mesa.evidence.GAUSSIAN_TILT`, as Theorem
