@@ -97,8 +97,8 @@ def _signed_axis(rng: np.random.Generator, m: int, d: int) -> tuple[np.ndarray, 
 
 
 #: the laws whose start is :math:`x_1 = r u` with :math:`r^2\sim\chi^2_q` independent of the direction u: q as a
-#: function of d (u's sampler, returning v and its norm with u = v / |v|, is in ``_DIRECTION``). Their training sets
-#: can be tilted (:func:`generate`) and their test-set losses integrate the radius exactly
+#: function of d (u's sampler, returning v and its norm, u being v over its norm, is in ``_DIRECTION``). Their
+#: training sets can be tilted (:func:`generate`) and their test-set losses integrate the radius exactly
 #: (:func:`companion.mesa.analysis.radial_losses`).
 RADIAL_DOF: dict[str, Callable[[int], int]] = {"gaussian": lambda d: d, "sparse_gaussian": lambda d: 1}
 _DIRECTION: dict[str, Callable[[np.random.Generator, int, int], tuple[np.ndarray, np.ndarray]]] = {
