@@ -126,7 +126,7 @@ def test_the_diagonal_inits_train_on_disjoint_sets_and_a_symmetric_init_on_one_p
     design = appendix.paper_design()
     sets = {ini: {(kw["m"], kw["seed"]) for kw in rep.runs()} for ini, rep in design.inits.items()}
     asym = [ini for ini in design.inits if ini[0] != ini[1]]
-    assert len(asym) == 3 and all(len(sets[ini]) == 2 * 10 for ini in asym)
+    assert len(asym) == 3 and all(len(sets[ini]) == 2 * paper.REPLICATES["n_rep_init"] for ini in asym)
     assert all(len(sets[ini]) == 2 for ini in design.inits if ini[0] == ini[1])
     for i, x in enumerate(asym):
         for y in asym[i + 1:]:

@@ -21,8 +21,7 @@ TABLE1 = {
     "full_one": [(1.0, 5e-4)],
 }
 # the book's further laws of the Thm 4.2 probe (with init (0.5, 1.5)) and their step sizes; 0: KAPPA x the stability
-# bound over the training sets the law trains on (the sparse-Gaussian's replicate sets of m_rep_cap/4 sequences have
-# heavy-tailed norms, and some are too stiff for the 1e-3 its single set of m took)
+# bound over the training sets the law trains on (companion.mesa.results.thm4_2.probe_lr)
 PROBES = [("rademacher", 1.0, 1e-3), ("sparse_gaussian", 1.0, 0.0)]
 FIG5 = dict(law="gaussian", scale=1.0, lr=1e-4, epochs=300, sigma_ws=[0.01, 0.1])
 APPENDIX_INITS = [(1.5, 0.5), (1.0, 0.2)]  # further diagonal inits (Gaussian sigma = 1, lr 1e-4)

@@ -210,9 +210,9 @@ def design(sigma_ws, epochs_fig5: int, inits, lr: float, d: int, T: int, m: int,
     4.1's replicates: at the paper's settings its sets from (0.5, 1.5) are the first of Theorem 4.1's) for ``epochs``
     epochs, and from an init with :math:`a_0 = b_0` the first of those sets at each size (its path is drawn; its
     claims have nothing to decide, :func:`init_evidence`). The first init with :math:`a_0\ne b_0` draws its sets
-    from the page's seed, every later one from its own base
-    (:data:`~companion.mesa.evidence.SETTING_STRIDE`): mirrored inits such as (0.5, 1.5) and (1.5, 0.5) on the same
-    sets would give one measurement twice (the restricted GD is symmetric under swapping a and b). The contraction rate: the sparse law at c = 1 from
+    from the page's seed, every later one from its own base (:data:`~companion.mesa.evidence.SETTING_STRIDE`):
+    mirrored inits such as (0.5, 1.5) and (1.5, 0.5) on the same sets would give one measurement twice (the
+    restricted GD is symmetric under swapping a and b). The contraction rate: the sparse law at c = 1 from
     ``(a0_rate I, a0_rate I)`` at ``kappa`` times the reduced bound (:func:`euler_rate_design`), ``n_rate`` replicate
     training sets at ``m_rate`` and ``m_rate/4``; with ``m_div``, the divergence demonstration: the same law and init
     on ``m_div`` sequences at ``factor`` times the largest stable step of the reduced system, ``epochs_div`` epochs."""
@@ -693,8 +693,8 @@ def fig5_heatmaps(fig5: dict, d: int):
 
 
 def init_paths(init_rows: dict, cst: float):
-    """The (a, b) paths of the diagonal-init runs (``init_rows[ini].r``, each init's first replicate at m), their limits (stars, from the
-    conserved a^2 - b^2) and the hyperbola ab = c*."""
+    """The (a, b) paths of the diagonal-init runs (``init_rows[ini].r``, each init's first replicate at m), their
+    limits (stars, from the conserved a^2 - b^2) and the hyperbola ab = c*."""
     fig, ax = new_figure(width=4.2, height=3.4)
     hi = 1.1 * max(max(abs(a0), abs(b0)) for a0, b0 in init_rows)
     for i, (ini, q) in enumerate(init_rows.items()):
