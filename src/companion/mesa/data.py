@@ -91,7 +91,11 @@ def _sphere(rng: np.random.Generator, m: int, d: int) -> tuple[np.ndarray, np.nd
 
 
 def _signed_axis(rng: np.random.Generator, m: int, d: int) -> tuple[np.ndarray, np.ndarray]:
-    return _sparse(rng, m, d), np.ones(m)  # a uniform axis with a uniform sign: the sparse law's draw
+    # a uniform axis with a uniform sign, as the sparse law's draw but with the signs drawn first (the right side of
+    # the assignment is evaluated first): the sets that the seeds of the tilted sparse-Gaussian runs give
+    x = np.zeros((m, d))
+    x[np.arange(m), rng.integers(0, d, size=m)] = rng.choice(np.array([-1.0, 1.0]), size=m)
+    return x, np.ones(m)
 
 
 #: the laws whose start is :math:`x_1 = r u` with :math:`r^2\sim\chi^2_q` independent of the direction u: q as a
