@@ -44,6 +44,7 @@ import numpy as np
 
 from . import notebooks as nbs
 from .cache import import_closure
+from .claims import REJECTED
 from .paths import repo_root
 from .text import slug
 from .verdict import result_of
@@ -248,7 +249,7 @@ class ClaimCalibration:
     mean_se: float  # its standard error, s / sqrt(n)
     rms: float  # root-mean-square normal score
     max_abs: float  # the largest |z| (raw score)
-    failed: int  # seeds at which the claim failed
+    failed: int  # seeds at which the claim failed (or did not hold: companion.claims.REJECTED)
     runs: int  # seeds at which the claim was recorded (applicable)
     misses: int  # seeds at which the measurement left its band (failed, or not_resolvable by an undecided gate)
     fail_low: float  # 95 % Clopper-Pearson interval of the false-alarm rate: misses / runs
@@ -335,10 +336,10 @@ def miss_counts(data: Mapping) -> list[MissCount]:
         if all(z is None for z in col["z"]):  # not applicable at this point (or no SE): nothing to calibrate here
             continue
         runs = sum(1 for s in col["status"] if s is not None and s != "not_applicable")
-        failed = sum(1 for s in col["status"] if s == "failed")
+        failed = sum(1 for s in col["status"] if s in REJECTED)
         # a miss: out of the band; files without the column count the failures only
         misses = sum(1 for b, s in zip(col.get("in_band") or [None] * len(col["status"]), col["status"])
-                     if b is False or (b is None and s == "failed"))
+                     if b is False or (b is None and s in REJECTED))
         out.append(MissCount(data["notebook"], data["point"], claim, runs, failed, misses))
     return out
 
@@ -373,7 +374,7 @@ def claim_summaries(data: Mapping, current_version: str | None = None,
             fail_low=lo,
             fail_high=hi, ks=float(ks.statistic) if ks else math.nan, ks_p=float(ks.pvalue) if ks else math.nan,
             law=law, scores=tuple(u), floor_se=median(col.get("floor_se") or []), stale=stale,
-            decided=sum(1 for x in col["status"] if x in ("passed", "failed"))))
+            decided=sum(1 for x in col["status"] if x == "passed" or x in REJECTED)))
     return out
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["KINDS", "EVIDENCE_KINDS", "TARGETS", "STATUSES", "ClaimSpec", "ResultSpec"]
+__all__ = ["KINDS", "EVIDENCE_KINDS", "TARGETS", "STATUSES", "REJECTED", "ClaimSpec", "ResultSpec"]
 
 #: what sort of evidence a claim is (:mod:`companion.verdict` defines each)
 KINDS = ("identity", "numerics", "statistical", "bound", "qualitative")
@@ -30,8 +30,11 @@ KINDS = ("identity", "numerics", "statistical", "bound", "qualitative")
 EVIDENCE_KINDS = ("numerics", "statistical", "bound", "qualitative")
 #: what a claim measured: a trained transformer, reduced-model GD, a closed form, Monte Carlo, an ODE
 TARGETS = ("trained", "reduced", "closed_form", "monte_carlo", "ode")
-#: the outcome of a claim
-STATUSES = ("passed", "failed", "not_resolvable", "not_applicable")
+#: the outcome of a claim: ``does_not_hold`` is a miss of a claim that tests a statement of the paper the book may
+#: find not to hold (:attr:`ClaimSpec.may_not_hold`): a finding, shown as such, that does not fail the build
+STATUSES = ("passed", "failed", "does_not_hold", "not_resolvable", "not_applicable")
+#: the statuses of a claim whose measurement rejected its prediction
+REJECTED = ("failed", "does_not_hold")
 
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(?::(num))?\}")
 # a number as the notebooks write it into a claim id: "." -> "p", "-" -> "m" (0p5, 1, m1p5, 1em05)
@@ -62,7 +65,13 @@ class ClaimSpec:
     parameters; then that rule in words, from design quantities (the predicted effect, the measured noise, the
     sizes, whether training had stopped improving), not from the compared value; ``cot41_regime_decay``'s rule is
     the one that does not yet meet this (it reads the Monte-Carlo errors whose ratio the claim compares). Where it
-    holds the claim is undecided whether the comparison would pass or miss (:meth:`companion.verdict.Verdict.check`)."""
+    holds the claim is undecided whether the comparison would pass or miss (:meth:`companion.verdict.Verdict.check`).
+
+    ``may_not_hold``: "" unless the claim tests a statement of the paper as the paper states it, at parameters where
+    the book may find that it does not hold (the paper's figure at sizes the book can run); then why, in words, fixed
+    before any run. A miss of such a claim is status ``does_not_hold``: a finding of the book, shown as one, which
+    does not fail the build (every other miss is ``failed`` and does); a pass is a pass. Only for a claim of an
+    evidence kind that is evidence (not ``supporting``)."""
 
     id: str
     kind: str
@@ -74,6 +83,7 @@ class ClaimSpec:
     supporting: str = ""
     experiment: str = ""
     undecided: str = ""
+    may_not_hold: str = ""
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -83,6 +93,9 @@ class ClaimSpec:
         if self.supporting and (self.headline or self.kind not in EVIDENCE_KINDS):
             raise ValueError(f"claim {self.id!r}: a supporting claim is a non-headline claim of an evidence kind "
                              f"{EVIDENCE_KINDS} (an identity is never evidence)")
+        if self.may_not_hold and (self.supporting or self.kind not in EVIDENCE_KINDS):
+            raise ValueError(f"claim {self.id!r}: only a claim that is evidence for the paper tests a statement that may "
+                             "not hold (may_not_hold)")
 
     @property
     def falsifiers(self) -> tuple[str, ...]:

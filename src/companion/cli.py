@@ -73,12 +73,15 @@ def cmd_run(args) -> int:
         return 1
     if not args.quiet:
         n = len(result.records)
-        by = {s: sum(1 for r in result.records if r.get("status") == s) for s in ("passed", "not_resolvable", "failed")}
-        print(f"{result.notebook}: {by['passed']}/{n} claims passed, {by['not_resolvable']} not resolvable, "
+        by = {s: sum(1 for r in result.records if r.get("status") == s)
+              for s in ("passed", "not_resolvable", "does_not_hold", "failed")}
+        found = f", {by['does_not_hold']} where the paper's statement does not hold" if by["does_not_hold"] else ""
+        print(f"{result.notebook}: {by['passed']}/{n} claims passed, {by['not_resolvable']} not resolvable{found}, "
               f"{by['failed']} failed in {result.seconds:.1f} s -> {result.output_dir}")
         for r in result.records:
             status = r.get("status") or "failed"
-            tag = {"passed": "ok  ", "not_resolvable": "n.r.", "not_applicable": "n.a."}.get(status, "FAIL")
+            tag = {"passed": "ok  ", "not_resolvable": "n.r.", "not_applicable": "n.a.", "does_not_hold": "n.h."}.get(
+                status, "FAIL")
             if status == "not_applicable":
                 print(f"    {tag} {r.get('claim')} [{r.get('kind')}]: {r.get('reason')}")
                 continue

@@ -177,7 +177,7 @@ def legend_outside(target, where: str = "below", ncol: int | None = None, **kw):
 # ------------------------------------------------------------------------------------------- forest plots
 #: marker and colour of a measurement by its status (shape and colour: readable in greyscale and by the colour-blind)
 STATUS_STYLE = {"passed": ("o", "#2ca02c", "passed"), "not_resolvable": ("D", "#ff7f0e", "not resolvable"),
-                "failed": ("s", "#d62728", "failed")}
+                "failed": ("s", "#d62728", "failed"), "does_not_hold": ("P", "#8c564b", "does not hold")}
 FOREST_LIMIT = 30.0  #: the axis ends at this many band half-widths; a falsifier beyond it is a triangle at the edge
 FOREST_WIDTH = 3.6  #: inches: the per-page forest plot fits a phone's column (about 358 CSS px) at full size
 
@@ -224,8 +224,8 @@ def forest(records, *, title: str | None = None, width: float = FOREST_WIDTH):
     the table): one row per claim (:func:`forest_rows`), headline rows first and starred, the claim id written
     above its row (so the axis keeps the whole width on a phone). The x axis is the
     distance from the prediction in band half-widths (symmetric-log beyond 2): the prediction is the dashed line at
-    0, the measurement a marker whose shape and colour give the status (● passed, ◆ not resolvable, ■ failed)
-    with its band as a bar (one-sided for a bound), the falsifier a ✕ (a ▶ or ◀ at the edge when it lies beyond
+    0, the measurement a marker whose shape and colour give the status (● passed, ◆ not resolvable, ■ failed, ✚ does
+    not hold) with its band as a bar (one-sided for a bound), the falsifier a ✕ (a ▶ or ◀ at the edge when it lies beyond
     :data:`FOREST_LIMIT`); the critical value in standard errors ends each row ("+fl." when a systematic floor
     makes a tenth of the band or more). Returns the figure, or None when no record has a row."""
     rows = forest_rows(records)
@@ -280,7 +280,7 @@ def forest(records, *, title: str | None = None, width: float = FOREST_WIDTH):
     ax.set_xlabel("(value − prediction) / band", fontsize=9)
     if title:
         ax.set_title(title, fontsize=10, loc="left")
-    present = [s for s in ("passed", "not_resolvable", "failed") if any(r["status"] == s for r in rows)]
+    present = [s for s in STATUS_STYLE if any(r["status"] == s for r in rows)]
     handles = [Line2D([], [], marker=STATUS_STYLE[s][0], color=STATUS_STYLE[s][1], lw=2.2, ms=6,
                       mfc="white" if s == "not_resolvable" else STATUS_STYLE[s][1], label=STATUS_STYLE[s][2])
                for s in present]

@@ -32,10 +32,11 @@ __all__ = ["verdict_label", "verdict_table_markdown", "verdict_table_html", "das
 
 RESULTS_URL = "results"  # the build's JSON lines, published under _build/html/results/
 
-_STATUS = {"passed": "passed", "failed": "FAILED", "not_resolvable": "not resolvable",
+_STATUS = {"passed": "passed", "failed": "FAILED", "does_not_hold": "does not hold", "not_resolvable": "not resolvable",
            "not_applicable": "not applicable"}
 _COLUMNS = [  # (key for sorting, header, title of the header)
-    ("status", "verdict", "passed, FAILED, not resolvable (the falsifier is not rejected, has no value, or the band "
+    ("status", "verdict", "passed, FAILED, does not hold (a statement of the paper that the book finds not to hold "
+     "here, by a rule fixed before the run), not resolvable (the falsifier is not rejected, has no value, or the band "
      "of a statistical claim is wider than 8 SE) or not applicable"),
     ("tolerance", "tolerance", "± t: |measured − predicted| ≤ t (rel.: t·|predicted|); ≤ p + t, ≥ p − t: bounds on "
      "the measured value (p: the predicted bound)"),
@@ -447,7 +448,9 @@ def dashboard_markdown(names: list[str], records: list[dict], missing: list[str]
 
 
 # ------------------------------------------------------------------------------------- results at a glance
-_STATUS_RANK = {"passed": 0, "not_resolvable": 1, "failed": 2, "not_applicable": 3}
+#: the order in which a result's non-decisive claims are shown: a finding that the paper's statement does not hold
+#: here first (the reader must see it), then passed, not resolvable, failed, not applicable
+_STATUS_RANK = {"does_not_hold": -1, "passed": 0, "not_resolvable": 1, "failed": 2, "not_applicable": 3}
 _KIND_RANK = {"statistical": 0, "bound": 1, "qualitative": 2, "numerics": 3, "identity": 4}
 _TARGET_RANK = {t: i for i, t in enumerate(TARGETS)}
 _PAPER_TITLES = {name: title for name, _, title in PAPERS}
@@ -504,8 +507,9 @@ def decisive_claim(records: list[dict]) -> tuple[dict | None, bool]:
     its falsifier was rejected with power, :func:`is_powered`, the verdict's rule), whose falsifier is a close
     competitor (:func:`is_close_competitor`: within 50 % of the prediction); of several, the one whose falsifier is
     closest to the prediction (the hardest competitor it beats), then the largest ``|z_falsifier|``. Without one,
-    the best headline claim (else the best claim that is evidence): passed before not resolvable before failed
-    before not applicable, statistical before the other kinds, a trained model before the other targets, then the
+    the best headline claim (else the best claim that is evidence): a statement of the paper that does not hold here
+    (``does_not_hold``, a finding) first, then passed before not resolvable before failed before not applicable,
+    statistical before the other kinds, a trained model before the other targets, then the
     largest ``|z_falsifier|``; it is returned with ``False``."""
     decisive = [r for r in records if r.get("headline") and r.get("kind") == "statistical"
                 and r.get("target") == "trained" and _status(r) == "passed" and is_close_competitor(r)
@@ -540,6 +544,9 @@ def _glance_row(spec: ResultSpec, records: list[dict]) -> str:
             f" on {_esc(_target(r).replace('_', ' '))}</small>"
     if spec.setting:
         claim += "<br><em class='cv-glance-none'>a setting page: it checks the definitions' formulas</em>"
+    elif st == "does_not_hold":
+        claim += ("<br><em class='cv-glance-none'>the paper's statement, tested as stated, does not hold at these "
+                  "parameters: a finding</em>")
     elif not decisive:
         why = "no decisive claim on a trained model yet"
         p, f = r.get("predicted"), r.get("falsifier_value")
@@ -647,9 +654,9 @@ def glance_markdown(results: tuple[ResultSpec, ...] | list[ResultSpec], records:
 
 # ------------------------------------------------------------------------------------------- forest plots
 FOREST_CAPTION = ("Each row is a statistical claim (★ headline): its measurement (● passed, ◆ not resolvable, "
-                  "■ failed) with its band as a bar, in band half-widths from the prediction (the dashed line at 0; "
-                  "the grey zone is where a measurement is accepted), and its falsifier ✕ (▶ or ◀ at the edge: "
-                  "further out). At the right, the band's critical value in standard errors (+fl.: a systematic "
+                  "■ failed, ✚ the paper's statement does not hold here) with its band as a bar, in band half-widths "
+                  "from the prediction (the dashed line at 0; the grey zone is where a measurement is accepted), "
+                  "and its falsifier ✕ (▶ or ◀ at the edge: further out). At the right, the band's critical value in standard errors (+fl.: a systematic "
                   "floor is a tenth of the band or more). The theory is accepted when the bar covers 0; a "
                   "two-sided claim passes when it also leaves out the ✕. A bound's bar runs on, dotted, to the side "
                   "the bound allows.")
@@ -700,8 +707,8 @@ def answer_markdown(spec: ResultSpec | None, records: list[dict]) -> str:
     if r is None:
         return "This run recorded no claim."
     st = _status(r)
-    words = {"passed": "**passed**", "failed": "**failed**", "not_resolvable": "**not resolvable**",
-             "not_applicable": "**not applicable**"}[st]
+    words = {"passed": "**passed**", "failed": "**failed**", "does_not_hold": "**does not hold here**",
+             "not_resolvable": "**not resolvable**", "not_applicable": "**not applicable**"}[st]
     what = r.get("quantity", "")
     target = _TARGET_WORDS.get(r.get("target"), "no stated target")
     lines = [f"{'Headline claim' if r.get('headline') else 'Deciding claim'} `{r.get('claim')}` ({r.get('kind')} on "
@@ -725,6 +732,9 @@ def answer_markdown(spec: ResultSpec | None, records: list[dict]) -> str:
         lines.append(f"Not applicable at these parameters: {r.get('reason', '')}")
     if r.get("note") and st == "not_resolvable":
         lines.append(f"Not resolvable: {r['note']}.")
+    if st == "does_not_hold":
+        lines.append("The paper's statement, tested as stated, does not hold at these parameters: a finding of the "
+                     f"book, not a failure of its code (the rule, fixed before the run: {r.get('note') or ''}).")
     if not decisive and spec is not None and not spec.setting:
         lines.append("No decisive claim on a trained model at these parameters (a headline statistical claim on "
                      f"a trained transformer that passed against a falsifier within {CLOSE:.0%} of the prediction).")

@@ -23,8 +23,11 @@ A claim is evidence, or it is not a claim. Every claim has a **kind**:
     measured noise) that does not read the measurement. Otherwise, when the theory is accepted, the status is
     ``not_resolvable`` (never a silent pass): the falsifier lies nearer than that (the parameters have no power to
     separate them), it has no value, or ``crit > 8`` (a band so wide that it decides nothing); the record's
-    ``note`` says which. When the theory is rejected it *fails*, whatever its ``crit`` and its power. A quantity
-    without sampling noise is an identity or a numerics claim, not a statistical one.
+    ``note`` says which. When the theory is rejected it *fails*, whatever its ``crit`` and its power; a claim whose
+    spec declares that it tests a statement of the paper that may not hold here
+    (:attr:`companion.claims.ClaimSpec.may_not_hold`, a rule fixed before the run) is then ``does_not_hold``
+    instead: a finding of the book, which does not fail the build. A quantity without sampling noise is an identity
+    or a numerics claim, not a statistical one.
 ``bound``
     An inequality a theorem states (``comparison="upper"`` or ``"lower"``), with a round-off or
     statistical tolerance; it may name a falsifier too.
@@ -56,7 +59,8 @@ records have no target.
 Each notebook declares the claims it makes (``manifest=``). A claim that does not apply at the given
 parameters is recorded with :meth:`Verdict.not_applicable` and its reason. :meth:`Verdict.finish` fails on a
 declared claim that was not recorded, on an undeclared one, on one its result's ``CLAIMS`` does not declare
-(or declares with another kind), and on any failed claim: nothing disappears silently.
+(or declares with another kind), and on any failed claim: nothing disappears silently (a ``does_not_hold`` record
+is shown, counted and written like every other; it only does not raise).
 
 Usage (the last computational cell of a notebook)::
 
@@ -222,7 +226,7 @@ class Record:
     tolerance: float | None
     comparison: str
     error: float | None  # realised |measured - predicted| (relative for "rel"; signed excess for bounds)
-    passed: bool  # the verdict: status is "passed" (not_resolvable and not_applicable are not passes)
+    passed: bool  # the verdict: status is "passed" (not_resolvable, does_not_hold, not_applicable are not passes)
     reason: str
     se: float | None = None  # standard error measured from the data (statistical claims)
     z: float | None = None  # the stated number of standard errors
@@ -236,7 +240,7 @@ class Record:
     headline: bool = False  # the headline value of the result (its prediction is the theory's number)
     parameters: dict = field(default_factory=dict)
     target: str | None = None  # what was measured (companion.claims.TARGETS), from the result's CLAIMS
-    note: str | None = None  # why a claim whose theory was accepted is not_resolvable
+    note: str | None = None  # why a claim is not_resolvable (theory accepted) or does_not_hold (its spec's rule)
     detail: str | None = None  # the full method behind the band (folded under the reason on the page)
     in_band: bool | None = None  # the measurement lies inside the band around the prediction (None: no measurement)
     z_score: float | None = None  # signed (measured - predicted) / se: what calibration collects (None without se)
@@ -365,6 +369,7 @@ class Verdict:
         if fval is not None and not falsifier:
             raise ValueError(f"{claim}: a falsifier value needs the falsifier's name")
         target, headline, supporting, experiment = self._spec(claim, kind, headline)
+        may_not_hold = self._may_not_hold(claim)
         if crit is None and z is not None:
             crit = float(z)
         z_th, z_f = _distances(pred, meas, tol, comparison, error, crit, fval)
@@ -381,6 +386,8 @@ class Verdict:
                 self.spec_problems.append(f"{claim}: left undecided, but {self.result.module}.CLAIMS declares no "
                                           f"rule for it ({spec.id!r} has no `undecided`)")
             status, notes = "not_resolvable", [undecided]
+        if status == "failed" and may_not_hold:  # the paper's statement, tested as stated, does not hold here
+            status, notes = "does_not_hold", [may_not_hold]
         z_score = powered = None
         if se is not None and _num(se) > 0 and math.isfinite(meas) and math.isfinite(pred):
             z_score = (meas - pred) / _num(se)
@@ -394,12 +401,17 @@ class Verdict:
             floor=None if floor is None else float(floor), falsifier=falsifier, falsifier_value=_plain(fval),
             z_theory=_plain(z_th), z_falsifier=_plain(z_f), dof=_plain(dof), crit=_plain(crit),
             headline=bool(headline), parameters=self.parameters, target=target,
-            note="; ".join(notes) if status == "not_resolvable" else None, detail=detail or None,
+            note="; ".join(notes) if status in ("not_resolvable", "does_not_hold") else None, detail=detail or None,
             in_band=bool(accepted), z_score=_plain(z_score), detectable=_plain(detect), powered=powered,
             supporting=supporting, experiment=experiment,
         )
         self.records.append(rec)
         return rec
+
+    def _may_not_hold(self, claim: str) -> str:
+        """The ``may_not_hold`` rule of the claim's spec ("" for none, or for a notebook outside both papers)."""
+        spec = self.result.spec_of(claim) if self.result is not None else None
+        return spec.may_not_hold if spec is not None else ""
 
     def _spec(self, claim: str, kind: str, headline: bool = False) -> tuple[str | None, bool, str | None, str | None]:
         """The target, the headline flag, the ``supporting`` reason and the ``experiment`` of a claim (None for
@@ -530,7 +542,8 @@ class Verdict:
     # ------------------------------------------------------------------ output
     @property
     def ok(self) -> bool:
-        """No claim failed and the manifest and the records agree (``not_resolvable`` claims are not failures)."""
+        """No claim failed and the manifest and the records agree (``not_resolvable`` and ``does_not_hold`` claims are
+        not failures)."""
         return bool(self.records) and all(r.status != "failed" for r in self.records) and not self.manifest_problems()
 
     def manifest_problems(self) -> list[str]:

@@ -360,3 +360,29 @@ def test_a_statistical_falsifier_is_rejected_by_the_design_not_by_the_measuremen
     out = 1.0 + 1.5 * Z_LEVEL * se
     assert v.statistical("miss", measured=out, falsifier_value=1.5, **kw).status == "failed"
     assert v.statistical("miss_weak", measured=out, falsifier_value=1.0 + 0.95 * det, **kw).status == "failed"
+
+
+def test_a_miss_of_a_statement_that_may_not_hold_is_a_finding_that_does_not_fail_the_build(tmp_path):
+    """``ClaimSpec.may_not_hold`` (the paper's statement tested as stated where the book may find it does not hold,
+    Fig. 5's "same test performance"): a miss is ``does_not_hold`` with the rule as its note, written and counted, and
+    ``finish`` does not raise; a pass is a pass; the same miss of a claim without the rule fails; the rule is refused
+    on a supporting claim."""
+    stated = ClaimSpec("stated", "statistical", "trained", falsifier="f", may_not_hold="the caption at finite size")
+    plain = ClaimSpec("plain", "statistical", "trained", falsifier="f")
+    res = ResultSpec(paper="toy", number="Figure 5", title="t", label="toy-fig-5", notebook="toy/fig5",
+                     module="toy.fig5", claims=(stated, plain))
+    kw = dict(quantity="q", predicted=0.0, se=0.1, z=4.0, falsifier="f", falsifier_value=10.0, reason="r")
+    v = Verdict("toy/fig5", manifest=["stated"], parameters={}, results_dir=tmp_path, result=res)
+    miss = v.statistical("stated", measured=2.4, **kw)
+    assert miss.status == "does_not_hold" and miss.note == "the caption at finite size"
+    assert not miss.passed and not miss.in_band and v.ok
+    v.finish(display=False)  # a finding, not a failure: nothing raised
+    assert '"does_not_hold"' in (tmp_path / "toy__fig5.jsonl").read_text()
+    held = Verdict("toy/fig5", manifest=["stated"], parameters={}, results_dir=None, result=res)
+    assert held.statistical("stated", measured=0.1, **kw).status == "passed"
+    bare = Verdict("toy/fig5", manifest=["plain"], parameters={}, results_dir=None, result=res)
+    assert bare.statistical("plain", measured=2.4, **kw).status == "failed" and not bare.ok
+    with pytest.raises(VerdictError, match="plain"):
+        bare.finish(display=False)
+    with pytest.raises(ValueError, match="may_not_hold"):
+        ClaimSpec("s", "statistical", "trained", supporting="a repeat", may_not_hold="rule")

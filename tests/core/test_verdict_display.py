@@ -9,7 +9,7 @@ import pytest
 
 from companion.claims import ClaimSpec, ResultSpec
 from companion.plotting import FOREST_LIMIT, forest, forest_rows
-from companion.report import answer_markdown, forest_html, glance_markdown, verdict_table_html
+from companion.report import answer_markdown, decisive_claim, forest_html, glance_markdown, verdict_table_html
 from companion.stats import Z_LEVEL
 from companion.text import ascii_math, math_html, plain_text, segments
 from companion.verdict import REASON_MAX, Verdict
@@ -97,6 +97,34 @@ def test_the_answer_names_the_headline_with_its_numbers_and_links(tmp_path):
     assert "(#fig-paper-main)" in text and "(#verdict-paper-nb)" in text, text
     assert "the $T\\to\\infty$ constant" in text
     assert v.answer_markdown() == text
+
+
+def test_a_statement_that_does_not_hold_is_shown_as_a_finding_everywhere(tmp_path):
+    """A miss of a claim whose spec declares ``may_not_hold`` (Fig. 5's caption on the full models): the answer says
+    the paper's statement does not hold here and gives the rule; the table's badge and the forest plot's marker have
+    their own colour and words; the build's verdict is still ok."""
+    spec = ResultSpec(paper="paper", number="Figure 5", title="t", label="paper-fig-5", notebook="paper/fig5", module="m",
+                      claims=(ClaimSpec("same", "statistical", "trained", headline=True, falsifier="f",
+                                        may_not_hold="the caption at the page's epochs"),))
+    v = Verdict("paper/fig5", manifest=["same"], parameters={}, results_dir=tmp_path, result=spec)
+    v.statistical("same", quantity="the paired test loss", predicted=0.0, measured=2.3, se=0.09, falsifier="f",
+                  falsifier_value=140.0, reason="4 SE of test sequences", headline=True)
+    assert v.ok
+    text = answer_markdown(spec, _records(v))
+    assert "**does not hold here**" in text and "a finding of the book" in text, text
+    assert "the caption at the page's epochs" in text, text
+    table = verdict_table_html(_records(v))
+    assert "cv-badge cv-does_not_hold'>does not hold<" in table, table
+    assert "<b>Does not hold:</b> the caption at the page" in table, table
+    rows = forest_rows(_records(v))
+    assert [r["status"] for r in rows] == ["does_not_hold"]
+    fig = forest(_records(v))
+    labels = [t.get_text() for leg in fig.legends for t in leg.get_texts()]
+    assert "does not hold" in labels, labels
+    # beside a passed headline that decides nothing (its falsifier far away), the finding is the one shown
+    passed = dict(_records(v)[0], claim="same2", status="passed", passed=True, measured=0.01, in_band=True)
+    assert decisive_claim([passed, _records(v)[0]])[0]["claim"] == "same"
+    assert "does not hold at these parameters: a finding" in glance_markdown([spec], [passed, _records(v)[0]])
 
 
 def test_the_glance_page_draws_one_forest_row_per_result(tmp_path):

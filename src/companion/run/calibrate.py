@@ -37,6 +37,7 @@ import yaml
 
 from .. import notebooks as nbs
 from ..calibration import FIRST_SEED, calibration_dir, code_version, collect, file_name, median
+from ..claims import REJECTED
 from ..paths import repo_root
 from ..stats import Z_LEVEL, critical, detectable
 from ..verdict import MAX_CRIT
@@ -309,7 +310,7 @@ def relevel_data(data: dict, z: float = Z_LEVEL) -> tuple[dict, dict]:
             if inside != col["in_band"][i]:
                 counts["in_band"] += 1
                 col["in_band"][i] = inside
-                if not inside and st != "failed":  # the theory is rejected: a failure, whatever the band's width
+                if not inside and st not in REJECTED:  # the theory is rejected: a failure, whatever the band's width
                     col["status"][i], counts["failed_by_flip"] = "failed", counts["failed_by_flip"] + 1
                 elif inside:  # a failure now inside the band: passed or undecided, by its falsifier
                     counts["unknown"] += 1

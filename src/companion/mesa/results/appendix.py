@@ -7,14 +7,15 @@ What the page checks, and where:
 * the runs of the page: Fig. 5, the diagonal inits, the contraction-rate replicates and the divergence
   demonstration (:func:`design`);
 * from a standard Gaussian init, the trained mean :math:`a_jb_j` against the per-coordinate population GD and
-  the paired test loss against a diagonal init (:func:`fig5_evidence`), and what the initial off-manifold
-  entries keep and cost, family by family (:func:`fig5_offmanifold`, a measurement);
+  the paired test loss of the full trained model against a diagonal init's, the caption's "same test performance"
+  (:func:`fig5_evidence`, the page's headline: a claim that may find the paper's statement not to hold at the
+  page's sizes), and what the initial off-manifold entries keep and cost, family by family
+  (:func:`fig5_offmanifold`, a measurement);
 * from several diagonal inits, the final (a, b) of replicate training sets, extrapolated in m, against the
   population GD, which conserves :math:`a^2-b^2` (:func:`init_evidence`);
 * the Table-1 step sizes against the stability bound of the reduced system (:func:`table1_stability`), the
   divergence beyond it (:func:`divergence_check`) and, below it, the forward-Euler contraction multiplier of the
-  trained transformer against the gradient flow's (:func:`euler_rate`, the page's headline; the experiment:
-  :func:`euler_rate_design`);
+  trained transformer against the gradient flow's (:func:`euler_rate`; the experiment: :func:`euler_rate_design`);
 * Fig. 5 (:func:`fig5_heatmaps`), the (a, b) paths (:func:`init_paths`) and the step sizes (:func:`table1_steps`).
 """
 
@@ -69,9 +70,12 @@ CLAIMS = (
               falsifier=r"the $T\to\infty$ constant $m_4/m_6$ ($m_{24} > 0$) or independent coordinates "
                         r"($m_{24} = m_2 m_4$)",
               alternatives=(FALSIFIER_T_INFINITY, FALSIFIER_INDEPENDENT)),
-    # predicted 0: the same limit, so the same population loss as the diagonal init
-    ClaimSpec("fig5_same_loss_{sw}", "statistical", "trained", prediction="companion.mesa.theory.population_loss",
-              falsifier=_NO_MESA),
+    # predicted 0: the same limit, so the same test loss as the diagonal init (the caption, on the full models)
+    ClaimSpec("fig5_same_loss_{sw}", "statistical", "trained", headline=True,
+              prediction="companion.mesa.theory.population_loss", falsifier=_NO_MESA,
+              may_not_hold="the caption's same test performance, tested on the full trained models after the page's "
+                           "epochs, where the entries off the diagonal manifold that a random init starts with, whose "
+                           "decay the theory does not give, may still cost test loss"),
     ClaimSpec("init_a_{a0}_{b0}", "statistical", "trained", prediction="companion.mesa.theory.reduced_gd",
               falsifier=_EQUAL_FACTORS),
     ClaimSpec("init_b_{a0}_{b0}", "statistical", "trained", prediction="companion.mesa.theory.reduced_gd",
@@ -82,7 +86,7 @@ CLAIMS = (
     ClaimSpec("lr_stable", "bound", "closed_form", prediction="companion.mesa.stability.reduced_stability",
               supporting="this page's step size below the stability bound: a precondition of its training runs, not a "
                          "statement of the paper (at the paper's settings it is a Table-1 step, `table1_stable`)"),
-    ClaimSpec("euler_rate", "statistical", "trained", headline=True,
+    ClaimSpec("euler_rate", "statistical", "trained",
               prediction="companion.mesa.results.appendix.euler_rate_design",
               falsifier=_FLOW),
     ClaimSpec("unstable_diverges", "qualitative", "trained", prediction="companion.mesa.stability.reduced_stability",
@@ -282,7 +286,8 @@ class FamilyCost:
 class Fig5Row:
     """The evidence of one Fig. 5 run (:func:`fig5_evidence`): the run ``r``, its mean :math:`a_jb_j` against the
     per-coordinate population GD (``ab``), the paired test-loss differences to the diagonal-init reference, on the
-    manifold (``dL``) and in full (``dL_full``), each (mean, SE), the falsifier's difference ``dL_f`` and what the
+    manifold (``dL``) and in full (``dL_full``), each (mean, SE), the falsifier's difference ``dL_f`` (the zero
+    predictor's test loss minus the full diagonal-init model's) and what the
     run kept of each family of its initial off-manifold entries (``kept``, :func:`fig5_offmanifold`)."""
 
     r: object
@@ -299,8 +304,8 @@ def fig5_evidence(design: Design, batch_stats) -> tuple[dict, float]:
     (:func:`companion.mesa.evidence.ab_evidence`), the paired test-loss difference ``dL`` (mean, SE) of the two runs'
     parts on the diagonal manifold (:func:`companion.mesa.analysis.manifold_part`: the model the theory's limit
     describes), the same difference ``dL_full`` of the full models (what the entries off the manifold still cost
-    after the run), the falsifier's difference ``dL_f`` (the zero predictor) and what the run kept of its initial
-    off-manifold entries (:func:`fig5_offmanifold`). Test losses with the radius of x_1 integrated
+    after the run: the caption's comparison), the falsifier's difference ``dL_f`` (the zero predictor's) and what
+    the run kept of its initial off-manifold entries (:func:`fig5_offmanifold`). Test losses with the radius of x_1 integrated
     (:func:`companion.mesa.analysis.radial_losses`). Returns ``(fig5, L_zero)``, ``L_zero`` the zero predictor's
     loss."""
     d, T = design.fig5_reference["d"], design.fig5_reference["T"]
@@ -315,7 +320,7 @@ def fig5_evidence(design: Design, batch_stats) -> tuple[dict, float]:
         fig5[sw] = Fig5Row(r=r, ab=ab_evidence(r, batch_stats), kept=fig5_offmanifold(r),
                            dL=stats.mean_se(radial_losses(td, *manifold_part(*weights(r)), sc) - L_ref_m),
                            dL_full=stats.mean_se(radial_losses(td, *weights(r), sc) - L_ref),
-                           dL_f=L_zero - float(L_ref_m.mean()))
+                           dL_f=L_zero - float(L_ref.mean()))
     return fig5, L_zero
 
 
@@ -553,11 +558,13 @@ def _jackknife_words(n_batches: int, off: float, dof, pred: float, floor: str) -
 
 def record_fig5(v, fig5: dict, cst: float, epochs_fig5: int, n_batches: int, L_zero: float) -> None:
     r"""Claims ``fig5_ab_{sw}`` and ``fig5_same_loss_{sw}`` per initialisation scale :math:`\sigma_w`
-    (:func:`fig5_evidence`): the trained mean :math:`a_jb_j` against the per-coordinate population GD, at ``Z_LEVEL`` SE of
-    the restricted GD's jackknife plus the run's measured off-manifold feedback
-    (:func:`companion.mesa.evidence.offmanifold_floor`); and the paired test loss of the part on the diagonal
-    manifold against the diagonal init's (predicted 0), where the population GD has converged to within 1 % of c*
-    (else not applicable). The full models' difference and the off-manifold families (:func:`family_words`) are
+    (:func:`fig5_evidence`): the trained mean :math:`a_jb_j` against the per-coordinate population GD, at ``Z_LEVEL`` SE
+    of the restricted GD's jackknife plus the run's measured off-manifold feedback
+    (:func:`companion.mesa.evidence.offmanifold_floor`); and the caption's "same test performance" as stated: the
+    paired test loss of the full trained model against the diagonal init's (predicted 0; the headline), where the
+    population GD has converged to within 1 % of c* (else not applicable: the caption is about trained limits). A miss
+    is ``does_not_hold`` (the spec's ``may_not_hold``): the paper's statement does not hold at these sizes, a finding.
+    The difference of the parts on the diagonal manifold and the off-manifold families (:func:`family_words`) are
     reported beside it, in the method."""
     for sw, q in fig5.items():
         e = q.ab
@@ -569,7 +576,7 @@ def record_fig5(v, fig5: dict, cst: float, epochs_fig5: int, n_batches: int, L_z
             floor=offmanifold_floor(e.floor, e.off), falsifier=e.falsifier,
             falsifier_value=e.falsifier_value,
             reason=why, detail=how)
-        loss_q = rf"$\sigma_w = {sw:g}$: test loss of the part on the diagonal manifold minus the diagonal init's (paired)"
+        loss_q = rf"$\sigma_w = {sw:g}$: test loss of the trained transformer minus the diagonal init's (paired)"
         if not abs(e.pop[-1] / cst - 1) <= 0.01:  # not converged
             v.not_applicable(
                 f"fig5_same_loss_{tag(sw)}", kind="statistical", quantity=loss_q,
@@ -577,18 +584,18 @@ def record_fig5(v, fig5: dict, cst: float, epochs_fig5: int, n_batches: int, L_z
                        f"epochs, more than 1 % from $c^* = {tex_number(cst, '.4g')}$: the caption's 'same test performance' "
                        "is about trained limits")
             continue
-        full, full_se = q.dL_full
+        part, part_se = q.dL
         v.statistical(
-            f"fig5_same_loss_{tag(sw)}", quantity=loss_q,
-            predicted=0.0, measured=q.dL[0], se=q.dL[1], floor=1e-12 * L_zero,
+            f"fig5_same_loss_{tag(sw)}", quantity=loss_q, headline=True,
+            predicted=0.0, measured=q.dL_full[0], se=q.dL_full[1], floor=1e-12 * L_zero,
             falsifier=_NO_MESA, falsifier_value=q.dL_f,
             reason=f"{Z_LEVEL:.3g} SE of the mean paired difference over i.i.d. test sequences (radius of $x_1$ integrated); "
-                   rf"beside it, the full models differ by ${tex_number(full, '.3g')} \pm {tex_number(full_se, '.2g')}$",
-            detail=f"{Z_LEVEL:.3g} SE (normal) of the mean paired difference over i.i.d. test sequences (the radius of $x_1$ "
-                   "integrated) + round-off ($10^{-12}$ of the zero predictor's loss). Beside it, measured: the full "
-                   rf"models differ by ${tex_number(full, '.4g')} \pm {tex_number(full_se, '.2g')}$, what the entries off the "
-                   f"manifold still cost after {epochs_fig5} epochs, whose decay the theory does not give (the "
-                   f"{family_words(q.kept)})")
+                   rf"the parts on the manifold differ by ${tex_number(part, '.3g')} \pm {tex_number(part_se, '.2g')}$",
+            detail=f"{Z_LEVEL:.3g} SE (normal) of the mean paired difference of the full models over i.i.d. test sequences "
+                   "(the radius of $x_1$ integrated) + round-off ($10^{-12}$ of the zero predictor's loss). Beside it, "
+                   rf"measured: the two models' parts on the diagonal manifold differ by ${tex_number(part, '.4g')} \pm "
+                   rf"{tex_number(part_se, '.2g')}$; the rest is what the entries off the manifold still cost after "
+                   f"{epochs_fig5} epochs, whose decay the theory does not give (the {family_words(q.kept)})")
 
 
 def record_inits(v, init_rows: dict) -> None:
@@ -638,7 +645,7 @@ def record_stability(v, max_number: float, lr_number: float, lr: float, d: int, 
 
 
 def record_euler_rate(v, rate: EulerRate, n_rate: int, m_rate: int, kappa: float) -> None:
-    r"""Claim ``euler_rate`` (the page's headline): the contraction multiplier of the trained transformer
+    r"""Claim ``euler_rate``: the contraction multiplier of the trained transformer
     (:func:`euler_rate`), extrapolated in m, against forward Euler on the reduced system, at ``Z_LEVEL`` SE of the replicate
     spreads (Welch) plus complex64 round-off; the falsifier is the gradient flow's multiplier
     :math:`e^{-\eta\alpha(a^2+b^2)}`. Not applicable where the window of the reading is under two epochs."""
@@ -653,7 +660,7 @@ def record_euler_rate(v, rate: EulerRate, n_rate: int, m_rate: int, kappa: float
         quantity=rf"contraction multiplier of $a_j b_j - c^*$ per epoch of the trained transformer (sparse $c = 1$ "
                  rf"from $({des.a0:g}, {des.a0:g})$, $\eta\alpha(a^2 + b^2) = {des.x:.3g}$, epochs "
                  rf"{des.k1} to {des.k2}), extrapolated to $m\to\infty$, vs forward Euler on the reduced system",
-        headline=True, predicted=des.predicted, measured=rate.measured, se=rate.se, dof=rate.dof,
+        predicted=des.predicted, measured=rate.measured, se=rate.se, dof=rate.dof,
         floor=rate.floor, falsifier=_FLOW, falsifier_value=des.falsifier_value,
         reason=f"{Z_LEVEL:.3g} SE of {n_rate} replicate training sets at each of two sizes, extrapolated in $m$, Student-t "
                "(Welch); plus complex64 round-off",
