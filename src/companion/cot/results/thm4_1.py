@@ -26,7 +26,7 @@ from ..paper import COT_MODELS
 from ..stats import left_saddle, replicate_errors, trained_vs_prediction
 from ..theory import dynamics, gd, mp, no_cot, wishart
 
-__all__ = ["CLAIMS", "RESULT", "PREV_STEP", "TOL", "MARGIN", "FIT", "separation_parameter", "stage_analysis", "matrix_flow", "regime_errors",
+__all__ = ["CLAIMS", "RESULT", "PREV_STEP", "TOL", "MARGIN", "FIT", "RATE_TOLS", "separation_parameter", "stage_analysis", "matrix_flow", "regime_errors",
            "regime_decay_ratio", "regime_no_decay_ratio", "regime_unresolved", "full_eval", "trained_weights", "figures", "manifest",
            "record_stages", "record_flows", "record_full_eval", "record_regime"]
 
@@ -38,6 +38,9 @@ PREV_STEP = r"one GD step fewer: $\E\tr(I - \eta S)^{2(k-1)}$"
 TOL, MARGIN = 1e-6, 100.0
 #: the distances on which the stage-2 rate is fitted: nonlinear terms change the local rate by a relative O(FIT[1])
 FIT = (1e-8, 1e-5)
+#: the integrator's tolerances (rtol, atol) of the flows on which the stage-2 rate is fitted, and the tenfold looser
+#: ones whose fit measures the first's integration error (:func:`stage_analysis`)
+RATE_TOLS = ((1e-13, 1e-16), (1e-12, 1e-15))
 REGIME_DECAY = ClaimSpec("cot41_regime_decay", "qualitative", "monte_carlo",
                          prediction="companion.cot.results.thm4_1.regime_errors",
                          falsifier=r"no decay with $d$: each error equal to the one before",
@@ -99,9 +102,14 @@ def stage_analysis(eta: float, k: int, sigma: float, lam=1.0, tol: float = TOL, 
     * stage 1: the relaxation time of v, :math:`t_1 = \ln(10^3)/\kappa(\sigma)` (v within 0.1 % of
       :math:`v_{\rm eq}`); the ODE's :math:`w(t_1)`; the time :math:`t_{1/2}` at which w reaches 1/2, measured and
       predicted by the slow-manifold reduction started from the ODE's state at :math:`t_1`;
-    * stage 2: the late decay rate fitted on distances in :math:`[10^{-8}, 10^{-5}]` and the predicted rate
-      :math:`\mu` (:func:`companion.cot.theory.dynamics.fixed_point_rate`), and its allowance ``rate_tol`` =
-      ``MARGIN * FIT[1]`` (relative); the distance at the rate-derived horizon.
+    * stage 2: the late decay rate fitted on distances in :math:`[10^{-8}, 10^{-5}]` (``FIT``) and the predicted
+      rate :math:`\mu` (:func:`companion.cot.theory.dynamics.fixed_point_rate`), and its allowance ``rate_tol``
+      (relative), the sum of the fit's two measured errors: its integration error, the change of the fitted rate
+      when the integrator's tolerances are loosened tenfold (``RATE_TOLS``: the rate is fitted on a flow integrated
+      at rtol :math:`10^{-13}`, checked against one at :math:`10^{-12}`; ``rate_solver``), and the change of the
+      local rate across the window, the difference of the rates fitted on its lower and upper halves in
+      :math:`\ln` distance (nonlinear terms and the faster mode change the local rate with the distance;
+      ``rate_window``); the distance at the rate-derived horizon.
 
     A flow that does not come within :math:`10^{-3}` of the construction in the budget of
     :func:`companion.cot.theory.dynamics.reduced_flow_converged` is not an exception: it is integrated to that budget,
@@ -125,11 +133,26 @@ def stage_analysis(eta: float, k: int, sigma: float, lam=1.0, tol: float = TOL, 
     eps = separation_parameter(eta, k, sigma, lam)
     t_half = _first_crossing(t, w, 0.5)
     t_pred = t1 + dynamics.slow_manifold_time(eta, k, w1, lam=lam) if w1 < 0.5 else float("nan")
-    dist = np.hypot(v + eta, w - 1)
-    sel = (dist > FIT[0]) & (dist < FIT[1])
-    rate = float(-np.polyfit(t[sel], np.log(dist[sel]), 1)[0]) if sel.sum() >= 5 else float("nan")
-    return dict(r, kappa=kap, t1=t1, w1=w1, eps=eps, t_half=t_half, t_pred=t_pred, rate=rate, rate_tol=MARGIN * FIT[1],
-                final=final, veq=np.array([dynamics.stage1_v(x, eta, k, lam) for x in w]))
+    rate, rate_solver, rate_window = _fitted_rate(r, eta, *FIT), float("nan"), float("nan")
+    if r["converged"]:  # the rate on flows integrated more tightly than the figure's, at two tolerances
+        fine, loose = (dynamics.reduced_flow_converged(eta, k, sigma, tol, lam=lam, num_t=num_t, rtol=rt, atol=at)
+                       for rt, at in RATE_TOLS)
+        rate = _fitted_rate(fine, eta, *FIT)
+        mid = math.sqrt(FIT[0] * FIT[1])
+        rate_solver = abs(rate - _fitted_rate(loose, eta, *FIT))
+        rate_window = abs(_fitted_rate(fine, eta, FIT[0], mid) - _fitted_rate(fine, eta, mid, FIT[1]))
+    mu = r["mu"]
+    return dict(r, kappa=kap, t1=t1, w1=w1, eps=eps, t_half=t_half, t_pred=t_pred, rate=rate,
+                rate_tol=(rate_solver + rate_window) / mu if r["converged"] else 0.0,
+                rate_solver=rate_solver / mu, rate_window=rate_window / mu, final=final, veq=np.array([dynamics.stage1_v(x, eta, k, lam) for x in w]))
+
+
+def _fitted_rate(flow: dict, eta: float, lo: float, hi: float) -> float:
+    """The slope of a least-squares line through ln of the distance to (-eta, 1) on the flow's grid where it lies in
+    (lo, hi) (nan on fewer than 5 points)."""
+    dist = np.hypot(flow["v"] + eta, flow["w"] - 1)
+    sel = (dist > lo) & (dist < hi)
+    return float(-np.polyfit(flow["t"][sel], np.log(dist[sel]), 1)[0]) if sel.sum() >= 5 else float("nan")
 
 
 def matrix_flow(d: int, n: int, num_S: int, eta: float, k: int, sigma: float, rng: np.random.Generator,
@@ -286,12 +309,16 @@ def record_stages(v, ode: dict) -> None:
     v.numerics("cot41_stage2_rate",
                quantity=r"$n\to\infty$: late decay rate of the distance to $(-\eta, 1)$ vs $\mu = \lambda_{\min}(H)$",
                predicted=ode["mu"], measured=ode["rate"], tolerance=ode["rate_tol"], comparison="rel",
-               reason=rf"rate fitted on distances ${tex_number(FIT[0])}$ to ${tex_number(FIT[1])}$, where nonlinear terms change "
-                      rf"it by a relative $O({tex_number(FIT[1])})$; {MARGIN:g} times that",
+               reason=rf"rate fitted on distances ${tex_number(FIT[0])}$ to ${tex_number(FIT[1])}$; the band: its integration "
+                      r"error and its change across the window, both measured",
                detail=r"$H$ is the Gauss–Newton Hessian $\sum_i \E[\lambda^2 g_i g_i^\T]$ of the reduced loss at "
                       r"$(-\eta, 1)$ (`companion.cot.theory.dynamics.fixed_point_rate`); the rate is the slope of a "
-                      r"least-squares line through $\ln$ of the distance on the ODE's grid (at least 5 points); "
-                      rf"relative tolerance {MARGIN:g} $\times$ ${tex_number(FIT[1])}$.")
+                      r"least-squares line through $\ln$ of the distance on the ODE's grid (at least 5 points), the flow "
+                      rf"integrated by LSODA at rtol ${tex_number(RATE_TOLS[0][0])}$. Relative tolerance: the sum of the "
+                      rf"fit's integration error, measured as its change at rtol ${tex_number(RATE_TOLS[1][0])}$ "
+                      rf"(${tex_number(ode['rate_solver'], '.2g')}$), and of the change of the local rate across the "
+                      rf"window, the rates on its lower and upper halves in $\ln$ distance differing by "
+                      rf"${tex_number(ode['rate_window'], '.2g')}$ (nonlinear terms and the faster mode).")
     v.numerics("cot41_ode_limit",
                quantity=r"reduced ODE ($n\to\infty$): $\max(|v(T) + \eta|, |w(T) - 1|)$ at "
                         rf"$T = {tex_number(ode['T'])}$",

@@ -210,7 +210,7 @@ def _reduced_moments(eta: float, k: int, lam=1.0):
 
 
 def reduced_flow_converged(eta: float, k: int, sigma: float, tol: float, lam=1.0, enter: float = 1e-3,
-                           margin: float = 100.0, num_t: int = 801):
+                           margin: float = 100.0, num_t: int = 801, rtol: float = 1e-11, atol: float = 1e-14):
     r"""The reduced flow integrated to a horizon that follows from its rate (:prf:ref:`cot-thm-4-1`).
 
     The flow is integrated until its distance to :math:`(-\eta, 1)` falls below ``enter`` (time :math:`t_2`, the
@@ -232,6 +232,8 @@ def reduced_flow_converged(eta: float, k: int, sigma: float, tol: float, lam=1.0
         The allowance for the nonlinear terms.
     num_t : int
         Output times.
+    rtol, atol : float
+        The integrator's tolerances (LSODA) on ``[0, T]``.
 
     Returns
     -------
@@ -263,7 +265,7 @@ def reduced_flow_converged(eta: float, k: int, sigma: float, tol: float, lam=1.0
     t2 = float(sol.t_events[0][0])
     T = t2 + np.log(enter * margin / tol) / mu
     t = np.linspace(0.0, T, num_t)
-    sol = integrate.solve_ivp(rhs, (0.0, T), [sigma, sigma], method="LSODA", t_eval=t, rtol=1e-11, atol=1e-14)
+    sol = integrate.solve_ivp(rhs, (0.0, T), [sigma, sigma], method="LSODA", t_eval=t, rtol=rtol, atol=atol)
     v, w = sol.y
     P, Q = (v * w + eta)[:, None], (v + eta)[:, None]
     loss = 0.5 * np.sum(P**2 * A2 - 2 * P * Q * A1 + Q**2 * A0, axis=1)
