@@ -49,7 +49,8 @@ REGIME_DECAY = ClaimSpec("cot41_regime_decay", "qualitative", "monte_carlo",
 REGIME = ClaimSpec("cot41_regime_d{d:num}", "bound", "monte_carlo", prediction="companion.cot.theory.mp.mp_rate")
 CLAIMS = (
     ClaimSpec("cot41_separation", "qualitative", "ode", prediction="companion.cot.theory.dynamics.v_curvature",
-              falsifier=r"no stage separation: $w$ reaches $1/2$ while $v$ relaxes"),
+              falsifier=r"no stage separation: $w$ relaxes with $v$, at the rate $\kappa(\sigma)$, to "
+                        r"$1 - (1 - \sigma)\,10^{-3}$ by $t_1$"),
     ClaimSpec("cot41_stage1_time", "numerics", "ode", prediction="companion.cot.theory.dynamics.slow_manifold_time"),
     ClaimSpec("cot41_stage2_rate", "numerics", "ode", prediction="companion.cot.theory.dynamics.fixed_point_rate"),
     ClaimSpec("cot41_ode_limit", "numerics", "ode", prediction=FLOW),
@@ -283,7 +284,7 @@ def record_stages(v, ode: dict) -> None:
                       quantity=r"$n\to\infty$: $w$ at the relaxation time $t_1 = \ln(10^3)/\kappa(\sigma)$ "
                                rf"($\varepsilon = {eps:.3f}$)",
                       predicted=0.5, measured=ode["w1"], comparison="upper", tolerance=0.0,
-                      falsifier=CLAIMS[0].falsifier,
+                      falsifier=CLAIMS[0].falsifier, falsifier_value=1 - (1 - float(ode["w"][0])) * 1e-3,
                       reason=r"stage 1 must outlast the fast relaxation of $v$ when $\varepsilon < 1$",
                       detail=rf"$t_1 = {tex_number(ode['t1'])}$ is the time in which $v$ comes within 0.1 % of "
                              r"$v_{\rm eq}(w)$ at the curvature $\kappa(\sigma)$; the ODE must still have "
