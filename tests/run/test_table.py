@@ -1,5 +1,5 @@
 """`companion results`: export with one column per parameter and per claim's numbers, a line plot with
-error bars over one parameter, a heat map over two, failing points marked; old and new verdict records
+error bars over one parameter, a heat map over two, rejected points marked; old and new verdict records
 both read (the newer fields `status`, `se`, ... are optional). No notebook runs here: the sweep's
 results.jsonl is written by the test."""
 
@@ -73,13 +73,24 @@ def test_line_plot_with_error_bars_and_failures_marked(sweep, tmp_path, capsys):
     finally:
         plt.close = orig
     assert (tmp_path / "line.png").stat().st_size > 5000
-    assert "over T (3 values, 2 failing point(s) marked)" in what
+    assert "over T (3 values, 2 rejected point(s) marked)" in what
     ax = captured["fig"].axes[0]
     # error bars: two points share each T (eta varies), so the spread gives the bars
     err = [c for c in ax.collections if c.__class__.__name__ == "LineCollection"]
     assert err and len(err[0].get_segments()) == 3
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert "predicted" in labels and "verdict failed / error" in labels
+    assert "predicted" in labels and sweep_table.REJECTED_LABEL in labels
+
+
+def test_a_statement_that_does_not_hold_is_marked_like_a_failure(tmp_path):
+    """does_not_hold rejects the paper's statement at that point: the plot marks it as it marks a failure; a
+    not_resolvable or not_applicable record is not marked."""
+    statuses = {1: "passed", 2: "does_not_hold", 4: "not_resolvable", 8: "failed", 16: "not_applicable"}
+    lines = [{"point": f"p{T}", "parameters": {"T": T}, "status": "ok",
+              "records": [_record("ab", 1.0, 1.0, st == "passed", status=st)]} for T, st in statuses.items()]
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    what = sweep_table.plot(sweep_table.load(tmp_path), tmp_path / "h.png")
+    assert "(5 values, 2 rejected point(s) marked)" in what
 
 
 def test_line_plot_uses_the_records_standard_errors(tmp_path):
@@ -106,7 +117,7 @@ def test_heat_map_over_two_parameters(sweep, tmp_path, capsys):
     assert cli.main(["results", str(sweep), "--plot", str(tmp_path / "heat.svg"), "--x", "T", "--y", "eta",
                      "--claim", "loss"]) == 0
     out = capsys.readouterr().out
-    assert "heat map of loss measured over (T, eta) (3 x 2, 1 failing cell(s) marked)" in out  # the crash
+    assert "heat map of loss measured over (T, eta) (3 x 2, 1 rejected cell(s) marked)" in out  # the crash
     assert (tmp_path / "heat.svg").stat().st_size > 5000
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from ..claims import REJECTED
 from ..params import InputError
 from ..plotting import new_figure
 from ..text import number_text
@@ -140,12 +141,14 @@ def _claim_record(point: dict, claim: str) -> dict | None:
     return next((r for r in _records(point) if r.get("claim") == claim), None)
 
 
-def _failed(point: dict, rec: dict | None) -> bool:
+def _rejected(point: dict, rec: dict | None) -> bool:
+    """The point crashed, holds no record of the claim, or its verdict rejects the theory (``failed``, or
+    ``does_not_hold`` for a statement declared before the run as one the book may find not to hold)."""
     if rec is None or point.get("status") == "error":
         return True
     status = rec.get("status")
     if status is not None:
-        return status == "failed"
+        return status in REJECTED
     return not rec.get("passed", False)  # a record from before statuses: passed meant "did not fail"
 
 
@@ -203,6 +206,9 @@ def _order(v):
     return (0, float(v)) if isinstance(v, (int, float)) else (1, str(v))
 
 
+#: the legend entry of the marked points
+REJECTED_LABEL = "rejected (failed, does not hold) / error"
+
 #: the figures' width in inches
 FIG_WIDTH = 5.2
 
@@ -237,7 +243,7 @@ def _line(table: Table, x: str, claim: str, value: str):
         err.append(e)
         pred.append(q)
         for p, r, v in zip(pts, recs, vals):
-            if _failed(p, r):
+            if _rejected(p, r):
                 bad_x.append(xv)
                 bad_y.append(v if math.isfinite(v) else (m if math.isfinite(m) else 0.0))
     numeric = all(isinstance(v, (int, float)) for v in xs)
@@ -248,7 +254,7 @@ def _line(table: Table, x: str, claim: str, value: str):
         ax.plot(pos, pred, ls="--", color="0.3", label="predicted")
     if bad_x:
         bpos = bad_x if numeric else [xs.index(b) for b in bad_x]
-        ax.plot(bpos, bad_y, ls="none", marker="x", ms=9, mew=2, color="#d62728", label="verdict failed / error")
+        ax.plot(bpos, bad_y, ls="none", marker="x", ms=9, mew=2, color="#d62728", label=REJECTED_LABEL)
     if not numeric:
         ax.set_xticks(pos, [str(v) for v in xs])
     elif len(xs) > 2 and min(xs) > 0 and max(xs) / min(xs) >= 50:
@@ -256,7 +262,7 @@ def _line(table: Table, x: str, claim: str, value: str):
     ax.set_xlabel(x)
     ax.set_ylabel(f"{claim}: {value}")
     ax.legend(fontsize=8)
-    return fig, f"line of {claim} {value} over {x} ({len(xs)} values, {len(bad_x)} failing point(s) marked)"
+    return fig, f"line of {claim} {value} over {x} ({len(xs)} values, {len(bad_x)} rejected point(s) marked)"
 
 
 def _heat_map(table: Table, x: str, y: str, claim: str, value: str):
@@ -269,7 +275,7 @@ def _heat_map(table: Table, x: str, y: str, claim: str, value: str):
         i, j = xv.index(_xval(p, x)), yv.index(_xval(p, y))
         r = _claim_record(p, claim)
         cells.setdefault((i, j), []).append(_num(r.get(value)) if r else math.nan)
-        if _failed(p, r):
+        if _rejected(p, r):
             fails.add((i, j))
     grid = np.full((len(yv), len(xv)), np.nan)
     for (i, j), vals in cells.items():
@@ -285,7 +291,7 @@ def _heat_map(table: Table, x: str, y: str, claim: str, value: str):
     ax.grid(False)
     if fails:
         fi, fj = zip(*sorted(fails))
-        ax.plot(fi, fj, ls="none", marker="x", ms=10, mew=2, color="#d62728", label="verdict failed / error")
+        ax.plot(fi, fj, ls="none", marker="x", ms=10, mew=2, color="#d62728", label=REJECTED_LABEL)
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0, -0.15))
     return fig, (f"heat map of {claim} {value} over ({x}, {y}) ({len(xv)} x {len(yv)}, "
-                 f"{len(fails)} failing cell(s) marked)")
+                 f"{len(fails)} rejected cell(s) marked)")
