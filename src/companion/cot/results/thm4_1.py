@@ -26,20 +26,22 @@ from ..paper import COT_MODELS
 from ..stats import left_saddle, replicate_errors, trained_vs_prediction
 from ..theory import dynamics, gd, mp, no_cot, wishart
 
-__all__ = ["CLAIMS", "RESULT", "PREV_STEP", "TOL", "MARGIN", "FIT", "RATE_TOLS", "separation_parameter", "stage_analysis", "matrix_flow", "regime_errors",
+__all__ = ["CLAIMS", "RESULT", "PREV_STEP", "ENTER", "TARGET", "FIT", "RATE_TOLS", "separation_parameter",
+           "stage_analysis", "linear_limit", "matrix_flow", "regime_errors",
            "regime_decay_ratio", "regime_no_decay_ratio", "regime_unresolved", "full_eval", "trained_weights", "figures", "manifest",
            "record_stages", "record_flows", "record_full_eval", "record_regime"]
 
 FLOW = "companion.cot.theory.dynamics.reduced_flow_converged"
 #: the falsifier of the trained-model claim: the construction one GD step short
 PREV_STEP = r"one GD step fewer: $\E\tr(I - \eta S)^{2(k-1)}$"
-#: the distance to the construction that the limit claims allow; every horizon is set so that the linearised flow
-#: predicts TOL / MARGIN there (MARGIN: the allowance for the nonlinear terms)
-TOL, MARGIN = 1e-6, 100.0
+#: the limit claims' flows end their approach at the distance ENTER from the construction, and run on until the
+#: linearised flow predicts the distance TARGET (:func:`linear_limit`)
+ENTER, TARGET = 1e-3, 1e-8
 #: the distances on which the stage-2 rate is fitted: nonlinear terms change the local rate by a relative O(FIT[1])
 FIT = (1e-8, 1e-5)
-#: the integrator's tolerances (rtol, atol) of the flows on which the stage-2 rate is fitted, and the tenfold looser
-#: ones whose fit measures the first's integration error (:func:`stage_analysis`)
+#: the integrator's tolerances (rtol, atol) of the flows on which the stage-2 rate is fitted and the limit measured
+#: (the tight flow), and the tenfold looser ones whose fit measures the first's integration error
+#: (:func:`stage_analysis`; the limit's integration error is measured against the figure's flow, at rtol 1e-11)
 RATE_TOLS = ((1e-13, 1e-16), (1e-12, 1e-15))
 REGIME_DECAY = ClaimSpec("cot41_regime_decay", "qualitative", "monte_carlo",
                          prediction="companion.cot.results.thm4_1.regime_errors",
@@ -97,7 +99,31 @@ def separation_parameter(eta: float, k: int, sigma: float, lam=1.0, num: int = 6
                      for w in ws))
 
 
-def stage_analysis(eta: float, k: int, sigma: float, lam=1.0, tol: float = TOL, stages: bool = True) -> dict:
+def linear_limit(decades, mu: float, t2: float, T: float, final: float, final_loose: float) -> dict:
+    r"""The limit claims' prediction and band: the distance :math:`D(T)` to the construction at the horizon against the
+    linearised flow, started where the flow entered ``ENTER`` (time :math:`t_2`),
+
+    .. math:: p = D(t_2)\,e^{-\mu (T - t_2)}.
+
+    The log of :math:`D(T)/p` is the sum of the deviations of the flow's decades (each :math:`\ln(10)/\mu` long) from
+    the rate :math:`\mu`. The first two are measured, :math:`\delta_j = \ln(D(t_2 + j\ln 10/\mu)/D(t_2 + (j-1)
+    \ln 10/\mu)) + \ln 10` (``decades``, from the integrator's dense output); the nonlinear terms and the faster mode
+    shrink from one decade to the next, so each later one deviates by at most :math:`|\delta_2|`, and the band is
+
+    .. math:: |\ln(D(T)/p)| \le |\delta_1| + (N - 1)\,|\delta_2|, \qquad N = \log_{10}(D(t_2) / p),
+
+    plus the integration error of :math:`D(T)`, bounded by its change on a solve at looser tolerances
+    (``final_loose``). Returns ``dict(predicted, measured, tol, delta, solver, decades)``, ``tol`` relative, ``decades`` N."""
+    Da, Db, Dc = (float(x) for x in decades)
+    p = Da * math.exp(-mu * (T - t2))
+    d1, d2 = math.log(Db / Da) + math.log(10.0), math.log(Dc / Db) + math.log(10.0)
+    n_dec = math.log10(Da / p)
+    solver = abs(final - final_loose) / p
+    return dict(predicted=p, measured=final, tol=math.expm1(abs(d1) + (n_dec - 1) * abs(d2)) + solver,
+                delta=(d1, d2), solver=solver, decades=n_dec)
+
+
+def stage_analysis(eta: float, k: int, sigma: float, lam=1.0, target: float = TARGET, stages: bool = True) -> dict:
     r"""The two stages of the reduced flow (:prf:ref:`cot-thm-4-1`) measured on the ODE and predicted.
 
     * stage 1: the relaxation time of v, :math:`t_1 = \ln(10^3)/\kappa(\sigma)` (v within 0.1 % of
@@ -112,22 +138,31 @@ def stage_analysis(eta: float, k: int, sigma: float, lam=1.0, tol: float = TOL, 
       :math:`\ln` distance (nonlinear terms and the faster mode change the local rate with the distance;
       ``rate_window``); the distance at the rate-derived horizon.
 
-    A flow that does not come within :math:`10^{-3}` of the construction in the budget of
-    :func:`companion.cot.theory.dynamics.reduced_flow_converged` is not an exception: it is integrated to that budget,
-    ``converged`` is False and ``final`` is the distance reached (the limit claims then fail).
+    The limit: the distance ``final`` at the horizon, where the linearised flow predicts ``target``, and ``limit``
+    (:func:`linear_limit`), both on the tight flow (``RATE_TOLS[0]``), its integration error bounded by the change
+    from the figure's flow (rtol :math:`10^{-11}`). A flow that does not come
+    within ``ENTER`` of the construction in the budget of :func:`companion.cot.theory.dynamics.reduced_flow_converged`
+    is not an exception: it is integrated to that budget, ``converged`` is False, ``limit`` None and ``final`` the
+    distance reached (the limit claims then fail).
     """
     num_t = 4001 if stages else 601
     try:
-        r = dict(dynamics.reduced_flow_converged(eta, k, sigma, tol, lam=lam, num_t=num_t), converged=True)
+        r = dict(dynamics.reduced_flow_converged(eta, k, sigma, target, lam=lam, enter=ENTER, num_t=num_t),
+                 converged=True)
     except ParameterError:  # not within the rate-derived budget: the limit claims record the distance reached
         mu = dynamics.fixed_point_rate(eta, k, lam)
         T = 1e3 / mu + 1e3 / max(sigma, 1e-6)  # the budget of reduced_flow_converged
         t_, v_, w_, loss_ = dynamics.solve_reduced_flow(eta, k, sigma, T, lam=lam, num_t=num_t)
         r = dict(t=t_, v=v_, w=w_, loss=loss_, T=T, t2=float("nan"), mu=mu, converged=False)
     t, v, w = r["t"], r["v"], r["w"]
-    final = float(max(abs(v[-1] + eta), abs(w[-1] - 1)))
+    final, limit, fine = float(max(abs(v[-1] + eta), abs(w[-1] - 1))), None, None
+    if r["converged"]:
+        fine = dynamics.reduced_flow_converged(eta, k, sigma, target, lam=lam, enter=ENTER, num_t=num_t,
+                                               rtol=RATE_TOLS[0][0], atol=RATE_TOLS[0][1])
+        final = fine["final"]
+        limit = linear_limit(fine["decades"], r["mu"], r["t2"], r["T"], final, r["final"])
     if not stages:
-        return dict(r, final=final)
+        return dict(r, final=final, limit=limit)
     kap = dynamics.v_curvature(sigma, eta, k, lam)
     t1 = float(np.log(1e3) / kap)
     w1 = float(np.interp(t1, t, w))
@@ -136,8 +171,8 @@ def stage_analysis(eta: float, k: int, sigma: float, lam=1.0, tol: float = TOL, 
     t_pred = t1 + dynamics.slow_manifold_time(eta, k, w1, lam=lam) if w1 < 0.5 else float("nan")
     rate, rate_solver, rate_window = _fitted_rate(r, eta, *FIT), float("nan"), float("nan")
     if r["converged"]:  # the rate on flows integrated more tightly than the figure's, at two tolerances
-        fine, loose = (dynamics.reduced_flow_converged(eta, k, sigma, tol, lam=lam, num_t=num_t, rtol=rt, atol=at)
-                       for rt, at in RATE_TOLS)
+        loose = dynamics.reduced_flow_converged(eta, k, sigma, target, lam=lam, enter=ENTER, num_t=num_t,
+                                                rtol=RATE_TOLS[1][0], atol=RATE_TOLS[1][1])
         rate = _fitted_rate(fine, eta, *FIT)
         mid = math.sqrt(FIT[0] * FIT[1])
         rate_solver = abs(rate - _fitted_rate(loose, eta, *FIT))
@@ -145,7 +180,8 @@ def stage_analysis(eta: float, k: int, sigma: float, lam=1.0, tol: float = TOL, 
     mu = r["mu"]
     return dict(r, kappa=kap, t1=t1, w1=w1, eps=eps, t_half=t_half, t_pred=t_pred, rate=rate,
                 rate_tol=(rate_solver + rate_window) / mu if r["converged"] else 0.0,
-                rate_solver=rate_solver / mu, rate_window=rate_window / mu, final=final, veq=np.array([dynamics.stage1_v(x, eta, k, lam) for x in w]))
+                rate_solver=rate_solver / mu, rate_window=rate_window / mu, final=final, limit=limit,
+                veq=np.array([dynamics.stage1_v(x, eta, k, lam) for x in w]))
 
 
 def _fitted_rate(flow: dict, eta: float, lo: float, hi: float) -> float:
@@ -157,20 +193,23 @@ def _fitted_rate(flow: dict, eta: float, lo: float, hi: float) -> float:
 
 
 def matrix_flow(d: int, n: int, num_S: int, eta: float, k: int, sigma: float, rng: np.random.Generator,
-                tol: float = TOL, enter: float = 1e-3, margin: float = MARGIN, num_t: int = 121) -> dict:
+                target: float = TARGET, num_t: int = 121) -> dict:
     r"""The restricted matrix flow of :prf:ref:`cot-thm-4-1` from the Assumption 4.1 initialisation, on a fixed
     S sample symmetrised by Hadamard sign flips in the initial eigenbasis U, integrated to a horizon that follows
     from its own rate: :math:`\mu` is the smallest eigenvalue of the Hessian of the sample loss at
     :math:`(-\eta I, I)` in the U-diagonal coordinates (central differences of the exact gradient); the flow runs
-    until its distance to :math:`(-\eta I, I)` is below ``enter``, then :math:`\log(\mathrm{enter}\cdot
-    \mathrm{margin}/\mathrm{tol})/\mu` longer.
+    until its distance to :math:`(-\eta I, I)` (the largest entry) is below ``ENTER``, then
+    :math:`\ln(\mathrm{ENTER}/\mathrm{target})/\mu` longer, where the linearised flow predicts ``target``; the
+    limit (``final``) and its band (:func:`linear_limit`) on a solve at rtol :math:`10^{-12}`, its integration error
+    bounded by the change from the figure's solve at rtol :math:`10^{-10}`.
 
     Returns
     -------
     dict
-        ``dict(t, Vu, Wu, L, mu, T, off, final, converged)`` (Vu, Wu in the basis U; ``off`` the largest
-        off-diagonal entry; ``converged`` False when the flow did not come within ``enter`` of the construction by
-        :math:`10^4/\mu`: then T is that budget, and ``final`` the distance reached, which fails the limit claim).
+        ``dict(t, Vu, Wu, L, mu, T, off, final, converged, limit)`` (Vu, Wu in the basis U; ``off`` the largest
+        off-diagonal entry; ``converged`` False when the flow did not come within ``ENTER`` of the construction by
+        :math:`10^4/\mu`: then T is that budget, ``final`` the distance reached, which fails the limit claim, and
+        ``limit`` None).
     """
     V0, W0 = dynamics.assumption41_init(d, sigma, rng)
     U = np.linalg.eigh(V0)[1]
@@ -189,16 +228,21 @@ def matrix_flow(d: int, n: int, num_S: int, eta: float, k: int, sigma: float, rn
     I = np.eye(d)
 
     rhs = dynamics.restricted_flow_rhs(S, A, eta)
+    y_star = np.concatenate([(-eta * I).ravel(), I.ravel()])
+
+    def dist(y):
+        return float(np.abs(y - y_star).max())
 
     def near(_t, y):
-        return max(np.abs(y[: d * d].reshape(d, d) + eta * I).max(), np.abs(y[d * d:].reshape(d, d) - I).max()) - enter
+        return dist(y) - ENTER
 
     near.terminal, near.direction = True, -1
     y0 = np.concatenate([V0.ravel(), W0.ravel()])
     sol = integrate.solve_ivp(rhs, (0.0, 1e4 / mu), y0, method="LSODA", events=near, rtol=1e-8, atol=1e-11)
     converged = bool(sol.t_events[0].size)
     # not near the construction within the budget 1e4 / mu: the limit claim records the distance reached there
-    T = float(sol.t_events[0][0] + np.log(enter * margin / tol) / mu) if converged else float(sol.t[-1])
+    t2 = float(sol.t_events[0][0]) if converged else float("nan")
+    T = t2 + float(np.log(ENTER / target) / mu) if converged else float(sol.t[-1])
     t = np.linspace(0.0, T, num_t)
     sol = integrate.solve_ivp(rhs, (0.0, T), y0, method="LSODA", t_eval=t, rtol=1e-10, atol=1e-13)
     Vt = sol.y[: d * d].T.reshape(-1, d, d)
@@ -207,8 +251,14 @@ def matrix_flow(d: int, n: int, num_S: int, eta: float, k: int, sigma: float, rn
     Wu = np.einsum("ji,tjk,kl->til", U, Wt, U)
     off = max(float(np.abs(M - np.einsum("tii->ti", M)[:, :, None] * I).max()) for M in (Vu, Wu))
     L = np.array([dynamics.restricted_loss_grad(V, W, S, A, eta)[0] for V, W in zip(Vt, Wt)])
-    final = float(max(np.abs(Vt[-1] + eta * I).max(), np.abs(Wt[-1] - I).max()))
-    return dict(t=t, Vu=Vu, Wu=Wu, L=L, mu=mu, T=T, off=off, final=final, converged=converged)
+    final = dist(sol.y[:, -1])
+    limit = None
+    if converged:
+        tight = integrate.solve_ivp(rhs, (0.0, T), y0, method="LSODA", rtol=1e-12, atol=1e-15, dense_output=True)
+        decades = [dist(tight.sol(t2 + j * np.log(10.0) / mu)) for j in range(3)]
+        final = dist(tight.y[:, -1])
+        limit = linear_limit(decades, mu, t2, T, final, dist(sol.y[:, -1]))
+    return dict(t=t, Vu=Vu, Wu=Wu, L=L, mu=mu, T=T, off=off, final=final, converged=converged, limit=limit)
 
 
 def regime_errors(d_list, c_n: float, c_k: float, num: int, rng: np.random.Generator) -> list[dict]:
@@ -320,27 +370,41 @@ def record_stages(v, ode: dict) -> None:
                       rf"(${tex_number(ode['rate_solver'], '.2g')}$), and of the change of the local rate across the "
                       rf"window, the rates on its lower and upper halves in $\ln$ distance differing by "
                       rf"${tex_number(ode['rate_window'], '.2g')}$ (nonlinear terms and the faster mode).")
-    v.numerics("cot41_ode_limit",
-               quantity=r"reduced ODE ($n\to\infty$): $\max(|v(T) + \eta|, |w(T) - 1|)$ at "
-                        rf"$T = {tex_number(ode['T'])}$",
-               predicted=0.0, measured=ode["final"], tolerance=TOL,
-               reason=(rf"horizon from the rate $\mu$, where linear theory predicts ${tex_number(TOL / MARGIN)}$; a factor "
-                       rf"{MARGIN:g} for the nonlinear terms") if ode["converged"] else
-                      (r"the flow did not come within $10^{-3}$ of the construction within its budget "
-                       rf"$T = {tex_number(ode['T'])}$"),
-               detail=_horizon_detail("the rate $\\mu$", ode["converged"], ode["T"]) + " Integrator LSODA, rtol "
-                      "$10^{-11}$.")
+    _limit(v, "cot41_ode_limit", ode, quantity=r"reduced ODE ($n\to\infty$): $\max(|v(T) + \eta|, |w(T) - 1|)$ at "
+                                                  rf"$T = {tex_number(ode['T'])}$",
+           rate=r"the rate $\mu$", solver=r"LSODA at rtol $10^{-13}$, its error bounded by the change from rtol $10^{-11}$")
 
 
-def _horizon_detail(rate: str, converged: bool, T: float) -> str:
-    """How a limit claim's horizon was set (the rate-derived horizon, or the budget it ran out of)."""
-    words = (f"The flow runs until its distance to the construction is $10^{{-3}}$, then "
-             f"$\\ln(10^{{-3}}\\cdot{MARGIN:g}/{tex_number(TOL)})/\\mu$ longer, with {rate}: there the linearised flow "
-             f"predicts ${tex_number(TOL / MARGIN)}$, and the claim allows ${tex_number(TOL)}$, a factor {MARGIN:g} for the "
-             "nonlinear terms.")
-    if not converged:
-        words += f" This flow did not come within $10^{{-3}}$ in its budget: it was integrated to $T = {tex_number(T)}$."
-    return words
+def _pow10(x: float) -> str:
+    """``10^{e}`` for a power of ten x."""
+    return f"10^{{{round(math.log10(x))}}}"
+
+
+def _limit(v, claim: str, flow: dict, *, quantity: str, rate: str, solver: str) -> None:
+    """A limit claim: the flow's distance to the construction at its horizon against the linearised flow from the
+    distance ``ENTER`` (:func:`linear_limit`); a flow that never came within ``ENTER`` fails, with the distance it
+    reached."""
+    lim = flow["limit"]
+    if lim is None:
+        v.numerics(claim, quantity=quantity, predicted=TARGET, measured=flow["final"], tolerance=0.0, comparison="rel",
+                   reason=rf"the flow did not come within ${_pow10(ENTER)}$ of the construction within its budget "
+                          rf"$T = {tex_number(flow['T'])}$",
+                   detail=f"The flow was integrated with {rate} to its budget $T = {tex_number(flow['T'])}$ and never came "
+                          f"within ${_pow10(ENTER)}$ of the construction; the linearised flow does not apply.")
+        return
+    d1, d2 = lim["delta"]
+    v.numerics(claim, quantity=quantity, predicted=lim["predicted"], measured=flow["final"], tolerance=lim["tol"],
+               comparison="rel",
+               reason=rf"the linearised flow from distance ${_pow10(ENTER)}$ at its rate; band: the first two "
+                      r"decades' deviations from that rate, the later no larger, and the solver's error",
+               detail=rf"The flow runs until its distance to the construction is ${_pow10(ENTER)}$ (time $t_2$), then "
+                      rf"$\ln({_pow10(ENTER)}/{_pow10(TARGET)})/\mu$ longer, with {rate}; the prediction is "
+                      r"$D(t_2)\,e^{-\mu(T - t_2)}$ (`companion.cot.results.thm4_1.linear_limit`). Relative band "
+                      r"$e^{|\delta_1| + (N-1)|\delta_2|} - 1$ plus the solver's error: the flow's first two decades "
+                      r"(each $\ln(10)/\mu$ long) deviate from the rate by "
+                      rf"$\delta_1 = {tex_number(d1, '.2g')}$ and $\delta_2 = {tex_number(d2, '.2g')}$ in $\ln$ "
+                      rf"distance, each of the $N - 1 = {lim['decades'] - 1:.0f}$ after the first by at most $|\delta_2|$; {solver} "
+                      rf"(${tex_number(lim['solver'], '.2g')}$, relative).")
 
 
 def record_flows(v, fin: dict, flow: dict, *, d: int, n: int, d_flow: int) -> None:
@@ -348,14 +412,10 @@ def record_flows(v, fin: dict, flow: dict, *, d: int, n: int, d_flow: int) -> No
     flow on a sample of spectra at finite :math:`(d, n)`, ``fin``), ``cot41_flow_eigenbasis`` (the restricted matrix
     flow stays diagonal in the initial eigenbasis :math:`U`: an implementation test) and ``cot41_flow_limit``
     (:math:`(V_{31}, W_{13}) \to (-\eta I, I)`, ``flow``, :func:`matrix_flow`)."""
-    v.numerics("cot41_finite_n_limit",
-               quantity=rf"reduced ODE ($d = {d}$, $n = {n}$): distance at $T = {tex_number(fin['T'])}$",
-               predicted=0.0, measured=fin["final"], tolerance=TOL,
-               reason=r"$(-\eta, 1)$ is a zero of the loss for every spectrum; horizon from its rate, as above"
-                      + ("" if fin["converged"] else rf"; not near the construction within its budget "
-                                                     rf"$T = {tex_number(fin['T'])}$"),
-               detail=_horizon_detail(r"the rate $\mu$ of the loss on this sample of spectra", fin["converged"],
-                                      fin["T"]))
+    _limit(v, "cot41_finite_n_limit", fin,
+           quantity=rf"reduced ODE ($d = {d}$, $n = {n}$): distance at $T = {tex_number(fin['T'])}$",
+           rate=r"$\mu$ the rate of the loss on this sample of spectra",
+           solver=r"LSODA at rtol $10^{-13}$, its error bounded by the change from rtol $10^{-11}$")
     v.identity("cot41_flow_eigenbasis",
                quantity=r"matrix flow: max off-diagonal entry of $V_{31}$, $W_{13}$ in the initial eigenbasis",
                predicted=0.0, measured=flow["off"], tolerance=1e-8,
@@ -364,16 +424,12 @@ def record_flows(v, fin: dict, flow: dict, *, d: int, n: int, d_flow: int) -> No
                detail=r"The sample of $S$ is averaged over the sign flips $J = \diag(\pm1)$ in the basis $U$ given by "
                       r"the rows of a Hadamard matrix, so the off-diagonal part of the sample gradient cancels "
                       r"exactly; LSODA with rtol $10^{-10}$, atol $10^{-13}$; tolerance $10^{-8}$.")
-    v.numerics("cot41_flow_limit",
-               quantity=rf"matrix flow ($d = {d_flow}$): $\max(|V_{{31}}(T) + \eta I|, |W_{{13}}(T) - I|)$ at "
-                        rf"$T = {tex_number(flow['T'])}$",
-               predicted=0.0, measured=flow["final"], tolerance=TOL,
-               reason=r"horizon from the flow's own rate (smallest Hessian eigenvalue at the construction); factor "
-                      f"{MARGIN:g} as above" + ("" if flow["converged"] else
-                      rf"; not near the construction within its budget $10^4/\mu = {tex_number(flow['T'])}$"),
-               detail=_horizon_detail(r"$\mu$ the smallest eigenvalue of the Hessian of the sample loss at "
-                                      r"$(-\eta I, I)$ in the $U$-diagonal coordinates (central differences of the "
-                                      r"exact gradient)", flow["converged"], flow["T"]))
+    _limit(v, "cot41_flow_limit", flow,
+           quantity=rf"matrix flow ($d = {d_flow}$): $\max(|V_{{31}}(T) + \eta I|, |W_{{13}}(T) - I|)$ at "
+                    rf"$T = {tex_number(flow['T'])}$",
+           rate=r"$\mu$ the smallest eigenvalue of the Hessian of the sample loss at $(-\eta I, I)$ in the "
+                r"$U$-diagonal coordinates (central differences of the exact gradient)",
+           solver=r"LSODA at rtol $10^{-12}$, its error bounded by the change from rtol $10^{-10}$")
 
 
 def record_full_eval(v, model: dict, pred, prev, *, replicates: int, k: int, d: int) -> None:

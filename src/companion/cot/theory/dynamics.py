@@ -209,14 +209,16 @@ def _reduced_moments(eta: float, k: int, lam=1.0):
     return float(l2.mean()), (l2 * a).mean(axis=1), (l2 * a**2).mean(axis=1)
 
 
-def reduced_flow_converged(eta: float, k: int, sigma: float, tol: float, lam=1.0, enter: float = 1e-3,
-                           margin: float = 100.0, num_t: int = 801, rtol: float = 1e-11, atol: float = 1e-14):
+def reduced_flow_converged(eta: float, k: int, sigma: float, target: float, lam=1.0, enter: float = 1e-3,
+                           num_t: int = 801, rtol: float = 1e-11, atol: float = 1e-14):
     r"""The reduced flow integrated to a horizon that follows from its rate (:prf:ref:`cot-thm-4-1`).
 
-    The flow is integrated until its distance to :math:`(-\eta, 1)` falls below ``enter`` (time :math:`t_2`, the
-    end of stage 2's approach), then for :math:`\log(\mathrm{enter}\cdot\mathrm{margin}/\mathrm{tol})/\mu` more, with
-    :math:`\mu` from :func:`fixed_point_rate`: the linearised flow then predicts a distance ``tol / margin``. The
-    loss and its gradient are evaluated on the eigenvalue averages of ``_reduced_moments``, computed once.
+    The flow is integrated until its distance :math:`D = \max(|v + \eta|, |w - 1|)` to :math:`(-\eta, 1)` falls
+    below ``enter`` (time :math:`t_2`, the end of stage 2's approach), then for :math:`\ln(\mathrm{enter} /
+    \mathrm{target})/\mu` more, with :math:`\mu` from :func:`fixed_point_rate`: the linearised flow then predicts
+    the distance ``target``. The loss and its gradient are evaluated on the eigenvalue averages of
+    ``_reduced_moments``, computed once. The integrator's state is the deviation :math:`(v + \eta, w - 1)` from the
+    construction, so that its relative tolerance applies to the distance itself, down to ``target``.
 
     Parameters
     ----------
@@ -224,12 +226,10 @@ def reduced_flow_converged(eta: float, k: int, sigma: float, tol: float, lam=1.0
         As for :func:`reduced_loss`.
     sigma : float
         The initial scale :math:`v(0) = w(0)`.
-    tol : float
-        The distance the limit claims allow.
+    target : float
+        The distance the linearised flow predicts at the horizon.
     enter : float
         The distance that ends the approach.
-    margin : float
-        The allowance for the nonlinear terms.
     num_t : int
         Output times.
     rtol, atol : float
@@ -238,7 +238,10 @@ def reduced_flow_converged(eta: float, k: int, sigma: float, tol: float, lam=1.0
     Returns
     -------
     dict
-        ``dict(t, v, w, loss, T, t2, mu)``.
+        ``dict(t, v, w, loss, T, t2, mu, decades, final)``; ``final`` is :math:`D(T)`, ``decades`` holds :math:`D` at
+        :math:`t_2 + j\ln(10)/\mu`,
+        :math:`j = 0, 1, 2` (the integrator's dense output): where the linearised flow has come one and two
+        decades closer.
 
     Raises
     ------
@@ -249,27 +252,31 @@ def reduced_flow_converged(eta: float, k: int, sigma: float, tol: float, lam=1.0
     mu = fixed_point_rate(eta, k, lam)
     A0, A1, A2 = _reduced_moments(eta, k, lam)
 
-    def rhs(_t, y):
-        v, w = y
-        P, Q = v * w + eta, v + eta
-        return [-float(np.sum(P * w * A2 - (w * Q + P) * A1 + Q * A0)), -float(np.sum(v * (P * A2 - Q * A1)))]
+    def rhs(_t, x):  # x = (v + eta, w - 1): P = vw + eta = x0 (x1 + 1) - eta x1, Q = v + eta = x0
+        Q, w = x[0], x[1] + 1.0
+        P = Q * w - eta * x[1]
+        return [-float(np.sum(P * w * A2 - (w * Q + P) * A1 + Q * A0)), -float(np.sum((Q - eta) * (P * A2 - Q * A1)))]
 
-    def near(_t, y):
-        return max(abs(y[0] + eta), abs(y[1] - 1)) - enter
+    def near(_t, x):
+        return max(abs(x[0]), abs(x[1])) - enter
 
     near.terminal, near.direction = True, -1
     T_cap = 1e3 / mu + 1e3 / max(sigma, 1e-6)
-    sol = integrate.solve_ivp(rhs, (0.0, T_cap), [sigma, sigma], method="LSODA", events=near, rtol=1e-10, atol=1e-13)
+    x0 = [sigma + eta, sigma - 1.0]
+    sol = integrate.solve_ivp(rhs, (0.0, T_cap), x0, method="LSODA", events=near, rtol=1e-10, atol=1e-13)
     if not sol.t_events[0].size:
         raise ParameterError("sigma", f"the reduced flow did not reach the construction by t = {T_cap:.3g}")
     t2 = float(sol.t_events[0][0])
-    T = t2 + np.log(enter * margin / tol) / mu
+    T = t2 + np.log(enter / target) / mu
     t = np.linspace(0.0, T, num_t)
-    sol = integrate.solve_ivp(rhs, (0.0, T), [sigma, sigma], method="LSODA", t_eval=t, rtol=rtol, atol=atol)
-    v, w = sol.y
-    P, Q = (v * w + eta)[:, None], (v + eta)[:, None]
-    loss = 0.5 * np.sum(P**2 * A2 - 2 * P * Q * A1 + Q**2 * A0, axis=1)
-    return dict(t=t, v=v, w=w, loss=loss, T=float(T), t2=t2, mu=mu)
+    sol = integrate.solve_ivp(rhs, (0.0, T), x0, method="LSODA", t_eval=t, rtol=rtol, atol=atol, dense_output=True)
+    Q, x1 = sol.y
+    v, w = Q - eta, x1 + 1.0
+    P = (Q * w - eta * x1)[:, None]
+    loss = 0.5 * np.sum(P**2 * A2 - 2 * P * Q[:, None] * A1 + Q[:, None] ** 2 * A0, axis=1)
+    xa = sol.sol(t2 + np.arange(3) * np.log(10.0) / mu)  # (2, 3)
+    decades = np.abs(xa).max(axis=0)
+    return dict(t=t, v=v, w=w, loss=loss, T=float(T), t2=t2, mu=mu, decades=decades, final=float(np.abs(sol.y[:, -1]).max()))
 
 
 def v_curvature(w: float, eta: float, k: int, lam=1.0) -> float:
