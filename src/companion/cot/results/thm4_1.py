@@ -26,7 +26,8 @@ from ..paper import COT_MODELS
 from ..stats import left_saddle, replicate_errors, trained_vs_prediction
 from ..theory import dynamics, gd, mp, no_cot, wishart
 
-__all__ = ["CLAIMS", "RESULT", "PREV_STEP", "ENTER", "TARGET", "FIT", "RATE_TOLS", "separation_parameter",
+__all__ = ["CLAIMS", "RESULT", "PREV_STEP", "ENTER", "TARGET", "FIT", "RATE_TOLS", "FLOW_TOLS", "MATRIX_TOLS",
+           "separation_parameter",
            "stage_analysis", "linear_limit", "matrix_flow", "regime_errors",
            "regime_decay_ratio", "regime_no_decay_ratio", "regime_unresolved", "full_eval", "trained_weights", "figures", "manifest",
            "record_stages", "record_flows", "record_full_eval", "record_regime"]
@@ -39,10 +40,14 @@ PREV_STEP = r"one GD step fewer: $\E\tr(I - \eta S)^{2(k-1)}$"
 ENTER, TARGET = 1e-3, 1e-8
 #: the distances on which the stage-2 rate is fitted: nonlinear terms change the local rate by a relative O(FIT[1])
 FIT = (1e-8, 1e-5)
-#: the integrator's tolerances (rtol, atol) of the flows on which the stage-2 rate is fitted and the limit measured
-#: (the tight flow), and the tenfold looser ones whose fit measures the first's integration error
-#: (:func:`stage_analysis`; the limit's integration error is measured against the figure's flow, at rtol 1e-11)
+#: the integrator's tolerances (rtol, atol) of the reduced flows on which the stage-2 rate is fitted and the limit
+#: measured (the tight flow), and the tenfold looser ones whose fit measures the first's integration error
+#: (:func:`stage_analysis`)
 RATE_TOLS = ((1e-13, 1e-16), (1e-12, 1e-15))
+#: the tolerances of the reduced flows the figures draw; the limit's integration error is bounded by their change
+FLOW_TOLS = (1e-11, 1e-14)
+#: the matrix flow's tolerances: the solve on which the limit is measured, and the figure's, which bounds its error
+MATRIX_TOLS = ((1e-12, 1e-15), (1e-10, 1e-13))
 REGIME_DECAY = ClaimSpec("cot41_regime_decay", "qualitative", "monte_carlo",
                          prediction="companion.cot.results.thm4_1.regime_errors",
                          falsifier=r"no decay with $d$: each error equal to the one before",
@@ -113,14 +118,14 @@ def linear_limit(decades, mu: float, t2: float, T: float, final: float, final_lo
     .. math:: |\ln(D(T)/p)| \le |\delta_1| + (N - 1)\,|\delta_2|, \qquad N = \log_{10}(D(t_2) / p),
 
     plus the integration error of :math:`D(T)`, bounded by its change on a solve at looser tolerances
-    (``final_loose``). Returns ``dict(predicted, measured, tol, delta, solver, decades)``, ``tol`` relative, ``decades`` N."""
+    (``final_loose``). Returns ``dict(predicted, measured, tol, delta, solver, n_decades)``, ``tol`` relative, ``n_decades`` N."""
     Da, Db, Dc = (float(x) for x in decades)
     p = Da * math.exp(-mu * (T - t2))
     d1, d2 = math.log(Db / Da) + math.log(10.0), math.log(Dc / Db) + math.log(10.0)
     n_dec = math.log10(Da / p)
     solver = abs(final - final_loose) / p
     return dict(predicted=p, measured=final, tol=math.expm1(abs(d1) + (n_dec - 1) * abs(d2)) + solver,
-                delta=(d1, d2), solver=solver, decades=n_dec)
+                delta=(d1, d2), solver=solver, n_decades=n_dec)
 
 
 def stage_analysis(eta: float, k: int, sigma: float, lam=1.0, target: float = TARGET, stages: bool = True) -> dict:
@@ -140,15 +145,15 @@ def stage_analysis(eta: float, k: int, sigma: float, lam=1.0, target: float = TA
 
     The limit: the distance ``final`` at the horizon, where the linearised flow predicts ``target``, and ``limit``
     (:func:`linear_limit`), both on the tight flow (``RATE_TOLS[0]``), its integration error bounded by the change
-    from the figure's flow (rtol :math:`10^{-11}`). A flow that does not come
+    from the figure's flow (``FLOW_TOLS``). A flow that does not come
     within ``ENTER`` of the construction in the budget of :func:`companion.cot.theory.dynamics.reduced_flow_converged`
     is not an exception: it is integrated to that budget, ``converged`` is False, ``limit`` None and ``final`` the
     distance reached (the limit claims then fail).
     """
     num_t = 4001 if stages else 601
     try:
-        r = dict(dynamics.reduced_flow_converged(eta, k, sigma, target, lam=lam, enter=ENTER, num_t=num_t),
-                 converged=True)
+        r = dict(dynamics.reduced_flow_converged(eta, k, sigma, target, lam=lam, enter=ENTER, num_t=num_t,
+                                                 rtol=FLOW_TOLS[0], atol=FLOW_TOLS[1]), converged=True)
     except ParameterError:  # not within the rate-derived budget: the limit claims record the distance reached
         mu = dynamics.fixed_point_rate(eta, k, lam)
         T = 1e3 / mu + 1e3 / max(sigma, 1e-6)  # the budget of reduced_flow_converged
@@ -200,8 +205,8 @@ def matrix_flow(d: int, n: int, num_S: int, eta: float, k: int, sigma: float, rn
     :math:`(-\eta I, I)` in the U-diagonal coordinates (central differences of the exact gradient); the flow runs
     until its distance to :math:`(-\eta I, I)` (the largest entry) is below ``ENTER``, then
     :math:`\ln(\mathrm{ENTER}/\mathrm{target})/\mu` longer, where the linearised flow predicts ``target``; the
-    limit (``final``) and its band (:func:`linear_limit`) on a solve at rtol :math:`10^{-12}`, its integration error
-    bounded by the change from the figure's solve at rtol :math:`10^{-10}`.
+    limit (``final``) and its band (:func:`linear_limit`) on a solve at the tolerances ``MATRIX_TOLS[0]``, its
+    integration error bounded by the change from the figure's solve (``MATRIX_TOLS[1]``).
 
     Returns
     -------
@@ -244,7 +249,8 @@ def matrix_flow(d: int, n: int, num_S: int, eta: float, k: int, sigma: float, rn
     t2 = float(sol.t_events[0][0]) if converged else float("nan")
     T = t2 + float(np.log(ENTER / target) / mu) if converged else float(sol.t[-1])
     t = np.linspace(0.0, T, num_t)
-    sol = integrate.solve_ivp(rhs, (0.0, T), y0, method="LSODA", t_eval=t, rtol=1e-10, atol=1e-13)
+    sol = integrate.solve_ivp(rhs, (0.0, T), y0, method="LSODA", t_eval=t, rtol=MATRIX_TOLS[1][0],
+                              atol=MATRIX_TOLS[1][1])
     Vt = sol.y[: d * d].T.reshape(-1, d, d)
     Wt = sol.y[d * d:].T.reshape(-1, d, d)
     Vu = np.einsum("ji,tjk,kl->til", U, Vt, U)
@@ -254,7 +260,8 @@ def matrix_flow(d: int, n: int, num_S: int, eta: float, k: int, sigma: float, rn
     final = dist(sol.y[:, -1])
     limit = None
     if converged:
-        tight = integrate.solve_ivp(rhs, (0.0, T), y0, method="LSODA", rtol=1e-12, atol=1e-15, dense_output=True)
+        tight = integrate.solve_ivp(rhs, (0.0, T), y0, method="LSODA", rtol=MATRIX_TOLS[0][0],
+                                    atol=MATRIX_TOLS[0][1], dense_output=True)
         decades = [dist(tight.sol(t2 + j * np.log(10.0) / mu)) for j in range(3)]
         final = dist(tight.y[:, -1])
         limit = linear_limit(decades, mu, t2, T, final, dist(sol.y[:, -1]))
@@ -372,12 +379,17 @@ def record_stages(v, ode: dict) -> None:
                       rf"${tex_number(ode['rate_window'], '.2g')}$ (nonlinear terms and the faster mode).")
     _limit(v, "cot41_ode_limit", ode, quantity=r"reduced ODE ($n\to\infty$): $\max(|v(T) + \eta|, |w(T) - 1|)$ at "
                                                   rf"$T = {tex_number(ode['T'])}$",
-           rate=r"the rate $\mu$", solver=r"LSODA at rtol $10^{-13}$, its error bounded by the change from rtol $10^{-11}$")
+           rate=r"the rate $\mu$", solver=_solver_words(RATE_TOLS[0], FLOW_TOLS))
 
 
 def _pow10(x: float) -> str:
     """``10^{e}`` for a power of ten x."""
     return f"10^{{{round(math.log10(x))}}}"
+
+
+def _solver_words(measured: tuple, loose: tuple) -> str:
+    """How a limit's integration error is bounded: the tolerances (rtol, atol) of its solve and of the looser one."""
+    return f"LSODA at rtol ${_pow10(measured[0])}$, its error bounded by the change from rtol ${_pow10(loose[0])}$"
 
 
 def _limit(v, claim: str, flow: dict, *, quantity: str, rate: str, solver: str) -> None:
@@ -403,7 +415,7 @@ def _limit(v, claim: str, flow: dict, *, quantity: str, rate: str, solver: str) 
                       r"$e^{|\delta_1| + (N-1)|\delta_2|} - 1$ plus the solver's error: the flow's first two decades "
                       r"(each $\ln(10)/\mu$ long) deviate from the rate by "
                       rf"$\delta_1 = {tex_number(d1, '.2g')}$ and $\delta_2 = {tex_number(d2, '.2g')}$ in $\ln$ "
-                      rf"distance, each of the $N - 1 = {lim['decades'] - 1:.0f}$ after the first by at most $|\delta_2|$; {solver} "
+                      rf"distance, each of the $N - 1 = {lim['n_decades'] - 1:.0f}$ after the first by at most $|\delta_2|$; {solver} "
                       rf"(${tex_number(lim['solver'], '.2g')}$, relative).")
 
 
@@ -415,21 +427,22 @@ def record_flows(v, fin: dict, flow: dict, *, d: int, n: int, d_flow: int) -> No
     _limit(v, "cot41_finite_n_limit", fin,
            quantity=rf"reduced ODE ($d = {d}$, $n = {n}$): distance at $T = {tex_number(fin['T'])}$",
            rate=r"$\mu$ the rate of the loss on this sample of spectra",
-           solver=r"LSODA at rtol $10^{-13}$, its error bounded by the change from rtol $10^{-11}$")
+           solver=_solver_words(RATE_TOLS[0], FLOW_TOLS))
     v.identity("cot41_flow_eigenbasis",
                quantity=r"matrix flow: max off-diagonal entry of $V_{31}$, $W_{13}$ in the initial eigenbasis",
                predicted=0.0, measured=flow["off"], tolerance=1e-8,
                reason=r"exact on the Hadamard-symmetrised sample (an implementation test); integrator atol "
-                      r"$10^{-13}$ per entry",
+                      rf"${_pow10(MATRIX_TOLS[1][1])}$ per entry",
                detail=r"The sample of $S$ is averaged over the sign flips $J = \diag(\pm1)$ in the basis $U$ given by "
                       r"the rows of a Hadamard matrix, so the off-diagonal part of the sample gradient cancels "
-                      r"exactly; LSODA with rtol $10^{-10}$, atol $10^{-13}$; tolerance $10^{-8}$.")
+                      rf"exactly; LSODA with rtol ${_pow10(MATRIX_TOLS[1][0])}$, atol ${_pow10(MATRIX_TOLS[1][1])}$; "
+                      r"tolerance $10^{-8}$.")
     _limit(v, "cot41_flow_limit", flow,
            quantity=rf"matrix flow ($d = {d_flow}$): $\max(|V_{{31}}(T) + \eta I|, |W_{{13}}(T) - I|)$ at "
                     rf"$T = {tex_number(flow['T'])}$",
            rate=r"$\mu$ the smallest eigenvalue of the Hessian of the sample loss at $(-\eta I, I)$ in the "
                 r"$U$-diagonal coordinates (central differences of the exact gradient)",
-           solver=r"LSODA at rtol $10^{-12}$, its error bounded by the change from rtol $10^{-10}$")
+           solver=_solver_words(*MATRIX_TOLS))
 
 
 def record_full_eval(v, model: dict, pred, prev, *, replicates: int, k: int, d: int) -> None:
