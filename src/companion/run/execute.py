@@ -160,16 +160,30 @@ def run_notebook(
 
 def _execute(input_path: Path, executed: Path, path: Path, name: str, params: dict, kernel_name: str,
              timeout: float | None, log_output: bool, kernel: "WarmKernel | None") -> Exception | None:
-    """papermill over ``input_path`` into ``executed`` (in a new kernel, or in the warm ``kernel``); a kernel that
-    fails to start (a ZMQ port race) is tried again, up to :data:`KERNEL_START_RETRIES` times. Returns the error:
-    None, a :class:`NotebookFailed` (the notebook raised), or the kernel's own."""
+    """papermill over ``input_path`` into ``executed`` (in the warm ``kernel``, or in a new one of its kind that is
+    shut down after the run: IPC sockets, so that a kernel started beside others cannot lose a TCP port to them,
+    which a heartbeat thread reports as a traceback on the run's stderr); a kernel that fails to start is tried
+    again, up to :data:`KERNEL_START_RETRIES` times. Returns the error: None, a :class:`NotebookFailed` (the notebook
+    raised), or the kernel's own."""
+    own = kernel is None
+    if own:
+        kernel = WarmKernel(kernel_name)
+    try:
+        return _execute_in(input_path, executed, path, name, params, kernel_name, timeout, log_output, kernel)
+    finally:
+        if own:
+            kernel.shutdown()
+
+
+def _execute_in(input_path: Path, executed: Path, path: Path, name: str, params: dict, kernel_name: str,
+                timeout: float | None, log_output: bool, kernel: "WarmKernel") -> Exception | None:
     import papermill
     from papermill.exceptions import PapermillExecutionError
 
     error: Exception | None = None
     for attempt in range(1, KERNEL_START_RETRIES + 1):
         try:
-            warm = {} if kernel is None else kernel.engine_arguments(str(path.parent))
+            warm = kernel.engine_arguments(str(path.parent))
             papermill.execute_notebook(
                 str(input_path), str(executed), parameters=params, kernel_name=kernel_name, cwd=str(path.parent),
                 progress_bar=False, log_output=log_output, execution_timeout=timeout, start_timeout=120,
@@ -178,10 +192,9 @@ def _execute(input_path: Path, executed: Path, path: Path, name: str, params: di
             return None
         except PapermillExecutionError as exc:
             return NotebookFailed(name, exc.ename, _clean(exc.evalue), None)
-        except Exception as exc:  # kernel start races (ZMQ port collisions) are retried
+        except Exception as exc:  # kernel start failures are retried
             error = exc
-            if kernel is not None:
-                kernel.shutdown()  # a kernel that failed a run is not reused
+            kernel.shutdown()  # a kernel that failed a run is not reused
             if not _is_kernel_start_failure(exc) or attempt == KERNEL_START_RETRIES:
                 break
             time.sleep(0.5 * attempt)
