@@ -185,6 +185,74 @@ def test_matrix_flow_that_never_comes_near_is_recorded_with_its_distance(monkeyp
     assert not r["converged"] and np.isfinite(r["final"]) and r["final"] > thm4_1.ENTER and r["limit"] is None
 
 
+# ----------------------------------------------------------------------------- the hypothesis: GD stable on the data
+def test_stable_data_make_the_stage1_quasi_equilibrium_negative():
+    """The derivation: on a sample with eta lambda_max < 2 every sum_i (1 - eta lambda)^i is positive, so
+    v_eq(0) < 0 and, for the matrix flow, sum_i mean S (I - eta S)^i S is positive definite."""
+    rng = np.random.default_rng(4)
+    for _ in range(40):
+        d = int(rng.integers(1, 8))
+        n, k = int(rng.integers(d, 40)), int(rng.integers(2, 50))
+        S = wishart.sample_S(d, n, 50, rng)
+        lam = np.linalg.eigvalsh(S)
+        eta = rng.uniform(0.5, 0.999) * 2 / lam.max()
+        assert thm4_1.data_step(eta, lam) < 2 and dynamics.stage1_v(0.0, eta, k, lam) < 0
+        M, G = np.eye(d) - eta * S, np.zeros((d, d))
+        P = np.broadcast_to(np.eye(d), S.shape).copy()
+        for _i in range(k):
+            G += (S @ P @ S).mean(axis=0)
+            P = P @ M
+        assert np.linalg.eigvalsh((G + G.T) / 2).min() > 0
+
+
+def test_on_unstable_data_the_flow_converges_exactly_where_the_stage1_quasi_equilibrium_is_negative():
+    """Samples holding prompts with eta lambda > 2 (near the domain's bound, long CoT): v_eq(0) < 0 flows converge;
+    v_eq(0) >= 0 flows take the other branch of vw = -eta (v > 0, w < 0) by 1e3 / mu. Both kinds occur."""
+    rng = np.random.default_rng(7)
+    kinds = []
+    while len(kinds) < 8:
+        d = int(rng.integers(1, 21))
+        n, k = int(rng.integers(d, 101)), int(rng.integers(20, 37))
+        eta = rng.uniform(0.9, 0.999) * 2 / (1 + math.sqrt(d / n)) ** 2
+        lam = wishart.sample_S_eigs(d, n, 300, rng)
+        if thm4_1.data_step(eta, lam) < 2:
+            continue
+        if dynamics.stage1_v(0.0, eta, k, lam) < 0:
+            assert dynamics.reduced_flow_converged(eta, k, 0.01, 1e-8, lam=lam, num_t=3)["final"] < 2e-8
+        else:
+            _, v, w, _ = dynamics.solve_reduced_flow(eta, k, 0.01, 1e3 / dynamics.fixed_point_rate(eta, k, lam),
+                                                     lam=lam, num_t=3)
+            assert v[-1] > 0 and w[-1] < -1
+        kinds.append(dynamics.stage1_v(0.0, eta, k, lam) < 0)
+    assert 0 < sum(kinds) < len(kinds)
+
+
+def test_a_flow_outside_the_hypothesis_is_not_applicable_and_is_drawn_to_its_horizon():
+    """The held-out domain point d = 20, n = 76, k = 34, eta = 0.85 (below 2 / (1 + sqrt(d/n))^2 = 0.874): the
+    sample holds prompts past 2 / eta, v_eq(0) > 0 and the reduced flow runs off along v > 0, w < 0; the limit
+    claim does not apply. The matrix flow on a sample with such a prompt likewise."""
+    lam = wishart.sample_S_eigs(20, 76, 300, np.random.default_rng(3))
+    fin = thm4_1.stage_analysis(0.85, 34, 0.01, lam=lam, stages=False, horizon=30.0)
+    assert not fin["hypothesis"] and fin["eta_lmax"] >= 2 and fin["veq0"] > 0 and fin["limit"] is None
+    assert fin["T"] == 30.0 and fin["t"][-1] == 30.0 and fin["v"][-1] > 0 and fin["w"][-1] < -1
+    with pytest.raises(ValueError, match="stable data"):
+        thm4_1.stage_analysis(0.85, 34, 0.01, lam=lam, horizon=30.0)
+    # a matrix flow whose sample holds a prompt past 2 / eta (found by seed) and one whose sample does not
+    flows = [thm4_1.matrix_flow(3, 8, 11, 0.67, 8, 0.01, np.random.default_rng(s), horizon=5.0) for s in range(6)]
+    bad = [f for f in flows if not f["hypothesis"]]
+    assert bad and len(bad) < len(flows)
+    for f in flows:
+        assert f["hypothesis"] == (f["eta_lmax"] < 2)
+        assert (f["limit"] is None and np.isnan(f["final"]) and f["T"] == 5.0) if not f["hypothesis"] else f["converged"]
+    v = Verdict("cot/thm4_1_dynamics", manifest=["cot41_finite_n_limit", "cot41_flow_eigenbasis", "cot41_flow_limit"],
+                parameters={})
+    thm4_1.record_flows(v, fin, bad[0], d=20, n=76, d_flow=3)
+    st = {r.claim: r.status for r in v.records}
+    assert st == dict(cot41_finite_n_limit="not_applicable", cot41_flow_eigenbasis="passed",
+                      cot41_flow_limit="not_applicable")
+    assert all(len(r.reason) <= 200 for r in v.records)
+
+
 # ----------------------------------------------------------------------------- the regime n ~ d log d, k ~ log d
 def test_regime_decay_is_undecided_where_an_error_is_not_resolved_from_0():
     """An error within 4 SE of 0 leaves nothing to fall from by 4 SE more: the decay ratio would divide by the floor

@@ -27,10 +27,10 @@ from ..stats import left_saddle, replicate_errors, trained_vs_prediction
 from ..theory import dynamics, gd, mp, no_cot, wishart
 
 __all__ = ["CLAIMS", "RESULT", "PREV_STEP", "ENTER", "TARGET", "FIT", "RATE_TOLS", "FLOW_TOLS", "MATRIX_TOLS",
-           "separation_parameter",
+           "UNSTABLE_TOLS", "data_step", "separation_parameter",
            "stage_analysis", "linear_limit", "matrix_flow", "regime_errors",
            "regime_decay_ratio", "regime_no_decay_ratio", "regime_unresolved", "full_eval", "trained_weights", "figures", "manifest",
-           "record_stages", "record_flows", "record_full_eval", "record_regime"]
+           "record_stages", "record_flows", "record_full_eval", "record_regime", "verdict_words"]
 
 FLOW = "companion.cot.theory.dynamics.reduced_flow_converged"
 #: the falsifier of the trained-model claim: the construction one GD step short
@@ -48,6 +48,8 @@ RATE_TOLS = ((1e-13, 1e-16), (1e-12, 1e-15))
 FLOW_TOLS = (1e-11, 1e-14)
 #: the matrix flow's tolerances: the solve on which the limit is measured, and the figure's, which bounds its error
 MATRIX_TOLS = ((1e-12, 1e-15), (1e-10, 1e-13))
+#: the tolerances at which a matrix flow outside the hypothesis (:func:`data_step` at least 2) is drawn
+UNSTABLE_TOLS = (1e-6, 1e-8)
 REGIME_DECAY = ClaimSpec("cot41_regime_decay", "qualitative", "monte_carlo",
                          prediction="companion.cot.results.thm4_1.regime_errors",
                          falsifier=r"no decay with $d$: each error equal to the one before",
@@ -128,7 +130,20 @@ def linear_limit(decades, mu: float, t2: float, T: float, final: float, final_lo
                 delta=(d1, d2), solver=solver, n_decades=n_dec)
 
 
-def stage_analysis(eta: float, k: int, sigma: float, lam=1.0, target: float = TARGET, stages: bool = True) -> dict:
+def data_step(eta: float, lam) -> float:
+    r"""The hypothesis of the flows on a sample of S: :math:`\eta\,\lambda_{\max}`, the largest step GD on the
+    data takes relative to an eigenvalue of the sample (``lam``: eigenvalues, any shape). GD on every prompt of the
+    sample converges iff it is below 2; then every :math:`\sum_{i<k}(1 - \eta\lambda)^i = (1 - (1 - \eta\lambda)^k)
+    /(\eta\lambda)` is positive, so the stage-1 quasi-equilibrium :math:`v_{\rm eq}(0)` is negative (and, for the
+    matrix flow, :math:`\sum_{i<k}\overline{S(I - \eta S)^iS} \succ 0`) and the flow takes the construction's branch
+    of :math:`vw = -\eta`. A prompt with :math:`\eta\lambda > 2` contributes :math:`-((\eta\lambda - 1)^k - 1)/
+    (\eta\lambda)` at even k, exponentially large; a few of them can turn :math:`v_{\rm eq}(0)` positive, and the
+    flow leaves on the other branch (:math:`v > 0`, :math:`w \to -\infty`)."""
+    return float(eta * np.max(lam))
+
+
+def stage_analysis(eta: float, k: int, sigma: float, lam=1.0, target: float = TARGET, stages: bool = True,
+                   horizon: float | None = None) -> dict:
     r"""The two stages of the reduced flow (:prf:ref:`cot-thm-4-1`) measured on the ODE and predicted.
 
     * stage 1: the relaxation time of v, :math:`t_1 = \ln(10^3)/\kappa(\sigma)` (v within 0.1 % of
@@ -149,8 +164,23 @@ def stage_analysis(eta: float, k: int, sigma: float, lam=1.0, target: float = TA
     within ``ENTER`` of the construction in the budget of :func:`companion.cot.theory.dynamics.reduced_flow_converged`
     is not an exception: it is integrated to that budget, ``converged`` is False, ``limit`` None and ``final`` the
     distance reached (the limit claims then fail).
+
+    A sample outside the theorem's hypothesis (:func:`data_step` at least 2: GD diverges on one of its prompts) is
+    not integrated to convergence: ``hypothesis`` is False, the flow is drawn on ``[0, horizon]`` (default the
+    convergence budget), ``limit`` is None and ``final`` nan (the limit claim does not apply); ``eta_lmax`` and
+    ``veq0`` (:math:`v_{\rm eq}(0)`) say why.
     """
     num_t = 4001 if stages else 601
+    eta_lmax, veq0 = data_step(eta, lam), dynamics.stage1_v(0.0, eta, k, lam)
+    if eta_lmax >= 2:
+        if stages:
+            raise ValueError(f"stage_analysis: GD on the data diverges (eta lambda_max = {eta_lmax:.3g} >= 2); "
+                             "the stages are analysed on stable data only")
+        mu = dynamics.fixed_point_rate(eta, k, lam)
+        T = 1e3 / mu + 1e3 / max(sigma, 1e-6) if horizon is None else float(horizon)
+        t_, v_, w_, loss_ = dynamics.solve_reduced_flow(eta, k, sigma, T, lam=lam, num_t=num_t)
+        return dict(t=t_, v=v_, w=w_, loss=loss_, T=T, t2=float("nan"), mu=mu, converged=False, hypothesis=False,
+                    eta_lmax=eta_lmax, veq0=veq0, final=float("nan"), limit=None)
     try:
         r = dict(dynamics.reduced_flow_converged(eta, k, sigma, target, lam=lam, enter=ENTER, num_t=num_t,
                                                  rtol=FLOW_TOLS[0], atol=FLOW_TOLS[1]), converged=True)
@@ -166,6 +196,7 @@ def stage_analysis(eta: float, k: int, sigma: float, lam=1.0, target: float = TA
                                                rtol=RATE_TOLS[0][0], atol=RATE_TOLS[0][1])
         final = fine["final"]
         limit = linear_limit(fine["decades"], r["mu"], r["t2"], r["T"], final, r["final"])
+    r.update(hypothesis=True, eta_lmax=eta_lmax, veq0=veq0)
     if not stages:
         return dict(r, final=final, limit=limit)
     kap = dynamics.v_curvature(sigma, eta, k, lam)
@@ -198,7 +229,7 @@ def _fitted_rate(flow: dict, eta: float, lo: float, hi: float) -> float:
 
 
 def matrix_flow(d: int, n: int, num_S: int, eta: float, k: int, sigma: float, rng: np.random.Generator,
-                target: float = TARGET, num_t: int = 121) -> dict:
+                target: float = TARGET, num_t: int = 121, horizon: float | None = None) -> dict:
     r"""The restricted matrix flow of :prf:ref:`cot-thm-4-1` from the Assumption 4.1 initialisation, on a fixed
     S sample symmetrised by Hadamard sign flips in the initial eigenbasis U, integrated to a horizon that follows
     from its own rate: :math:`\mu` is the smallest eigenvalue of the Hessian of the sample loss at
@@ -214,7 +245,10 @@ def matrix_flow(d: int, n: int, num_S: int, eta: float, k: int, sigma: float, rn
         ``dict(t, Vu, Wu, L, mu, T, off, final, converged, limit)`` (Vu, Wu in the basis U; ``off`` the largest
         off-diagonal entry; ``converged`` False when the flow did not come within ``ENTER`` of the construction by
         :math:`10^4/\mu`: then T is that budget, ``final`` the distance reached, which fails the limit claim, and
-        ``limit`` None).
+        ``limit`` None), and ``hypothesis``, ``eta_lmax`` (:func:`data_step` of the sample). A sample outside the
+        theorem's hypothesis (``eta_lmax`` at least 2) is not integrated to convergence: the flow is drawn on
+        ``[0, horizon]`` (default :math:`10^4/\mu`) at the figure's tolerances, ``converged`` is False, ``final``
+        nan and ``limit`` None (the limit claim does not apply).
     """
     V0, W0 = dynamics.assumption41_init(d, sigma, rng)
     U = np.linalg.eigh(V0)[1]
@@ -243,21 +277,32 @@ def matrix_flow(d: int, n: int, num_S: int, eta: float, k: int, sigma: float, rn
 
     near.terminal, near.direction = True, -1
     y0 = np.concatenate([V0.ravel(), W0.ravel()])
-    sol = integrate.solve_ivp(rhs, (0.0, 1e4 / mu), y0, method="LSODA", events=near, rtol=1e-8, atol=1e-11)
-    converged = bool(sol.t_events[0].size)
+    eta_lmax = data_step(eta, np.linalg.eigvalsh(S))
+    hypothesis = eta_lmax < 2
+    if hypothesis:
+        sol = integrate.solve_ivp(rhs, (0.0, 1e4 / mu), y0, method="LSODA", events=near, rtol=1e-8, atol=1e-11)
+        converged = bool(sol.t_events[0].size)
+    else:
+        converged = False
     # not near the construction within the budget 1e4 / mu: the limit claim records the distance reached there
     t2 = float(sol.t_events[0][0]) if converged else float("nan")
-    T = t2 + float(np.log(ENTER / target) / mu) if converged else float(sol.t[-1])
+    if converged:
+        T = t2 + float(np.log(ENTER / target) / mu)
+    elif hypothesis:
+        T = float(sol.t[-1])
+    else:
+        T = 1e4 / mu if horizon is None else float(horizon)
     t = np.linspace(0.0, T, num_t)
-    sol = integrate.solve_ivp(rhs, (0.0, T), y0, method="LSODA", t_eval=t, rtol=MATRIX_TOLS[1][0],
-                              atol=MATRIX_TOLS[1][1])
+    # outside the hypothesis the round-off of the gradient grows with (eta lambda - 1)^(2k): drawn at looser tolerances
+    rtol, atol = MATRIX_TOLS[1] if hypothesis else UNSTABLE_TOLS
+    sol = integrate.solve_ivp(rhs, (0.0, T), y0, method="LSODA", t_eval=t, rtol=rtol, atol=atol)
     Vt = sol.y[: d * d].T.reshape(-1, d, d)
     Wt = sol.y[d * d:].T.reshape(-1, d, d)
     Vu = np.einsum("ji,tjk,kl->til", U, Vt, U)
     Wu = np.einsum("ji,tjk,kl->til", U, Wt, U)
     off = max(float(np.abs(M - np.einsum("tii->ti", M)[:, :, None] * I).max()) for M in (Vu, Wu))
     L = np.array([dynamics.restricted_loss_grad(V, W, S, A, eta)[0] for V, W in zip(Vt, Wt)])
-    final = dist(sol.y[:, -1])
+    final = dist(sol.y[:, -1]) if hypothesis else float("nan")
     limit = None
     if converged:
         tight = integrate.solve_ivp(rhs, (0.0, T), y0, method="LSODA", rtol=MATRIX_TOLS[0][0],
@@ -265,7 +310,8 @@ def matrix_flow(d: int, n: int, num_S: int, eta: float, k: int, sigma: float, rn
         decades = [dist(tight.sol(t2 + j * np.log(10.0) / mu)) for j in range(3)]
         final = dist(tight.y[:, -1])
         limit = linear_limit(decades, mu, t2, T, final, dist(sol.y[:, -1]))
-    return dict(t=t, Vu=Vu, Wu=Wu, L=L, mu=mu, T=T, off=off, final=final, converged=converged, limit=limit)
+    return dict(t=t, Vu=Vu, Wu=Wu, L=L, mu=mu, T=T, off=off, final=final, converged=converged, limit=limit,
+                hypothesis=hypothesis, eta_lmax=eta_lmax)
 
 
 def regime_errors(d_list, c_n: float, c_k: float, num: int, rng: np.random.Generator) -> list[dict]:
@@ -397,6 +443,18 @@ def _limit(v, claim: str, flow: dict, *, quantity: str, rate: str, solver: str) 
     distance ``ENTER`` (:func:`linear_limit`); a flow that never came within ``ENTER`` fails, with the distance it
     reached."""
     lim = flow["limit"]
+    if not flow.get("hypothesis", True):
+        veq = (rf"; $v_{{\rm eq}}(0) = {tex_number(flow['veq0'], '.3g')}$"
+               rf"{' > 0: the flow leaves on the branch $v > 0$, $w < 0$' if flow['veq0'] > 0 else ''}"
+               if "veq0" in flow else "")
+        v.not_applicable(claim, kind="numerics", quantity=quantity,
+                         reason=rf"GD on the data diverges on a prompt of this sample ($\eta\lambda_{{\max}} = "
+                                rf"{flow['eta_lmax']:.3f} \ge 2$): outside the theorem's hypothesis",
+                         detail=r"The theorem assumes GD on the data stable on every prompt of the sample, "
+                                r"$\eta\lambda_{\max} < 2$ (`companion.cot.results.thm4_1.data_step`), which makes "
+                                r"the stage-1 quasi-equilibrium negative" + veq + r". The flow was not integrated to "
+                                rf"convergence (drawn to $T = {tex_number(flow['T'])}$).")
+        return
     if lim is None:
         v.numerics(claim, quantity=quantity, predicted=TARGET, measured=flow["final"], tolerance=0.0, comparison="rel",
                    reason=rf"the flow did not come within ${_pow10(ENTER)}$ of the construction within its budget "
@@ -443,6 +501,35 @@ def record_flows(v, fin: dict, flow: dict, *, d: int, n: int, d_flow: int) -> No
            rate=r"$\mu$ the smallest eigenvalue of the Hessian of the sample loss at $(-\eta I, I)$ in the "
                 r"$U$-diagonal coordinates (central differences of the exact gradient)",
            solver=_solver_words(*MATRIX_TOLS))
+
+
+def _words(rec, fmt: str = ".4g") -> str:
+    """One record in words: its measurement against its prediction and its status, or why it does not apply."""
+    if rec.status == "not_applicable":
+        return f"not applicable: {rec.reason}"
+    return (f"${tex_number(rec.measured, fmt)}$ against ${tex_number(rec.predicted, fmt)}$, "
+            f"**{rec.status.replace('_', ' ')}**")
+
+
+def verdict_words(records, ode: dict) -> dict:
+    r"""The verdict paragraph's sentences on the flows, from the records (Markdown, for ``{glue:md}``): ``stages``
+    (``cot41_separation``, ``cot41_stage1_time``, ``cot41_stage2_rate`` on the flow ``ode``) and ``limits`` (the three
+    limit claims), each claim's numbers with its status, or why it does not apply."""
+    by = {r.claim: r for r in records}
+    sep = by["cot41_separation"]
+    if sep.status == "not_applicable":
+        first = f"{sep.reason} (**not applicable**)"
+    else:
+        first = (rf"$v$ has relaxed by $t_1 = {tex_number(ode['t1'], '.3g')}$, where $w = {tex_number(ode['w1'], '.4g')}$ "
+                 rf"against the bound $\tfrac12$ of stage 1 (**{sep.status.replace('_', ' ')}**)")
+    stages = (rf"In the reduced flow ($n \to \infty$) the separation parameter is $\varepsilon = {ode['eps']:.2f}$: "
+              f"{first}. The stage-1 time against the slow-manifold prediction: "
+              rf"{_words(by['cot41_stage1_time'], '.3g')}; the stage-2 rate against the Hessian's $\mu$: "
+              f"{_words(by['cot41_stage2_rate'], '.6g')}.")
+    limits = ("The distance to the construction at the rate-derived horizon against the linearised flow's: "
+              rf"the reduced flow for $n \to \infty$, {_words(by['cot41_ode_limit'])}; at finite $n$, "
+              f"{_words(by['cot41_finite_n_limit'])}; the restricted matrix flow, {_words(by['cot41_flow_limit'])}.")
+    return dict(stages=stages, limits=limits)
 
 
 def record_full_eval(v, model: dict, pred, prev, *, replicates: int, k: int, d: int) -> None:
@@ -522,14 +609,17 @@ def figures(ode: dict, fin: dict, flow: dict, runs, pred_mean: float, regime: li
     dist0 = np.hypot(ode["v"] + eta_ode, ode["w"] - 1)
     ax1.semilogy(ode["t"], dist0, label="reduced, n→∞")
     ax1.semilogy(ode["t"], 1e-3 * np.exp(-ode["mu"] * (ode["t"] - ode["t2"])), "k:", lw=0.8, label=r"rate $\mu$")
-    ax1.semilogy(fin["t"], np.hypot(fin["v"] + eta, fin["w"] - 1), label=f"reduced, d={d}, n={n}")
-    ax1.semilogy(flow["t"], np.maximum(np.abs(flow["Vu"] + eta * np.eye(d_flow)).max(axis=(1, 2)),
-                                       np.abs(flow["Wu"] - np.eye(d_flow)).max(axis=(1, 2))), "--", label=f"matrix flow, d={d_flow}")
-    ax1.set_ylim(1e-10, 3)
+    unstable = " (GD unstable)"
+    dist_fin = np.hypot(fin["v"] + eta, fin["w"] - 1)
+    dist_flow = np.maximum(np.abs(flow["Vu"] + eta * np.eye(d_flow)).max(axis=(1, 2)),
+                           np.abs(flow["Wu"] - np.eye(d_flow)).max(axis=(1, 2)))
+    ax1.semilogy(fin["t"], dist_fin, label=f"reduced, d={d}, n={n}" + ("" if fin["hypothesis"] else unstable))
+    ax1.semilogy(flow["t"], dist_flow, "--", label=f"matrix flow, d={d_flow}" + ("" if flow["hypothesis"] else unstable))
+    ax1.set_ylim(1e-10, max(3.0, 2 * float(np.nanmax(np.concatenate([dist_fin, dist_flow])))))
     ax1.set_xlabel("t")
     ax1.set_ylabel("distance to the construction")
     ax1.set_title("(b) convergence (stage 2)")
-    legend_outside(ax1, "below", ncol=2)
+    legend_outside(ax1, "below", ncol=2 if fin["hypothesis"] and flow["hypothesis"] else 1)
 
     fig2, (ax2, ax3) = new_figure(ncols=2, width=3.6, height=3.1)
     for j in range(d_flow):

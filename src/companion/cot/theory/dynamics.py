@@ -157,16 +157,20 @@ def solve_reduced_flow(eta: float, k: int, sigma: float, T: float, lam=1.0, num_
     T = real("T", T, min=0, min_open=True)
     lam = np.asarray(lam, dtype=float)
 
-    def rhs(_t, y):
-        gv, gw = reduced_grad(y[0], y[1], eta, k, lam)
-        return [-gv, -gw]
+    A0, A1, A2 = _reduced_moments(eta, k, lam)
+
+    def rhs(_t, y):  # P = vw + eta, Q = v + eta: the gradient of (1/2) sum_i [P^2 A2_i - 2 P Q A1_i + Q^2 A0]
+        v, w = y
+        P, Q = v * w + eta, v + eta
+        return [-float(np.sum(P * w * A2 - (w * Q + P) * A1 + Q * A0)), -float(np.sum(v * (P * A2 - Q * A1)))]
 
     t = np.linspace(0.0, T, num_t)
     sol = integrate.solve_ivp(rhs, (0.0, T), [sigma, sigma], method="LSODA", t_eval=t, rtol=rtol, atol=atol)
     if not sol.success or not np.all(np.isfinite(sol.y)):
         raise ParameterError("eta", f"the reduced flow failed ({sol.message}); try a smaller eta or T")
     v, w = sol.y
-    loss = np.array([reduced_loss(a, b, eta, k, lam) for a, b in zip(v, w)])
+    P, Q = (v * w + eta)[:, None], (v + eta)[:, None]
+    loss = 0.5 * np.sum(P**2 * A2 - 2 * P * Q * A1 + Q**2 * A0, axis=1)
     return t, v, w, loss
 
 
