@@ -279,3 +279,16 @@ def test_regime_decay_falsifier_has_a_value_the_claim_can_reject():
                       comparison="upper", tolerance=0.0, falsifier="no decay with d",
                       falsifier_value=thm4_1.regime_no_decay_ratio(reg), reason="4 SE each side")
         assert v.records[-1].status == ("passed" if name == "fine" else "failed")
+
+
+def test_the_derivation_words_follow_the_design_constants(monkeypatch):
+    """The derivation's 10^-3, 10^-8, "five decades", "4 |delta_2|" and "hundredfold" come from ENTER, TARGET and
+    the tolerances: another ENTER changes every one of them."""
+    w = thm4_1.design_words()
+    assert w["enter"] == "$10^{-3}$" and w["decades"] == "five" and w["later"] == "three" and "4|\\delta_2|" in w["band"]
+    assert w["looser"] == "hundredfold" and w["rate_looser"] == "tenfold" and "10^{-8}" in w["predicts"]
+    monkeypatch.setattr(thm4_1, "ENTER", 1e-4)
+    monkeypatch.setattr(thm4_1, "RATE_TOLS", ((1e-13, 1e-16), (1e-10, 1e-13)))
+    w = thm4_1.design_words()
+    assert w["enter"] == "$10^{-4}$" and w["decades"] == "four" and w["later"] == "two" and "3|\\delta_2|" in w["band"]
+    assert w["horizon"] == r"$\ln(10^{-4}/10^{-8})/\mu$" and w["rate_looser"] == "thousandfold"

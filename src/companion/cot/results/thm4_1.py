@@ -30,7 +30,7 @@ __all__ = ["CLAIMS", "RESULT", "PREV_STEP", "ENTER", "TARGET", "FIT", "RATE_TOLS
            "UNSTABLE_TOLS", "data_step", "separation_parameter",
            "stage_analysis", "linear_limit", "matrix_flow", "regime_errors",
            "regime_decay_ratio", "regime_no_decay_ratio", "regime_unresolved", "full_eval", "trained_weights", "figures", "manifest",
-           "record_stages", "record_flows", "record_full_eval", "record_regime", "verdict_words"]
+           "record_stages", "record_flows", "record_full_eval", "record_regime", "verdict_words", "design_words"]
 
 FLOW = "companion.cot.theory.dynamics.reduced_flow_converged"
 #: the falsifier of the trained-model claim: the construction one GD step short
@@ -501,6 +501,30 @@ def record_flows(v, fin: dict, flow: dict, *, d: int, n: int, d_flow: int) -> No
            rate=r"$\mu$ the smallest eigenvalue of the Hessian of the sample loss at $(-\eta I, I)$ in the "
                 r"$U$-diagonal coordinates (central differences of the exact gradient)",
            solver=_solver_words(*MATRIX_TOLS))
+
+
+def _fold(ratio: float) -> str:
+    """A ratio of tolerances in words: 100 -> 'hundredfold'."""
+    words = {10: "tenfold", 100: "hundredfold", 1000: "thousandfold"}
+    return words.get(round(ratio), f"{ratio:g}-fold")
+
+
+def design_words() -> dict:
+    r"""The derivation's design constants in words and formulas (Markdown, for ``{glue:md}``), computed from
+    ``ENTER``, ``TARGET``, ``FIT`` and the tolerances: ``fit`` (the window of the rate fit), ``enter``, ``horizon``
+    (:math:`\ln(\mathrm{ENTER}/\mathrm{TARGET})/\mu`), ``predicts``, ``later`` (the decades after the second, in
+    words), ``band`` (:func:`linear_limit`'s band over the N decades), ``decades`` (N in words), ``looser`` (the
+    ratio of the tolerances whose change bounds the limit's solver error) and ``rate_looser`` (the rate fit's)."""
+    n_dec = round(math.log10(ENTER / TARGET))
+    number = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight", 9: "nine"}
+    enter, target = _pow10(ENTER), _pow10(TARGET)
+    folds = {_fold(FLOW_TOLS[0] / RATE_TOLS[0][0]), _fold(MATRIX_TOLS[1][0] / MATRIX_TOLS[0][0])}
+    return dict(fit=f"${_pow10(FIT[0])}$ and ${_pow10(FIT[1])}$", enter=f"${enter}$",
+                horizon=rf"$\ln({enter}/{target})/\mu$", predicts=rf"$D(t_2)\,e^{{-\mu(T - t_2)}} = {target}$",
+                later=number.get(n_dec - 2, str(n_dec - 2)),
+                band=rf"$|\ln(D(T)/{target})| \le |\delta_1| + {n_dec - 1}|\delta_2|$",
+                decades=number.get(n_dec, str(n_dec)), looser=" or ".join(sorted(folds)),
+                rate_looser=_fold(RATE_TOLS[1][0] / RATE_TOLS[0][0]))
 
 
 def _words(rec, fmt: str = ".4g") -> str:
