@@ -71,6 +71,23 @@ def test_the_trained_pairs_sentence_counts_the_passes_and_the_growth():
     assert "(5, 20), (10, 40), (20, 80)" in words and "grows 4.0-fold" in words and f"{growth:.1f}-fold" in words
     assert "2 of the 3 claims pass" in words
     assert cor3_1.trained_summary(recs[:1], {pairs[0]: trained[pairs[0]]}).startswith("One pair is trained here")
+    assert "train_d" in cor3_1.trained_summary(recs[3:], {})
+
+
+def test_the_head_paragraph_reports_the_largest_pair_or_that_none_was_trained():
+    """With `train_d` empty the paragraph says so (it glued NaN and left keys unglued, a strict build's error); else
+    the largest pair's numbers and its status, and "settle on the floor" only when the claim passed."""
+    from types import SimpleNamespace
+
+    assert "`train_d` is empty" in cor3_1.head_paragraph(None, {}, 3)
+    trained = {(5, 20): dict(steps=100, path=2.0, drift=-1e-4, even=2e-5), (10, 40): dict(steps=300, path=4.0, drift=1e-4, even=1e-5)}
+    head = SimpleNamespace(status="passed", measured=2.123, se=0.01, predicted=2.1176, z_theory=-0.5, crit=4.2, dof=2.0,
+                           falsifier_value=2.0, z_falsifier=12.0, tolerance=0.05)
+    words = cor3_1.head_paragraph(head, trained, 3)
+    assert "$d = 10$ and $n = 40$" in words and "300 steps" in words and "$2.1230 \\pm 0.0100$" in words
+    assert "**passed**" in words and "settle on the floor" in words and "on 2 degrees" in words
+    words = cor3_1.head_paragraph(SimpleNamespace(**{**vars(head), "status": "not_resolvable", "dof": None}), trained, 3)
+    assert "settle" not in words and "not resolvable at these" in words and "infinitely many degrees" in words
 
 
 def _models(d, perturb, seed=0):

@@ -27,7 +27,7 @@ from ..stats import model_errors, replicate_errors, rule_prompts, trained_vs_pre
 from ..theory import gd, no_cot, wishart
 from .thm3_1 import CONVERGED, MAX_DOUBLINGS, RULE_PROMPTS, last_quarter_drift, train_until_converged
 
-__all__ = ["CLAIMS", "RESULT", "PROPORTIONAL_FLOOR", "EVEN_SHARE", "grid_pairs", "floor_from_moments",
+__all__ = ["CLAIMS", "RESULT", "PROPORTIONAL_FLOOR", "EVEN_SHARE", "grid_pairs", "floor_from_moments", "head_paragraph",
            "floor_mc", "even_part_energy", "even_part_met", "trained_floor", "record_formula", "record_trained", "trained_summary", "figure", "manifest"]
 
 PROPORTIONAL_FLOOR = "the proportional-limit (Marchenko–Pastur) floor $d^2/(n+d)$"
@@ -202,6 +202,8 @@ def trained_summary(records, trained: dict) -> str:
     """One sentence on every trained pair's claim for the prose (``records``: the verdict's records; ``trained``:
     :func:`trained_floor` by pair): the pairs, how much d²/n and the floor grow across them, how many claims pass."""
     recs = [r for r in records if r.claim.startswith("cot_c31_trained_")]
+    if not recs:
+        return "With dimensions in `train_d` the same claim follows the floor across d²/n."
     if len(recs) < 2:
         return "One pair is trained here; with more dimensions in `train_d` the same claim follows the floor across d²/n."
     ratio = [d * d / n for d, n in trained]
@@ -210,6 +212,30 @@ def trained_summary(records, trained: dict) -> str:
     return (f"The same claim is made at every trained pair, (d, n) = {listed}: across them d²/n grows "
             f"{max(ratio) / min(ratio):.1f}-fold and the floor {max(floors) / min(floors):.1f}-fold, and "
             f"{sum(r.status == 'passed' for r in recs)} of the {len(recs)} claims pass.")
+
+
+def head_paragraph(head, trained: dict, replicates: int) -> str:
+    r"""The verdict paragraph on the largest trained pair (Markdown, for ``{glue:md}``): its mean error against the
+    floor with its band and status, the falsifier's distance, the stopping rule's numbers; ``head`` is
+    :func:`record_trained`'s record, None when ``train_d`` is empty (then the paragraph says so)."""
+    if head is None:
+        return ("No model is trained at these parameters (`train_d` is empty): the page checks the floor formula "
+                "only, and no claim here is evidence about trained transformers.")
+    d, n = max(trained)
+    t = trained[d, n]
+    dof = "infinitely many" if head.dof is None or not math.isfinite(head.dof) else f"{head.dof:.0f}"
+    settle = ("The models settle on the floor and not below it." if head.status == "passed" else
+              f"The claim is {head.status.replace('_', ' ')} at these parameters.")
+    return (rf"At $d = {d}$ and $n = {n}$ the {replicates} trained one-layer models reach a mean error "
+            rf"${head.measured:.4f} \pm {head.se:.4f}$ against the floor ${head.predicted:.4f}$ "
+            rf"(**{head.status.replace('_', ' ')}**; ${abs(head.z_theory):.1f}$ standard errors, critical value "
+            rf"${head.crit:.1f}$ on {dof} degrees of freedom). The proportional-limit floor "
+            rf"${head.falsifier_value:.4f}$, only ${100 * n / ((d + 1) * (n + d)):.1f}$ % below, lies "
+            rf"${abs(head.z_falsifier):.0f}$ standard errors away; the full step's error lies "
+            rf"${100 * (d + 1) / n:.1f}$ % above the floor. The stopping rule ended training after {t['steps']} steps "
+            rf"(path ${t['path']:g}$); the mean loss still fell by ${tex_number(abs(t['drift']), '.1e')}$ over their last "
+            rf"quarter, their part even in the labels has energy ${tex_number(t['even'], '.1e')}$, and both are part of "
+            rf"the tolerance ${head.tolerance:.3f}$. {settle}")
 
 
 def figure(d_list, ratios, pairs, mc: dict, trained: dict):
