@@ -120,3 +120,21 @@ def test_an_even_part_keeps_the_rule_from_stopping_and_the_claim_untested(monkey
     res = thm3_2.trained_cot(3, 30, 4, 2, 0.3, **_RULE)
     assert set(res) == {"unconverged", "exact"} and res["unconverged"]["steps"] == 12000
 
+
+
+def test_the_verdict_words_follow_the_records():
+    """The verdict paragraph is composed from the records: with no trained model (replicates 0, or training that
+    diverged) it says why instead of gluing NaN; the construction's and the law's statuses are the records'."""
+    from types import SimpleNamespace as R
+
+    model = dict(exact=dict(pred=1.0, km1=1.5, kp1=0.8), mean=1.01, se=0.01)
+    recs = [R(claim="cot32_trained_k3", status="passed", measured=1.01, predicted=1.0, reason=""),
+            R(claim="cot32_exact_k3", status="not_resolvable", measured=1.002, predicted=1.0, reason=""),
+            R(claim="cot32_law_k3", status="passed"), R(claim="cot32_law_k1", status="not_resolvable")]
+    words = thm3_2.verdict_words(recs, model, 3, np.array([0.29, 0.31]), eta=0.3, replicates=2, steps=100, k_train=6)
+    assert "$1.0100$ against the exact $1.0000$ (**passed**)" in words and "$1.5000$ ($49$ standard errors" in words
+    assert "$0.3000$ on average" in words and "$1.0020$ (**not resolvable**)" in words and "1 of the 2 claims" in words
+    recs[0] = R(claim="cot32_trained_k3", status="not_applicable", measured=None, predicted=None,
+                reason="no model trained at this point (`replicates` is 0)")
+    words = thm3_2.verdict_words(recs, model, 3, np.array([np.nan]), eta=0.3, replicates=0, steps=100, k_train=6)
+    assert "No trained model is compared" in words and "`replicates` is 0" in words and "nan" not in words.lower()

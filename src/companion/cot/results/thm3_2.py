@@ -36,7 +36,7 @@ __all__ = ["CLAIMS", "RESULT", "NEIGHBOUR", "IDENTITY_LIMIT", "RULE_SHARE", "nei
            "unconverged_reason", "rule_words", "trained_cot", "learned_steps",
            "construction_errors", "law_medians", "median_pair", "mp_quadrature_pair", "mp_limit_fit", "inverse_d_fit", "decay_curves",
            "record_trained", "record_exact", "record_law", "record_mp", "record_decay", "figure", "figure_mp",
-           "manifest"]
+           "manifest", "verdict_words"]
 
 LAW = ClaimSpec("cot32_law_k{k}", "statistical", "monte_carlo", prediction="companion.cot.theory.gd.gd_error_samples",
                 falsifier="one GD step instead of $k$ (median of the one-step law)",
@@ -427,6 +427,38 @@ def record_exact(v, model_kt, ex: dict, k: int, *, d: int, num_model: int):
                rf"(`gd_error_wishart`). Competitor $L_{{{ex['near_k']}}} = {tex_number(ex['near'], '.4g')}$, the nearer of "
                rf"$L_{{{k - 1}}} = {tex_number(ex['km1'], '.4g')}$ and $L_{{{k + 1}}} = {tex_number(ex['kp1'], '.4g')}$. Floor: "
                f"{_round_off(d)}.")
+
+
+def verdict_words(records, model: dict, kt: int, eta_learned, *, eta: float, replicates: int, steps: int,
+                  k_train: int) -> str:
+    r"""The verdict paragraph's sentences on the trained models, the construction and the law (Markdown, for
+    ``{glue:md}``), from the records: the trained claim ``cot32_trained_k{kt}`` with its neighbours' distances and the
+    models' learned step (``eta_learned``: :func:`learned_steps`), or why no model was compared; the construction's
+    ``cot32_exact_k{kt}``; how many ``cot32_law_k*`` claims pass."""
+    by = {r.claim: r for r in records}
+    rec_t, rec_e = by[f"cot32_trained_k{kt}"], by[f"cot32_exact_k{kt}"]
+    ex = model["exact"]
+
+    def status(rec) -> str:
+        return f"**{rec.status.replace('_', ' ')}**"
+
+    if rec_t.status == "not_applicable":
+        trained = f"No trained model is compared at these parameters: {rec_t.reason}."
+    else:
+        z = {j: abs((model["mean"] - ex[j]) / model["se"]) for j in ("km1", "kp1")}
+        trained = (rf"Trained from random weights ({steps} Adam steps on the CoT loss with {k_train} positions), the "
+                   rf"{replicates} CoT transformers' mean error after $k = {kt}$ CoT steps is ${rec_t.measured:.4f}$ "
+                   rf"against the exact ${rec_t.predicted:.4f}$ ({status(rec_t)}), while one step less would give "
+                   rf"${ex['km1']:.4f}$ (${z['km1']:.0f}$ standard errors away) and one step more ${ex['kp1']:.4f}$ "
+                   rf"(${z['kp1']:.0f}$ standard errors away). Read off the weights, the models' step "
+                   rf"$-\tr(V_{{31}}W_{{13}})/d$ is ${float(np.mean(eta_learned)):.4f}$ on average (largest deviation "
+                   rf"from $\eta$: ${tex_number(float(np.abs(np.asarray(eta_learned) - eta).max()), '.1e')}$): the data's "
+                   "step, as Theorem 4.1 predicts; the prediction does not use it.")
+    law = [r for r in records if r.claim.startswith("cot32_law_k")]
+    passed = sum(r.status == "passed" for r in law)
+    return (rf"{trained} The construction itself against the same exact value: ${rec_e.measured:.4f}$ "
+            rf"({status(rec_e)}). For longer chains the construction's median error against an independent sample of "
+            rf"the $k$-step law: {passed} of the {len(law)} claims `cot32_law_k*` pass.")
 
 
 def record_law(v, med: dict, law: dict, k_list, *, d: int, num_model: int) -> None:
