@@ -132,3 +132,21 @@ def test_the_diagonal_inits_train_on_disjoint_sets_and_a_symmetric_init_on_one_p
         for y in asym[i + 1:]:
             assert not sets[x] & sets[y], (x, y)
     assert design.inits[0.5, 1.5].seed == paper.COMMON["seed"]
+
+
+def test_the_euler_rate_words_follow_its_record():
+    """The verdict's sentence on euler_rate is composed from its record: where the window holds fewer than two epochs
+    (not applicable) it says why instead of gluing NaN; "not by the gradient flow's" only when the claim passed."""
+    from types import SimpleNamespace as R
+
+    rate = R(mean_big=0.6539, mean_small=0.66)
+    rec = R(claim="euler_rate", status="passed", measured=0.6518, predicted=0.652, falsifier_value=0.7061,
+            z_falsifier=-142.3, reason="")
+    words = appendix.euler_words([rec], rate)
+    assert "not by the gradient flow's" in words and "$0.6518$, against $0.6520$" in words and "$142$ standard" in words
+    words = appendix.euler_words([R(**{**vars(rec), "status": "not_resolvable"})], rate)
+    assert "not by the gradient" not in words and "**not resolvable**" in words
+    na = R(claim="euler_rate", status="not_applicable", reason="at $\\kappa = 0.7$ ... no rate to read")
+    assert "not read at these parameters" in appendix.euler_words([na], None)
+    assert "epochs 3 to 9" in appendix.euler_window_words(R(k1=3, k2=9))
+    assert "fewer than two" in appendix.euler_window_words(R(k1=0, k2=-1))

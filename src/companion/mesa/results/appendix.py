@@ -58,7 +58,7 @@ __all__ = ["CLAIMS", "RESULT", "tag", "manifest", "RATE_WINDOW", "RateDesign", "
            "paper_design", "paper_runs", "page_lr", "FamilyCost", "Fig5Row", "fig5_evidence", "OFF_FAMILIES", "fig5_offmanifold",
            "family_words", "InitRow", "init_evidence", "Table1Row", "table1_stability", "EulerRate", "euler_rate",
            "Divergence", "divergence_check", "record_fig5", "record_inits", "record_stability", "record_euler_rate",
-           "record_divergence", "fig5_heatmaps", "init_paths", "table1_steps"]
+           "record_divergence", "fig5_heatmaps", "init_paths", "table1_steps", "euler_window_words", "euler_words"]
 
 _EQUAL_FACTORS = r"no conserved $a^2 - b^2$ (equal factors $a = b = \sqrt{ab}$)"
 _FLOW = r"gradient flow for the same time: multiplier $e^{-\eta\alpha(a^2 + b^2)}$"
@@ -642,6 +642,30 @@ def record_stability(v, max_number: float, lr_number: float, lr: float, d: int, 
     v.bound("lr_stable", quantity=rf"largest $\eta\alpha(a^2 + b^2)$ of this page's step size $\eta = {tex_number(lr)}$ over "
                                   "every init and its limit",
             bound=2.0, measured=lr_number, comparison="upper", tolerance=0.0, reason=stable)
+
+
+def euler_window_words(des) -> str:
+    r"""Where the multiplier is read, in words (Markdown, for ``{glue:md}``): the epochs of the window
+    ``RATE_WINDOW`` in the population deviation (``des``: :func:`euler_rate_design`), or that it holds fewer than two."""
+    if des.k2 > des.k1:
+        return f"over the epochs {des.k1} to {des.k2}"
+    return "over no epochs at this `kappa` (the deviation crosses the window in fewer than two: claim `euler_rate` does not apply)"
+
+
+def euler_words(records, rate: EulerRate) -> str:
+    r"""The verdict's sentence on ``euler_rate`` (Markdown, for ``{glue:md}``), from its record: the replicate means
+    at the two sizes, their extrapolation against forward Euler and the flow, with the status, or why the claim does
+    not apply."""
+    rec = next(r for r in records if r.claim == "euler_rate")
+    if rec.status == "not_applicable":
+        return f"The contraction multiplier is not read at these parameters (claim `euler_rate`): {rec.reason}."
+    words = ("Below the bound the trained transformer contracts towards its limit by the forward-Euler multiplier, "
+             "not by the gradient flow's" if rec.status == "passed" else
+             "Below the bound, the trained transformer's contraction multiplier towards its limit")
+    return (rf"{words} (claim `euler_rate`, **{rec.status.replace('_', ' ')}**): the replicate means "
+            rf"${rate.mean_big:.4f}$ at `m_rate` and ${rate.mean_small:.4f}$ at a quarter of it extrapolate to "
+            rf"${rec.measured:.4f}$, against ${rec.predicted:.4f}$ for forward Euler and ${rec.falsifier_value:.4f}$ "
+            rf"for the flow (${abs(rec.z_falsifier):.0f}$ standard errors away).")
 
 
 def record_euler_rate(v, rate: EulerRate, n_rate: int, m_rate: int, kappa: float) -> None:
