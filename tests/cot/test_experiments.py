@@ -86,3 +86,20 @@ def test_each_kind_is_trained_on_its_own_loss_under_the_stopping_rule(row):
         rule = row[f"rule_{kind}"]
         assert "runs" not in rule and rule["steps"] == row[kind].config["steps"] in thm3_2.rule_horizons(30)[1:]
         assert len(rule["history"]) >= 2
+
+
+def test_the_verdict_words_follow_the_records():
+    """The prose's clauses come from the records: the first pair's CoT claim with its falsifier's distance, or why it
+    does not apply (it glued NaN there), and the no-CoT claims counted by status (it said "stay on their floors")."""
+    from types import SimpleNamespace as R
+
+    recs = [R(claim="cotexp_cot_n20", status="passed", z_falsifier=-12.34, reason=""),
+            R(claim="cotexp_no_cot_n20", status="passed"), R(claim="cotexp_cot_n40", status="passed", z_falsifier=3.0),
+            R(claim="cotexp_no_cot_n40", status="not_resolvable")]
+    w = experiments.verdict_words(recs)
+    assert "$12.3$ standard errors away (claim **passed**)" in w["cot_0"]
+    assert w["no_cot"] == "of the 2 no-CoT claims, 1 not resolvable, 1 passed"
+    recs[0] = R(claim="cotexp_cot_n20", status="not_applicable", z_falsifier=None, reason="divergent prompts expected")
+    assert "does not apply" in experiments.verdict_words(recs)["cot_0"]
+    recs[3] = R(claim="cotexp_no_cot_n40", status="passed")
+    assert experiments.verdict_words(recs)["no_cot"] == "2 of the 2 no-CoT claims passed"

@@ -20,7 +20,7 @@ from ..theory import gd, no_cot, wishart
 from .thm3_2 import converge_cot, optimisation_left, rule_words, unconverged_reason
 from .thm4_1 import PREV_STEP
 
-__all__ = ["CLAIMS", "RESULT", "MP_FLOOR", "cot_vs_no_cot", "figure", "manifest", "record_pairs"]
+__all__ = ["CLAIMS", "RESULT", "MP_FLOOR", "cot_vs_no_cot", "figure", "manifest", "record_pairs", "verdict_words"]
 
 COT = ClaimSpec("cotexp_cot_n{n}", "statistical", "trained", headline=True, prediction="companion.cot.theory.gd.gd_error_mc",
                 falsifier=PREV_STEP)
@@ -177,3 +177,26 @@ def figure(runs: list, d: int, k: int):
                      f"Adam steps: {cot.config['steps']} (CoT), {noc.config['steps']} (no CoT)")
     legend_outside(fig, "below", ncol=2)
     return fig
+
+
+def verdict_words(records) -> dict:
+    r"""The verdict paragraph's clauses (Markdown, for ``{glue:md}``), from the records: ``cot_0``, the first pair's
+    CoT claim (the falsifier's distance and the status, or why the claim does not apply) and ``no_cot``, how many of
+    the no-CoT claims pass, by status."""
+    cot = [r for r in records if r.claim.startswith("cotexp_cot_n")]
+    noc = [r for r in records if r.claim.startswith("cotexp_no_cot_n")]
+    first = cot[0]
+    if first.status == "not_applicable":
+        cot_0 = f"the claim does not apply at this $n$: {first.reason}"
+    else:
+        cot_0 = (rf"one GD step fewer lies ${abs(first.z_falsifier):.1f}$ standard errors away (claim "
+                 rf"**{first.status.replace('_', ' ')}**)")
+    counts = {}
+    for r in noc:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    tally = ", ".join(f"{c} {s.replace('_', ' ')}" for s, c in sorted(counts.items()))
+    if len(counts) == 1:
+        tally = f"{len(noc)} of the {len(noc)} no-CoT claims {next(iter(counts)).replace('_', ' ')}"
+    else:
+        tally = f"of the {len(noc)} no-CoT claims, {tally}"
+    return dict(cot_0=cot_0, no_cot=tally)
