@@ -5,6 +5,7 @@ import numpy as np
 
 from companion import stats
 from companion.mesa import train
+from companion.mesa.results import thm4_2
 
 
 def test_the_trained_loss_band_holds_the_off_manifold_shift_through_the_curvature_and_the_entries_off_it():
@@ -52,3 +53,19 @@ def test_the_paper_design_trains_every_replicate_below_its_own_sets_bound():
                                      tilt=thm4_2.replicate_tilt("sparse_gaussian"))
     assert thm4_2.replicate_tilt("sparse_gaussian") > 0 and thm4_2.replicate_tilt("rademacher") == 0
     assert thm4_2.probe_lr("rademacher", 1e-3, 5, 100, (0.5, 1.5), 0.25, 1, 10_000, 2500, 10) == 1e-3
+
+
+def test_the_verdict_words_follow_the_records():
+    """The prose on the laws that violate Assumption 4.2 comes from the records: without the Rademacher law in
+    `probe_laws` it glued NaN ("nan standard errors"); "part (ii) alone does not suffice" only when the headline passed."""
+    from types import SimpleNamespace as R
+
+    rad = R(claim="loss_rademacher_1", status="passed", measured=1.0, falsifier_value=1.2, se=0.01, reason="")
+    w = thm4_2.verdict_words([rad, R(claim="loss_gaussian_1", status="not_resolvable")])
+    assert "$20$ standard errors" in w["rademacher"] and "does not suffice" in w["rademacher"]
+    assert w["failures"] == "Rademacher: (i), **passed**; Gaussian: both, **not resolvable**"
+    w = thm4_2.verdict_words([R(**{**vars(rad), "status": "not_resolvable"})])
+    assert "does not suffice" not in w["rademacher"] and "**not resolvable**" in w["rademacher"]
+    w = thm4_2.verdict_words([R(claim="loss_sparse_1", status="passed")])
+    assert "does not probe" in w["rademacher"] and "none of these laws" in w["failures"]
+    assert "does not probe" in thm4_2.rademacher_gap_words(None)

@@ -57,7 +57,7 @@ from companion.text import number_tag
 __all__ = ["CLAIMS", "RESULT", "LAWS", "tag", "holds", "manifest", "Condition", "conditions", "Design", "design", "paper_design",
            "paper_runs", "figure_runs", "capability_table", "exact_loss_at_cstar",
            "LossClaim", "Capability", "capability", "capability_replicates", "replicate_tilt", "probe_lr", "record_exact",
-           "record_capability", "test_loss_curves", "capability_probe"]
+           "record_capability", "test_loss_curves", "capability_probe", "rademacher_gap_words", "verdict_words"]
 
 #: the laws of the page's table of Assumption 4.2
 LAWS = ("gaussian", "sparse", "rademacher", "sparse_gaussian")
@@ -466,3 +466,36 @@ def capability_probe(cap: dict, cond: dict, laws, floor: float):
     ax.set_ylabel("test AR loss after training")
     legend_outside(fig, ncol=3, fontsize=8)
     return fig
+
+
+def rademacher_gap_words(q_rad) -> str:
+    r"""How far the headline's competitor lies from its prediction (Markdown, for ``{glue:md}``): the relative gap of
+    the :math:`T\to\infty` reading's loss above the finite-T prediction for the Rademacher law (``q_rad``: its
+    :class:`Capability` at scale 1), or that this run does not probe that law."""
+    if q_rad is None:
+        return "above the prediction by an amount this run does not measure (it does not probe the Rademacher law: `probe_laws`)"
+    return f"{100 * abs(q_rad.whole.falsifier_value / q_rad.whole.predicted - 1):.0f} % above the prediction"
+
+
+def verdict_words(records) -> dict:
+    r"""The verdict paragraph's sentences on the laws that violate Assumption 4.2 (Markdown, for ``{glue:md}``),
+    from the records ``loss_<law>_1``: ``failures``, the statuses of the Rademacher, sparse-Gaussian and Gaussian
+    claims that were made; ``rademacher``, the headline against its prediction and its competitor's distance, or that
+    the law was not probed."""
+    by = {r.claim: r for r in records}
+    names = (("rademacher", "Rademacher: (i)"), ("sparse_gaussian", "sparse-Gaussian: (ii)"), ("gaussian", "Gaussian: both"))
+    made = [(label, by[f"loss_{tag(law, 1.0)}"]) for law, label in names if f"loss_{tag(law, 1.0)}" in by]
+    failures = ("; ".join(f"{label}, **{r.status.replace('_', ' ')}**" for label, r in made) if made else
+                "none of these laws is probed here (`probe_laws`)")
+    rad = by.get(f"loss_{tag('rademacher', 1.0)}")
+    if rad is None:
+        rademacher = "This run does not probe Rademacher coordinates (`probe_laws`), the headline's law."
+    elif rad.status == "not_applicable":
+        rademacher = f"For Rademacher coordinates the claim does not apply: {rad.reason}."
+    else:
+        zf = abs(rad.measured - rad.falsifier_value) / rad.se if rad.se else float("nan")
+        rademacher = (rf"For Rademacher coordinates the trained test loss against the finite-$T$ prediction is "
+                      rf"**{rad.status.replace('_', ' ')}**, ${zf:.0f}$ standard errors from the loss of the recovering "
+                      r"step $1/\kappa$ that the $T\to\infty$ reading predicts"
+                      + (": part (ii) alone does not suffice at finite $T$." if rad.status == "passed" else "."))
+    return dict(failures=failures, rademacher=rademacher)
