@@ -138,3 +138,8 @@ def test_the_verdict_words_follow_the_records():
                 reason="no model trained at this point (`replicates` is 0)")
     words = thm3_2.verdict_words(recs, model, 3, np.array([np.nan]), eta=0.3, replicates=0, steps=100, k_train=6)
     assert "No trained model is compared" in words and "`replicates` is 0" in words and "nan" not in words.lower()
+
+
+def test_the_caption_star_says_when_no_model_was_trained():
+    assert "the mean of the 4 trained CoT models at $k = 3$" in thm3_2.star_words(True, 4, 3)
+    assert "no trained models" in thm3_2.star_words(False, 0, 3)

@@ -276,3 +276,14 @@ def test_beyond_words_say_which_grows_faster():
     rows = _rows(1e8)
     rows["4_4"]["unstable"] = 0.3  # near, not beyond: nothing to say
     assert thm4_2.beyond_words(rows, k_list).startswith("is not measured here")
+
+
+def test_the_prose_numbers_beyond_the_boundary_carry_their_growth_claims_status():
+    """The sentence beyond the boundary prints the growth fractions whether or not their claim applies; its status
+    is glued beside them (it said "and so does the trained model" whatever the claim said)."""
+    from types import SimpleNamespace as R
+
+    rows = {"4_4": {"unstable": 0.8, "growth": dict(model=0.7, law=0.72, model_median=1e4, law_median=2e4)}}
+    text = thm4_2.prose_numbers(rows, [R(claim="cot42_growth_4_4", status="not_applicable")])
+    assert text["b_sigma"] == "4:4" and text["b_model"] == "0.700" and text["b_verdict"] == "not applicable"
+    assert thm4_2.prose_numbers(rows)["b_verdict"] == "—"

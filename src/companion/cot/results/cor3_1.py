@@ -253,7 +253,8 @@ def figure(d_list, ratios, pairs, mc: dict, trained: dict):
         ax1.semilogx(ngrid / d, (d * d / (ngrid + d)) / (d**2 / ngrid), ":", color=f"C{c}")
     for (_, n), t in trained.items():
         ax0.plot([n], [t["mean"]], "*", ms=11, color="k")
-    ax0.plot([], [], "*", color="k", label="trained LSAs (mean)")
+    if trained:  # no legend entry for stars that are not drawn (`train_d` empty)
+        ax0.plot([], [], "*", color="k", label="trained LSAs (mean)")
     ax1.plot([], [], ":", color="k", label=r"falsifier $d^2/(n+d)$")
     ax0.set_xlabel("n")
     ax0.set_ylabel(r"min $E\,\|\hat w - w^\star\|^2$")

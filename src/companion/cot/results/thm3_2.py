@@ -36,7 +36,7 @@ __all__ = ["CLAIMS", "RESULT", "NEIGHBOUR", "IDENTITY_LIMIT", "RULE_SHARE", "nei
            "unconverged_reason", "rule_words", "trained_cot", "learned_steps",
            "construction_errors", "law_medians", "median_pair", "mp_quadrature_pair", "mp_limit_fit", "inverse_d_fit", "decay_curves",
            "record_trained", "record_exact", "record_law", "record_mp", "record_decay", "figure", "figure_mp",
-           "manifest", "verdict_words"]
+           "manifest", "verdict_words", "star_words"]
 
 LAW = ClaimSpec("cot32_law_k{k}", "statistical", "monte_carlo", prediction="companion.cot.theory.gd.gd_error_samples",
                 falsifier="one GD step instead of $k$ (median of the one-step law)",
@@ -427,6 +427,14 @@ def record_exact(v, model_kt, ex: dict, k: int, *, d: int, num_model: int):
                rf"(`gd_error_wishart`). Competitor $L_{{{ex['near_k']}}} = {tex_number(ex['near'], '.4g')}$, the nearer of "
                rf"$L_{{{k - 1}}} = {tex_number(ex['km1'], '.4g')}$ and $L_{{{k + 1}}} = {tex_number(ex['kp1'], '.4g')}$. Floor: "
                f"{_round_off(d)}.")
+
+
+def star_words(trained: bool, replicates: int, kt: int) -> str:
+    """The figure caption's words on the trained models' star (Markdown, for ``{glue:md}``): what it shows, or that
+    no trained model is drawn (``replicates`` 0, or training that diverged or did not converge)."""
+    if not trained:
+        return "no trained models (none was trained to its stopping rule at these parameters)"
+    return rf"the mean of the {replicates} trained CoT models at $k = {kt}$ (star, $\pm 2$ standard errors)"
 
 
 def verdict_words(records, model: dict, kt: int, eta_learned, *, eta: float, replicates: int, steps: int,

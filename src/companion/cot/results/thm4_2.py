@@ -422,17 +422,18 @@ def spectrum_text(name: str) -> str:
 
 #: the keys of :func:`prose_numbers`
 PROSE_KEYS = ("h_sigma", "h_gap", "h_stated", "h_cond", "b_sigma", "b_unstable", "b_model", "b_law", "b_model_med",
-              "b_law_med")
+              "b_law_med", "b_verdict")
 
 
-def prose_numbers(rows: dict) -> dict[str, str]:
+def prose_numbers(rows: dict, records=()) -> dict[str, str]:
     r"""The numbers of the page's prose after the verdict, as text (``"—"`` where no covariance qualifies), from
     ``rows`` (name -> :func:`ood_row`): for the first covariance inside the boundary (:func:`regime`) its spectrum
     ``h_sigma``, the distance ``h_gap`` of the competitor one CoT step away from the prediction (:func:`model_claim`),
     the stated bound :math:`d\,\E\max_j|1-\eta\lambda_j|^{2K}` over the theorem's mean error ``h_stated`` and the
     sufficient condition's bound over the model's median ``h_cond`` (:func:`condition_claim`); for the covariance
     farthest beyond the boundary its spectrum ``b_sigma``, its share of divergent spectra ``b_unstable``, the model's
-    and the law's growth fractions ``b_model``, ``b_law`` and median errors ``b_model_med``, ``b_law_med``."""
+    and the law's growth fractions ``b_model``, ``b_law``, median errors ``b_model_med``, ``b_law_med`` and the status
+    of its claim ``cot42_growth_*`` among ``records`` (the verdict's), ``b_verdict``."""
     inside = [nm for nm, r in rows.items() if regime(r) == "inside"]
     beyond = sorted((nm for nm, r in rows.items() if r["unstable"] > 0), key=lambda nm: rows[nm]["unstable"])
     text = dict.fromkeys(PROSE_KEYS, "—")
@@ -449,6 +450,8 @@ def prose_numbers(rows: dict) -> dict[str, str]:
         text.update(b_sigma=spectrum_lo_hi(beyond[-1]), b_unstable=f"{r['unstable']:.0%}",
                     b_model=f"{g['model']:.3f}", b_law=f"{g['law']:.3f}", b_model_med=f"{g['model_median']:.3g}",
                     b_law_med=f"{g['law_median']:.3g}")
+        status = {r.claim: r.status for r in records}.get(f"cot42_growth_{beyond[-1]}")
+        text.update(b_verdict=status.replace("_", " ") if status else "—")
     return text
 
 

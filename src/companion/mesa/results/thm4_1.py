@@ -342,8 +342,8 @@ def band_numbers(rep: dict, records, settings: dict) -> dict:
 
     (``<key>_z_fal``, ``<key>_z_th``, ``<key>_sys``), beside the record's band in standard errors (``<key>_crit``),
     its power (the falsifier's distance from the prediction :math:`|x_p-x_f|/\mathrm{SE}`, ``<key>_gap``, against
-    the deviation the band detects, ``<key>_detect``, :func:`companion.stats.detectable`) and its status in words
-    (``<key>_status``); f is the record's floor (the round-off plus what the extrapolation
+    the deviation the band detects, ``<key>_detect``, :func:`companion.stats.detectable`), its status in words
+    (``<key>_status``) and its claim id (``<key>_claim``); f is the record's floor (the round-off plus what the extrapolation
     leaves of the off-manifold feedback, :func:`companion.mesa.evidence.offmanifold_floor`). Settings without a
     record are left out."""
     by_claim = {r.claim: r for r in records}
@@ -360,6 +360,7 @@ def band_numbers(rep: dict, records, settings: dict) -> dict:
         out[f"{key}_gap"] = float(abs(q.replicates.predicted - q.replicates.falsifier_value) / q.se)
         out[f"{key}_detect"] = float(rec.detectable / q.se) if rec.detectable is not None else math.nan
         out[f"{key}_status"] = rec.status.replace("_", " ")
+        out[f"{key}_claim"] = rec.claim
     return out
 
 
