@@ -433,8 +433,8 @@ def star_words(trained: bool, replicates: int, kt: int) -> str:
     """The figure caption's words on the trained models' star (Markdown, for ``{glue:md}``): what it shows, or that
     no trained model is drawn (``replicates`` 0, or training that diverged or did not converge)."""
     if not trained:
-        return "no trained models (none was trained to its stopping rule at these parameters)"
-    return rf"the mean of the {replicates} trained CoT models at $k = {kt}$ (star, $\pm 2$ standard errors)"
+        return "trained models' mean, not drawn here (none was trained to its stopping rule at these parameters)"
+    return rf"mean of the {replicates} trained CoT models at $k = {kt}$ (star, $\pm 2$ standard errors)"
 
 
 def verdict_words(records, model: dict, kt: int, eta_learned, *, eta: float, replicates: int, steps: int,
