@@ -177,7 +177,7 @@ def stage_analysis(eta: float, k: int, sigma: float, lam=1.0, target: float = TA
             raise ValueError(f"stage_analysis: GD on the data diverges (eta lambda_max = {eta_lmax:.3g} >= 2); "
                              "the stages are analysed on stable data only")
         mu = dynamics.fixed_point_rate(eta, k, lam)
-        T = 1e3 / mu + 1e3 / max(sigma, 1e-6) if horizon is None else float(horizon)
+        T = dynamics.convergence_budget(mu, sigma) if horizon is None else float(horizon)
         t_, v_, w_, loss_ = dynamics.solve_reduced_flow(eta, k, sigma, T, lam=lam, num_t=num_t)
         return dict(t=t_, v=v_, w=w_, loss=loss_, T=T, t2=float("nan"), mu=mu, converged=False, hypothesis=False,
                     eta_lmax=eta_lmax, veq0=veq0, final=float("nan"), limit=None)
@@ -186,7 +186,7 @@ def stage_analysis(eta: float, k: int, sigma: float, lam=1.0, target: float = TA
                                                  rtol=FLOW_TOLS[0], atol=FLOW_TOLS[1]), converged=True)
     except ParameterError:  # not within the rate-derived budget: the limit claims record the distance reached
         mu = dynamics.fixed_point_rate(eta, k, lam)
-        T = 1e3 / mu + 1e3 / max(sigma, 1e-6)  # the budget of reduced_flow_converged
+        T = dynamics.convergence_budget(mu, sigma)
         t_, v_, w_, loss_ = dynamics.solve_reduced_flow(eta, k, sigma, T, lam=lam, num_t=num_t)
         r = dict(t=t_, v=v_, w=w_, loss=loss_, T=T, t2=float("nan"), mu=mu, converged=False)
     t, v, w = r["t"], r["v"], r["w"]

@@ -24,7 +24,7 @@ from scipy.linalg import hadamard
 from companion.params import ParameterError, integer, real, require
 
 __all__ = ["reduced_loss", "reduced_grad", "stage1_v", "solve_reduced_flow", "fixed_point_rate",
-           "reduced_flow_converged", "v_curvature", "slow_manifold_time", "assumption41_init", "gd_iterate_maps",
+           "reduced_flow_converged", "convergence_budget", "v_curvature", "slow_manifold_time", "assumption41_init", "gd_iterate_maps",
            "restricted_loss_grad", "restricted_flow_rhs", "restricted_flow", "symmetrised_S_sample"]
 
 
@@ -213,6 +213,13 @@ def _reduced_moments(eta: float, k: int, lam=1.0):
     return float(l2.mean()), (l2 * a).mean(axis=1), (l2 * a**2).mean(axis=1)
 
 
+def convergence_budget(mu: float, sigma: float) -> float:
+    r"""The time :func:`reduced_flow_converged` allows the reduced flow to come near the construction,
+    :math:`10^3/\mu + 10^3/\sigma`: a thousand time constants of stage 2 plus a thousand of the growth of w from
+    :math:`\sigma` (:math:`\sigma` floored at :math:`10^{-6}`)."""
+    return 1e3 / mu + 1e3 / max(sigma, 1e-6)
+
+
 def reduced_flow_converged(eta: float, k: int, sigma: float, target: float, lam=1.0, enter: float = 1e-3,
                            num_t: int = 801, rtol: float = 1e-11, atol: float = 1e-14):
     r"""The reduced flow integrated to a horizon that follows from its rate (:prf:ref:`cot-thm-4-1`).
@@ -265,7 +272,7 @@ def reduced_flow_converged(eta: float, k: int, sigma: float, target: float, lam=
         return max(abs(x[0]), abs(x[1])) - enter
 
     near.terminal, near.direction = True, -1
-    T_cap = 1e3 / mu + 1e3 / max(sigma, 1e-6)
+    T_cap = convergence_budget(mu, sigma)
     x0 = [sigma + eta, sigma - 1.0]
     sol = integrate.solve_ivp(rhs, (0.0, T_cap), x0, method="LSODA", events=near, rtol=1e-10, atol=1e-13)
     if not sol.t_events[0].size:
