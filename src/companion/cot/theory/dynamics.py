@@ -157,21 +157,18 @@ def solve_reduced_flow(eta: float, k: int, sigma: float, T: float, lam=1.0, num_
     T = real("T", T, min=0, min_open=True)
     lam = np.asarray(lam, dtype=float)
 
-    A0, A1, A2 = _reduced_moments(eta, k, lam)
+    moments = _reduced_moments(eta, k, lam)
 
-    def rhs(_t, y):  # P = vw + eta, Q = v + eta: the gradient of (1/2) sum_i [P^2 A2_i - 2 P Q A1_i + Q^2 A0]
+    def rhs(_t, y):
         v, w = y
-        P, Q = v * w + eta, v + eta
-        return [-float(np.sum(P * w * A2 - (w * Q + P) * A1 + Q * A0)), -float(np.sum(v * (P * A2 - Q * A1)))]
+        return _moment_flow(v * w + eta, v + eta, v, w, moments)
 
     t = np.linspace(0.0, T, num_t)
     sol = integrate.solve_ivp(rhs, (0.0, T), [sigma, sigma], method="LSODA", t_eval=t, rtol=rtol, atol=atol)
     if not sol.success or not np.all(np.isfinite(sol.y)):
         raise ParameterError("eta", f"the reduced flow failed ({sol.message}); try a smaller eta or T")
     v, w = sol.y
-    P, Q = (v * w + eta)[:, None], (v + eta)[:, None]
-    loss = 0.5 * np.sum(P**2 * A2 - 2 * P * Q * A1 + Q**2 * A0, axis=1)
-    return t, v, w, loss
+    return t, v, w, _moment_loss(v * w + eta, v + eta, moments)
 
 
 def fixed_point_rate(eta: float, k: int, lam=1.0) -> float:
@@ -211,6 +208,22 @@ def _reduced_moments(eta: float, k: int, lam=1.0):
     a = _a(lam, eta, k).reshape(k, -1)
     l2 = (lam**2 * np.ones(lam.shape)).reshape(-1)
     return float(l2.mean()), (l2 * a).mean(axis=1), (l2 * a**2).mean(axis=1)
+
+
+def _moment_flow(P, Q, v, w, moments) -> list[float]:
+    r"""The reduced flow :math:`-\nabla\ell` on the moments of :func:`_reduced_moments`, given :math:`P = vw + \eta`
+    and :math:`Q = v + \eta` (each caller forms them in its own coordinates):
+    :math:`\partial_v\ell = \sum_i[PwA_2^{(i)} - (wQ + P)A_1^{(i)} + QA_0]`,
+    :math:`\partial_w\ell = v\sum_i[PA_2^{(i)} - QA_1^{(i)}]`."""
+    A0, A1, A2 = moments
+    return [-float(np.sum(P * w * A2 - (w * Q + P) * A1 + Q * A0)), -float(np.sum(v * (P * A2 - Q * A1)))]
+
+
+def _moment_loss(P, Q, moments) -> np.ndarray:
+    r""":math:`\ell = \tfrac12\sum_i[P^2A_2^{(i)} - 2PQA_1^{(i)} + Q^2A_0]` along a path (``P``, ``Q`` arrays)."""
+    A0, A1, A2 = moments
+    P, Q = np.asarray(P)[:, None], np.asarray(Q)[:, None]
+    return 0.5 * np.sum(P**2 * A2 - 2 * P * Q * A1 + Q**2 * A0, axis=1)
 
 
 def convergence_budget(mu: float, sigma: float) -> float:
@@ -261,12 +274,11 @@ def reduced_flow_converged(eta: float, k: int, sigma: float, target: float, lam=
         :math:`10^3/\mu + 10^3/\sigma`.
     """
     mu = fixed_point_rate(eta, k, lam)
-    A0, A1, A2 = _reduced_moments(eta, k, lam)
+    moments = _reduced_moments(eta, k, lam)
 
     def rhs(_t, x):  # x = (v + eta, w - 1): P = vw + eta = x0 (x1 + 1) - eta x1, Q = v + eta = x0
         Q, w = x[0], x[1] + 1.0
-        P = Q * w - eta * x[1]
-        return [-float(np.sum(P * w * A2 - (w * Q + P) * A1 + Q * A0)), -float(np.sum((Q - eta) * (P * A2 - Q * A1)))]
+        return _moment_flow(Q * w - eta * x[1], Q, Q - eta, w, moments)
 
     def near(_t, x):
         return max(abs(x[0]), abs(x[1])) - enter
@@ -283,8 +295,7 @@ def reduced_flow_converged(eta: float, k: int, sigma: float, target: float, lam=
     sol = integrate.solve_ivp(rhs, (0.0, T), x0, method="LSODA", t_eval=t, rtol=rtol, atol=atol, dense_output=True)
     Q, x1 = sol.y
     v, w = Q - eta, x1 + 1.0
-    P = (Q * w - eta * x1)[:, None]
-    loss = 0.5 * np.sum(P**2 * A2 - 2 * P * Q[:, None] * A1 + Q[:, None] ** 2 * A0, axis=1)
+    loss = _moment_loss(Q * w - eta * x1, Q, moments)
     xa = sol.sol(t2 + np.arange(3) * np.log(10.0) / mu)  # (2, 3)
     decades = np.abs(xa).max(axis=0)
     return dict(t=t, v=v, w=w, loss=loss, T=float(T), t2=t2, mu=mu, decades=decades, final=float(np.abs(sol.y[:, -1]).max()))
