@@ -14,7 +14,7 @@ import torch
 
 from companion.params import ParameterError, integer, real, require
 
-__all__ = ["Prompts", "sample_prompts", "gd_trajectory", "embed", "cot_tokens", "blocks_slices", "make_generator"]
+__all__ = ["Prompts", "sample_prompts", "sample_replicate_prompts", "gd_trajectory", "embed", "cot_tokens", "blocks_slices", "make_generator"]
 
 DTYPE = torch.float64
 
@@ -80,6 +80,24 @@ def sample_prompts(batch: int, d: int, n: int, generator: torch.Generator, Sigma
         X = L @ X
     w_star = torch.randn(batch, d, generator=generator, dtype=torch.float32).to(dtype)
     return Prompts(X, w_star)
+
+
+def sample_replicate_prompts(batch: int, d: int, n: int, generators: list) -> Prompts:
+    """``batch`` prompts from each of the ``generators`` (Sigma = I, float64), stacked replicate-major: the
+    prompts of ``torch.cat`` over :func:`sample_prompts` (batch, d, n, g) for g in ``generators``, draw for draw,
+    bit for bit. One training step of R replicates draws them this way: the sizes are checked once, each
+    generator fills its slice of one float32 array and the whole is cast once, where R separate calls spent
+    more time in their checks, casts and concatenation than in drawing (a third of a cot training step)."""
+    batch = integer("batch", batch, min=1)
+    d = integer("d", d, min=1)
+    n = integer("n", n, min=1)
+    R = len(generators)
+    X = torch.empty(R, batch, d, n, dtype=torch.float32)
+    w_star = torch.empty(R, batch, d, dtype=torch.float32)
+    for r, g in enumerate(generators):  # each generator's draws in sample_prompts' order: X, then w*
+        torch.randn(batch, d, n, generator=g, dtype=torch.float32, out=X[r])
+        torch.randn(batch, d, generator=g, dtype=torch.float32, out=w_star[r])
+    return Prompts(X.reshape(R * batch, d, n).to(DTYPE), w_star.reshape(R * batch, d).to(DTYPE))
 
 
 def gd_trajectory(prompts: Prompts, eta: float, k: int) -> torch.Tensor:

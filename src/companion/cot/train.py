@@ -37,7 +37,7 @@ from companion.params import TrainingDiverged, choice, integer, real
 from companion.seeds import COT_PROMPTS, COT_TRAIN_EVAL
 
 from . import grads_torch
-from .data import Prompts, make_generator, sample_prompts
+from .data import Prompts, make_generator, sample_prompts, sample_replicate_prompts
 from .grads import cot_step_grads, looped_isotropic_grads, outcome_loss_grads
 from .model import cot_inference, looped_predict, no_cot_predict, per_prompt_error
 
@@ -246,10 +246,6 @@ def _train_full_checked(engine: _Engine, objective, d, n, k, eta, steps, lr, bat
                            eval_every, eval_batch, clip, blowup, replicates, dev)
 
 
-def _stack_prompts(parts: list) -> Prompts:
-    return parts[0] if len(parts) == 1 else Prompts(torch.cat([p.X for p in parts]), torch.cat([p.w_star for p in parts]))
-
-
 def _train_full(engine, objective, d, n, k, eta, steps, lr, batch, seed, init_scale, optimizer, lr_final, eval_every,
                 eval_batch, clip, blowup, R, dev) -> TrainResult:
     D = 2 * d + 2
@@ -272,7 +268,7 @@ def _train_full(engine, objective, d, n, k, eta, steps, lr, batch, seed, init_sc
             snaps.append((K_cpu.numpy().copy(), V_cpu.numpy().copy()))
         if step == steps:
             break
-        prompts = _stack_prompts([sample_prompts(batch, d, n, g) for g in gens])
+        prompts = sample_replicate_prompts(batch, d, n, gens)
         if dev.type != "cpu":
             prompts = Prompts(prompts.X.to(dev), prompts.w_star.to(dev))
         loss, g_KQ, g_PV = engine.full(objective, prompts, eta, W_KQ, W_PV, k)
@@ -327,7 +323,7 @@ def _train_looped_isotropic(engine: _Engine, d, n, k, steps, lr, lr_final, batch
     opt = engine.optimizer([v, w], "adam", lr, lr_final ** (1.0 / steps))
     with threads1():
         for step in range(steps):
-            p = _stack_prompts([sample_prompts(batch, d, n, g) for g in gens])
+            p = sample_replicate_prompts(batch, d, n, gens)
             loss, g_v, g_w = engine.isotropic(p.S.reshape(R, batch, d, d), p.w_star.reshape(R, batch, d), v, w, k)
             if not math.isfinite(float(loss)):
                 raise TrainingDiverged(f"looped training diverged at step {step} with lr = {lr:g}; use a smaller lr")

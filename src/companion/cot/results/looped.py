@@ -24,7 +24,7 @@ from companion.seeds import COT_EVAL, COT_ISO_EVAL, COT_PROMPTS
 from companion.stats import ROUNDOFF, Z_LEVEL, combine, mean_se
 
 from ...text import tex_number
-from ..data import Prompts, make_generator, sample_prompts
+from ..data import make_generator, sample_prompts, sample_replicate_prompts
 from ..grads import outcome_loss_grads
 from ..model import looped_predict, per_prompt_error, sparse_parameters
 from ..stats import model_errors, trained_vs_prediction
@@ -172,8 +172,7 @@ def train_looped_sparse(d: int, n: int, k: int, *, steps: int, lr: float, lr_fin
     opt = Optimizer([W_KQ, W_PV], "adam", lr, lr_final ** (1.0 / steps))
     with threads1():
         for step in range(steps):
-            parts = [sample_prompts(batch, d, n, g) for g in gens]
-            prompts = Prompts(torch.cat([p.X for p in parts]), torch.cat([p.w_star for p in parts]))
+            prompts = sample_replicate_prompts(batch, d, n, gens)
             loss, g_KQ, g_PV = outcome_loss_grads(prompts, W_KQ, W_PV, k, "looped")
             if not math.isfinite(float(loss)):
                 raise TrainingDiverged(f"training of the sparse looped models diverged at step {step} with lr = {lr:g}")
