@@ -16,6 +16,7 @@ import pytest
 from companion.cot.results import thm4_1
 from companion.cot.theory import dynamics, wishart
 from companion.params import ParameterError
+from companion.text import tex_number
 from companion.verdict import Verdict
 
 
@@ -251,6 +252,13 @@ def test_a_flow_outside_the_hypothesis_is_not_applicable_and_is_drawn_to_its_hor
     assert st == dict(cot41_finite_n_limit="not_applicable", cot41_flow_eigenbasis="passed",
                       cot41_flow_limit="not_applicable")
     assert all(len(r.reason) <= 200 for r in v.records)
+    # a flow only drawn (to T = 30 and 5) names no horizon as the time of its distance; an integrated one does
+    q = {r.claim: r.quantity for r in v.records}
+    assert all("$T =" not in q[c] and "not integrated" in q[c] for c in ("cot41_finite_n_limit", "cot41_flow_limit"))
+    good = next(f for f in flows if f["hypothesis"])
+    v2 = Verdict("cot/thm4_1_dynamics", manifest=["cot41_flow_limit"], parameters={})
+    thm4_1._limit(v2, "cot41_flow_limit", good, quantity="distance", rate="the rate", solver="the solver")
+    assert v2.records[0].quantity == rf"distance at $T = {tex_number(good['T'])}$"
 
 
 # ----------------------------------------------------------------------------- the regime n ~ d log d, k ~ log d

@@ -423,8 +423,7 @@ def record_stages(v, ode: dict) -> None:
                       rf"(${tex_number(ode['rate_solver'], '.2g')}$), and of the change of the local rate across the "
                       rf"window, the rates on its lower and upper halves in $\ln$ distance differing by "
                       rf"${tex_number(ode['rate_window'], '.2g')}$ (nonlinear terms and the faster mode).")
-    _limit(v, "cot41_ode_limit", ode, quantity=r"reduced ODE ($n\to\infty$): $\max(|v(T) + \eta|, |w(T) - 1|)$ at "
-                                                  rf"$T = {tex_number(ode['T'])}$",
+    _limit(v, "cot41_ode_limit", ode, quantity=r"reduced ODE ($n\to\infty$): $\max(|v(T) + \eta|, |w(T) - 1|)$",
            rate=r"the rate $\mu$", solver=_solver_words(RATE_TOLS[0], FLOW_TOLS))
 
 
@@ -441,9 +440,11 @@ def _solver_words(measured: tuple, loose: tuple) -> str:
 def _limit(v, claim: str, flow: dict, *, quantity: str, rate: str, solver: str) -> None:
     """A limit claim: the flow's distance to the construction at its horizon against the linearised flow from the
     distance ``ENTER`` (:func:`linear_limit`); a flow that never came within ``ENTER`` fails, with the distance it
-    reached."""
+    reached. ``quantity`` names the distance; " at T = <horizon>" follows it where the flow was integrated to its
+    horizon, not where the claim does not apply (that flow is only drawn)."""
     lim = flow["limit"]
     if not flow.get("hypothesis", True):
+        quantity += " (not integrated: outside the hypothesis)"
         veq = (rf"; $v_{{\rm eq}}(0) = {tex_number(flow['veq0'], '.3g')}$"
                rf"{' > 0: the flow leaves on the branch $v > 0$, $w < 0$' if flow['veq0'] > 0 else ''}"
                if "veq0" in flow else "")
@@ -455,6 +456,7 @@ def _limit(v, claim: str, flow: dict, *, quantity: str, rate: str, solver: str) 
                                 r"the stage-1 quasi-equilibrium negative" + veq + r". The flow was not integrated to "
                                 rf"convergence (drawn to $T = {tex_number(flow['T'])}$).")
         return
+    quantity += rf" at $T = {tex_number(flow['T'])}$"
     if lim is None:
         v.numerics(claim, quantity=quantity, predicted=TARGET, measured=flow["final"], tolerance=0.0, comparison="rel",
                    reason=rf"the flow did not come within ${_pow10(ENTER)}$ of the construction within its budget "
@@ -483,7 +485,7 @@ def record_flows(v, fin: dict, flow: dict, *, d: int, n: int, d_flow: int) -> No
     flow stays diagonal in the initial eigenbasis :math:`U`: an implementation test) and ``cot41_flow_limit``
     (:math:`(V_{31}, W_{13}) \to (-\eta I, I)`, ``flow``, :func:`matrix_flow`)."""
     _limit(v, "cot41_finite_n_limit", fin,
-           quantity=rf"reduced ODE ($d = {d}$, $n = {n}$): distance at $T = {tex_number(fin['T'])}$",
+           quantity=rf"reduced ODE ($d = {d}$, $n = {n}$): distance to the construction",
            rate=r"$\mu$ the rate of the loss on this sample of spectra",
            solver=_solver_words(RATE_TOLS[0], FLOW_TOLS))
     v.identity("cot41_flow_eigenbasis",
@@ -496,8 +498,7 @@ def record_flows(v, fin: dict, flow: dict, *, d: int, n: int, d_flow: int) -> No
                       rf"exactly; LSODA with rtol ${_pow10(MATRIX_TOLS[1][0])}$, atol ${_pow10(MATRIX_TOLS[1][1])}$; "
                       r"tolerance $10^{-8}$.")
     _limit(v, "cot41_flow_limit", flow,
-           quantity=rf"matrix flow ($d = {d_flow}$): $\max(|V_{{31}}(T) + \eta I|, |W_{{13}}(T) - I|)$ at "
-                    rf"$T = {tex_number(flow['T'])}$",
+           quantity=rf"matrix flow ($d = {d_flow}$): $\max(|V_{{31}}(T) + \eta I|, |W_{{13}}(T) - I|)$",
            rate=r"$\mu$ the smallest eigenvalue of the Hessian of the sample loss at $(-\eta I, I)$ in the "
                 r"$U$-diagonal coordinates (central differences of the exact gradient)",
            solver=_solver_words(*MATRIX_TOLS))
