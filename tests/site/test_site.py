@@ -106,30 +106,42 @@ _GLANCE_FOREST_JS = ("() => Array.from(document.querySelectorAll('figure.cv-fore
                      ".filter(i => i.naturalWidth > 0).length")
 
 
-def _visit_all(browser, smoke_site, viewport, extra) -> dict:
-    """Every page (:func:`_pages`, then "Results at a glance") loaded once at ``viewport``: per page, what
-    ``extra(page, path)`` reads, with the console errors, remote requests and the document's scroll width; the
-    forest-plot data of each notebook page (``_FOREST_JS``) and the glance page's count of decoded forest plots.
-    Each test below reads these instead of loading the pages again (a page load typesets its formulas: about a
-    second each)."""
+def _visit_all(browser, smoke_site) -> dict:
+    """Every page (:func:`_pages`, then "Results at a glance") loaded once at 1280 px and read, then the same page
+    resized to a phone's width and read again: ``{"desktop": {path: ...}, "phone": {path: ...}}``. Per page and
+    width: the console errors, remote requests and the document's scroll width, the forest-plot data of each notebook
+    page (``_FOREST_JS``) and the glance page's count of decoded forest plots; at 1280 px also what
+    :func:`_desktop_extra` reads. Each test below reads these instead of loading the pages again (a page load typesets
+    its formulas: about a second each). One load serves both widths: the site's MathJax (version 3) typesets once
+    and breaks no line by width, and the layout follows the viewport through CSS alone; a page loaded at a phone's
+    width and one resized to it gave the same scroll widths and image widths on every page of a built book, a seeded
+    600 px element included (both 600 px in 390)."""
     from companion.report import verdict_label
 
     html = _site(smoke_site)
     names = {html / "notebooks" / f"{n}.html": n for n in nbs.all_notebooks()}
     glance = html / "book" / "glance.html"
-    visit = Visit(browser, viewport)
-    seen = {}
+    visit = Visit(browser, DESKTOP)
+    seen: dict[str, dict] = {"desktop": {}, "phone": {}}
+
+    def read(page, path, extra) -> dict:
+        got = {"errors": list(visit.errors), "remote": list(visit.remote),
+               "width": page.evaluate("() => [document.documentElement.scrollWidth, "
+                                      "document.documentElement.clientWidth]"), **extra}
+        if path in names:
+            got["forest"] = page.evaluate(_FOREST_JS, verdict_label(names[path]))
+        if path == glance:
+            got["glance_forests"] = page.evaluate(_GLANCE_FOREST_JS)
+        return got
+
     try:
         for path in [*_pages(html), *([glance] if glance.is_file() else [])]:
+            visit.page.set_viewport_size(DESKTOP)
             page = visit.open(path)
-            got = {"errors": list(visit.errors), "remote": list(visit.remote),
-                   "width": page.evaluate("() => [document.documentElement.scrollWidth, "
-                                          "document.documentElement.clientWidth]"), **extra(page, path)}
-            if path in names:
-                got["forest"] = page.evaluate(_FOREST_JS, verdict_label(names[path]))
-            if path == glance:
-                got["glance_forests"] = page.evaluate(_GLANCE_FOREST_JS)
-            seen[path] = got
+            seen["desktop"][path] = read(page, path, _desktop_extra(page, path))
+            page.set_viewport_size(PHONE)
+            page.wait_for_timeout(300)
+            seen["phone"][path] = read(page, path, {})
     finally:
         visit.close()
     return seen
@@ -144,15 +156,21 @@ def _desktop_extra(page, path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def desktop(browser, smoke_site):
-    """Every page loaded once at 1280 px: what the tests below look at, per page."""
-    return _visit_all(browser, smoke_site, DESKTOP, _desktop_extra)
+def visits(browser, smoke_site):
+    """Every page loaded once, read at 1280 px and at a phone's width (:func:`_visit_all`)."""
+    return _visit_all(browser, smoke_site)
 
 
 @pytest.fixture(scope="module")
-def phone(browser, smoke_site):
-    """Every page loaded once at a phone's width."""
-    return _visit_all(browser, smoke_site, PHONE, lambda page, path: {})
+def desktop(visits):
+    """Every page at 1280 px: what the tests below look at, per page."""
+    return visits["desktop"]
+
+
+@pytest.fixture(scope="module")
+def phone(visits):
+    """Every page at a phone's width."""
+    return visits["phone"]
 
 
 def test_pages_at_1280_px(desktop, smoke_site):
