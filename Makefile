@@ -68,6 +68,7 @@ results: $(STAMP)
 calibrate: $(STAMP)
 	$(PY) -m companion calibrate all --resume
 	$(PY) -m companion calibrate all --point domain --resume
+	$(PY) -m companion calibrate mesa/appendix_experiments --point paper --resume
 
 # Seeded bugs, one at a time in a copy of the package: how many does the fast suite kill?
 mutants: $(STAMP)

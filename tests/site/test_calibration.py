@@ -104,6 +104,10 @@ def test_make_calibrate_runs_the_seeds_the_committed_set_must_hold():
     points = re.findall(r"companion calibrate all( --point domain)? --resume\n", recipe + "\n")
     assert sorted(points) == ["", " --point domain"] and "--seeds" not in recipe, recipe  # the command's defaults:
     assert (cal.default_seeds("smoke"), cal.default_seeds("domain:1")) == (cal.SMOKE_SEEDS, cal.DOMAIN_SEEDS)
+    # the committed files at the paper's settings: each notebook's own line
+    paper = re.findall(r"companion calibrate (\S+) --point paper --resume\n", recipe + "\n")
+    assert sorted(paper) == sorted(d["notebook"] for d in cal.read_all() if d["point"] == "paper"), recipe
+    assert cal.default_seeds("paper") == cal.DOMAIN_SEEDS
 
 
 # ------------------------------------------------------------------------------- the statistics
