@@ -182,7 +182,8 @@ def bench_train_step(batch=64, eta=0.3, repeats=7, inner=10):
 def bench_sampling(batch=64, repeats=7, inner=50):
     """One training step's minibatches of R replicates: one call of companion.cot.data.sample_replicate_prompts (what
     the training does) against R calls of sample_prompts concatenated (what it did), at each book run's sizes; the
-    same draws (checked), best of ``repeats`` means of ``inner`` draws. 1 thread. Returns the smallest ratio."""
+    same draws (checked), best of ``repeats`` means of ``inner`` draws, and at the smoke point of the experiments page.
+    1 thread. Returns the smallest ratio."""
     import torch
 
     from companion.cot import make_generator, sample_prompts
@@ -192,7 +193,9 @@ def bench_sampling(batch=64, repeats=7, inner=50):
     print(f"a training step's minibatches (batch {batch} per replicate, 1 thread, load {os.getloadavg()[0]:.1f}; best "
           f"of {repeats} means of {inner}), one call vs R calls:")
     ratios = []
-    for label, _, d, n, _, R in _book_runs():
+    # the book runs, and the smoke point of the experiments page (d = 3: the draws are small, the per-call overhead
+    # large; the tests and the calibration train there)
+    for label, _, d, n, _, R in [*_book_runs(), ("experiments CoT, smoke point", "cot", 3, 9, 6, 10)]:
         def one_call(gens, d=d, n=n):
             return sample_replicate_prompts(batch, d, n, gens)
 
@@ -205,6 +208,7 @@ def bench_sampling(batch=64, repeats=7, inner=50):
         t = {}
         for name, f in (("one", one_call), ("R", r_calls)):
             gens = [make_generator(r) for r in range(R)]
+            f(gens)  # untimed: the first call's allocations
             times = []
             for _ in range(repeats):
                 t0 = time.perf_counter()
