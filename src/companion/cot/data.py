@@ -86,8 +86,9 @@ def sample_replicate_prompts(batch: int, d: int, n: int, generators: list) -> Pr
     """``batch`` prompts from each of the ``generators`` (Sigma = I, float64), stacked replicate-major: the
     prompts of ``torch.cat`` over :func:`sample_prompts` (batch, d, n, g) for g in ``generators``, draw for draw,
     bit for bit. One training step of R replicates draws them this way: the sizes are checked once, each
-    generator fills its slice of one float32 array and the whole is cast once, where R separate calls spent
-    more time in their checks, casts and concatenation than in drawing (a third of a cot training step)."""
+    generator fills its slice of one float32 array and the whole is cast once, instead of R checks and casts and a
+    concatenation (``benchmarks/bench_cot.py`` times both: a small gain at small d, none measurable at the book's
+    sizes)."""
     batch = integer("batch", batch, min=1)
     d = integer("d", d, min=1)
     n = integer("n", n, min=1)
