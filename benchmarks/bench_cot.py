@@ -8,9 +8,7 @@
    every kind of training the book does: the closed-form gradients of companion.cot.grads with the written-out
    Adam of companion.cot.train against autograd + torch.optim (companion.cot.reference), on the same minibatch;
    prints both times and the ratio (target >= 5x), for the gradient + update alone and for the whole step (with the
-   sampling of the minibatch and the GD trajectory). One thread on both sides (torch and NumPy's OpenBLAS). Then a
-   step's minibatches of R replicates: one call of companion.cot.data.sample_replicate_prompts (the training's) against
-   R calls of sample_prompts concatenated, the same draws; prints both times and the ratio.
+   sampling of the minibatch and the GD trajectory). One thread on both sides (torch and NumPy's OpenBLAS).
 3. Autoregressive CoT inference at the book's evaluation size (the 10 replicate models of a CoT run, 1000 evaluation
    prompts each, d = 10, n = 20, k = 20): companion.cot.cot_inference (NumPy) against a torch reference
    (companion.cot.reference.torch_cot_inference); prints both times, the ratio and the difference.
@@ -179,50 +177,6 @@ def bench_train_step(batch=64, eta=0.3, repeats=7, inner=10):
     return min(ratios)
 
 
-def bench_sampling(batch=64, repeats=7, inner=50):
-    """One training step's minibatches of R replicates: one call of companion.cot.data.sample_replicate_prompts (what
-    the training does) against R calls of sample_prompts concatenated (what it did), at each book run's sizes; the
-    same draws (checked), best of ``repeats`` means of ``inner`` draws, and at the smoke point of the experiments page.
-    1 thread. Returns the smallest ratio."""
-    import torch
-
-    from companion.cot import make_generator, sample_prompts
-    from companion.cot.data import Prompts, sample_replicate_prompts
-
-    torch.set_num_threads(1)
-    print(f"a training step's minibatches (batch {batch} per replicate, 1 thread, load {os.getloadavg()[0]:.1f}; best "
-          f"of {repeats} means of {inner}), one call vs R calls:")
-    ratios = []
-    # the book runs, and the smoke point of the experiments page (d = 3: the draws are small, the per-call overhead
-    # large; the tests and the calibration train there)
-    for label, _, d, n, _, R in [*_book_runs(), ("experiments CoT, smoke point", "cot", 3, 9, 6, 10)]:
-        def one_call(gens, d=d, n=n):
-            return sample_replicate_prompts(batch, d, n, gens)
-
-        def r_calls(gens, d=d, n=n):
-            parts = [sample_prompts(batch, d, n, g) for g in gens]
-            return Prompts(torch.cat([p.X for p in parts]), torch.cat([p.w_star for p in parts]))
-
-        a, b = one_call([make_generator(r) for r in range(R)]), r_calls([make_generator(r) for r in range(R)])
-        assert torch.equal(a.X, b.X) and torch.equal(a.w_star, b.w_star), "the one call draws other prompts"
-        t = {}
-        for name, f in (("one", one_call), ("R", r_calls)):
-            gens = [make_generator(r) for r in range(R)]
-            f(gens)  # untimed: the first call's allocations
-            times = []
-            for _ in range(repeats):
-                t0 = time.perf_counter()
-                for _ in range(inner):
-                    f(gens)
-                times.append((time.perf_counter() - t0) / inner)
-            t[name] = min(times)
-        ratios.append(t["R"] / t["one"])
-        print(f"  {label:28s} d {d:2d} n {n:3d} R {R:2d}   {t['one'] * 1e3:7.3f} vs {t['R'] * 1e3:7.3f} ms  "
-              f"{ratios[-1]:4.1f}x", flush=True)
-    print(f"  smallest ratio {min(ratios):.1f}x")
-    return min(ratios)
-
-
 def _run_one(name: str, tmp: str, env: dict) -> tuple[str, float, int, str]:
     t = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "companion", "run", f"cot/{name}", "-o", f"{tmp}/{name}", "--quiet"],
@@ -308,14 +262,12 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.steps_only:
         bench_train_step()
-        bench_sampling()
         return 0
     if args.inference_only:
         bench_inference()
         return 0
     bench_loss()
     bench_train_step()
-    bench_sampling()
     bench_inference()
     if not args.skip_notebooks:
         bench_notebooks(fresh_cache=args.fresh_cache, jobs=args.jobs)

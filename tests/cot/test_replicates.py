@@ -14,7 +14,6 @@ import torch
 
 from companion.cot import cot_inference, gd_trajectory, make_generator, sample_prompts, teacher_forced_loss
 from companion.cot import stats as cot_stats
-from companion.cot.data import sample_replicate_prompts
 from companion.cot.model import lsa, outcome_loss
 from companion.cot.train import evaluate, replicate_seed, train_full, train_looped_isotropic
 from companion.seeds import COT_EVAL, COT_PROMPTS
@@ -59,19 +58,6 @@ def test_each_replicate_is_the_independent_run_with_its_own_seed(objective, k):
         ev = sample_prompts(16, 2, 5, make_generator(3 + 10_000_019))  # the run's evaluation set, shared by the replicates
         assert rep.replicate(r).eval_loss[-1] == pytest.approx(float(evaluate(objective, ev, rep.W_KQ[r], rep.W_PV[r], k).mean()))
     assert not torch.allclose(rep.W_KQ[0], rep.W_KQ[1])
-
-
-@pytest.mark.parametrize("batch, d, n, R", [(8, 3, 5, 4), (1, 1, 1, 1), (300, 2, 7, 2)])
-def test_a_training_steps_prompts_are_each_replicates_own_draws_bit_for_bit(batch, d, n, R):
-    """sample_replicate_prompts (one training step of R replicates) gives exactly the prompts of R calls of
-    sample_prompts on the replicates' generators, step after step (the generators advance alike)."""
-    own = [make_generator(replicate_seed(5, r)) for r in range(R)]
-    fast = [make_generator(replicate_seed(5, r)) for r in range(R)]
-    for _ in range(3):
-        parts = [sample_prompts(batch, d, n, g) for g in own]
-        p = sample_replicate_prompts(batch, d, n, fast)
-        assert p.X.dtype == torch.float64 and p.X.shape == (R * batch, d, n) and p.w_star.shape == (R * batch, d)
-        assert torch.equal(p.X, torch.cat([q.X for q in parts])) and torch.equal(p.w_star, torch.cat([q.w_star for q in parts]))
 
 
 def test_isotropic_looped_replicates_are_independent_runs():

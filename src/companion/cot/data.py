@@ -83,22 +83,13 @@ def sample_prompts(batch: int, d: int, n: int, generator: torch.Generator, Sigma
 
 
 def sample_replicate_prompts(batch: int, d: int, n: int, generators: list) -> Prompts:
-    """``batch`` prompts from each of the ``generators`` (Sigma = I, float64), stacked replicate-major: the
-    prompts of ``torch.cat`` over :func:`sample_prompts` (batch, d, n, g) for g in ``generators``, draw for draw,
-    bit for bit. One training step of R replicates draws them this way: the sizes are checked once, each
-    generator fills its slice of one float32 array and the whole is cast once, instead of R checks and casts and a
-    concatenation (``benchmarks/bench_cot.py`` times both: a small gain at small d, none measurable at the book's
-    sizes)."""
-    batch = integer("batch", batch, min=1)
-    d = integer("d", d, min=1)
-    n = integer("n", n, min=1)
-    R = len(generators)
-    X = torch.empty(R, batch, d, n, dtype=torch.float32)
-    w_star = torch.empty(R, batch, d, dtype=torch.float32)
-    for r, g in enumerate(generators):  # each generator's draws in sample_prompts' order: X, then w*
-        torch.randn(batch, d, n, generator=g, dtype=torch.float32, out=X[r])
-        torch.randn(batch, d, generator=g, dtype=torch.float32, out=w_star[r])
-    return Prompts(X.reshape(R * batch, d, n).to(DTYPE), w_star.reshape(R * batch, d).to(DTYPE))
+    """``batch`` prompts from each of the ``generators`` (Sigma = I), stacked replicate-major: one training step of
+    R replicates, replicate r's minibatch in rows r*batch .. (r+1)*batch - 1, drawn from its own generator by
+    :func:`sample_prompts`."""
+    parts = [sample_prompts(batch, d, n, g) for g in generators]
+    if len(parts) == 1:
+        return parts[0]
+    return Prompts(torch.cat([p.X for p in parts]), torch.cat([p.w_star for p in parts]))
 
 
 def gd_trajectory(prompts: Prompts, eta: float, k: int) -> torch.Tensor:
