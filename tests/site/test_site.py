@@ -77,9 +77,14 @@ class Visit:
         self.context.close()
 
 
+#: the book's own pages besides the notebooks, "Results at a glance" aside (read last, :func:`_visit_all`)
+BOOK_PAGES = ("intro", "verdicts", "calibration", "where", "notation", "reproduce", "sweeps", "api", "bibliography")
+
+
 def _pages(html: Path) -> list[Path]:
-    return [html / "book" / "intro.html", html / "book" / "verdicts.html",
-            *[html / "notebooks" / f"{n}.html" for n in nbs.all_notebooks()]]
+    """Every page of the built site but the glance page: the book's own (those built) and every notebook's."""
+    own = [html / "book" / f"{name}.html" for name in BOOK_PAGES]
+    return [*(p for p in own if p.is_file()), *[html / "notebooks" / f"{n}.html" for n in nbs.all_notebooks()]]
 
 
 def _site(smoke_site) -> Path:
@@ -96,6 +101,12 @@ _TABLES_JS = """() => Array.from(document.querySelectorAll('table.cv-table')).ma
 
 _PRE_JS = """() => Array.from(document.querySelectorAll('article pre')).filter(p => p.scrollWidth > p.clientWidth + 1)
   .map(p => [p.scrollWidth, p.clientWidth, p.textContent.slice(0, 60)])"""
+
+# blocks of running text whose content runs past their own box (a long unbreakable word): the document need not
+# scroll for it, the text is cut at the screen's edge
+_SPILL_JS = """() => Array.from(document.querySelectorAll('article p, article li, article dd, article dt'))
+  .filter(el => el.scrollWidth > el.clientWidth + 1 && getComputedStyle(el).overflowX === 'visible')
+  .map(el => [el.scrollWidth - el.clientWidth, el.textContent.trim().slice(0, 60)])"""
 
 _IMAGES_JS = """() => Array.from(document.querySelectorAll('article img')).map(i => ({
   src: i.getAttribute('src'), alt: i.getAttribute('alt') || '', width: i.getBoundingClientRect().width,
@@ -127,7 +138,8 @@ def _visit_all(browser, smoke_site) -> dict:
     def read(page, path, extra) -> dict:
         got = {"errors": list(visit.errors), "remote": list(visit.remote),
                "width": page.evaluate("() => [document.documentElement.scrollWidth, "
-                                      "document.documentElement.clientWidth]"), **extra}
+                                      "document.documentElement.clientWidth]"),
+               "spill": page.evaluate(_SPILL_JS), **extra}
         if path in names:
             got["forest"] = page.evaluate(_FOREST_JS, verdict_label(names[path]))
         if path == glance:
@@ -174,14 +186,15 @@ def phone(visits):
 
 
 def test_pages_at_1280_px(desktop, smoke_site):
-    """Console errors, remote requests, verdict tables wider than the column, code or printed output that
-    scrolls sideways, images shown twice or with a path for alt text: none on any page."""
+    """Console errors, remote requests, text that runs past its column, verdict tables wider than the column, code
+    or printed output that scrolls sideways, images shown twice or with a path for alt text: none on any page."""
     html = smoke_site["html"]
     problems: list[str] = []
     for path, got in desktop.items():
         name = path.relative_to(html).as_posix()
         problems += [f"{name}: {e}" for e in got["errors"]]
         problems += [f"{name}: remote request {u}" for u in got["remote"]]
+        problems += [f"{name}: text runs {px} px past its column: {text!r}" for px, text in got["spill"]]
         for t in got["tables"]:
             if t["width"] > t["column"] + 1 or t["scroll"] > t["column"] + 1:
                 problems.append(f"{name}: a verdict table is {t['width']:.0f} px wide (scrolls {t['scroll']} px) "
@@ -261,9 +274,13 @@ def test_the_notation_tables_fit_the_column_at_1280_px_and_scroll_in_their_box_o
 
 
 def test_pages_on_a_phone_do_not_scroll_sideways(phone, smoke_site):
+    """No page is wider than a phone's screen, and no paragraph or list item of any page runs past its column (a
+    long name that cannot break: the page does not scroll, the text is cut)."""
     html = smoke_site["html"]
     wide = [f"{path.relative_to(html).as_posix()}: {w[0]} px wide on a {w[1]} px screen"
             for path, got in phone.items() if (w := got["width"])[0] > w[1] + 1]
+    wide += [f"{path.relative_to(html).as_posix()}: text runs {px} px past its column: {text!r}"
+             for path, got in phone.items() for px, text in got["spill"]]
     assert not wide, "\n".join(wide)
 
 
