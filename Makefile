@@ -64,11 +64,13 @@ results: $(STAMP)
 
 # The committed calibration set (calibration/*.json): every notebook's smoke point and each domain point over the
 # command's default seeds (companion.calibration.default_seeds: 100 and 50), through the sweep runner (resumable:
-# rerun to continue). Hours on two cores; not part of book/test.
+# rerun to continue); then the held-out check, every smoke point at 20 seeds the set does not hold
+# (calibration/heldout/; companion.calibration.HELDOUT_*). Hours on two cores; not part of book/test.
 calibrate: $(STAMP)
 	$(PY) -m companion calibrate all --resume
 	$(PY) -m companion calibrate all --point domain --resume
 	$(PY) -m companion calibrate mesa/appendix_experiments --point paper --resume
+	$(PY) -m companion calibrate all --seeds 20 --first-seed 7000 -o calibration/heldout --resume
 
 # Seeded bugs, one at a time in a copy of the package: how many does the fast suite kill?
 mutants: $(STAMP)

@@ -49,7 +49,8 @@ from .paths import repo_root
 from .text import slug
 from .verdict import result_of
 
-__all__ = ["BIAS_LIMIT", "RMS_HIGH", "RMS_LOW", "FIRST_SEED", "SMOKE_SEEDS", "DOMAIN_SEEDS", "default_seeds", "DEGENERATE_SE", "ClaimCalibration",
+__all__ = ["BIAS_LIMIT", "RMS_HIGH", "RMS_LOW", "FIRST_SEED", "SMOKE_SEEDS", "DOMAIN_SEEDS", "HELDOUT_FIRST_SEED", "HELDOUT_SEEDS",
+           "default_seeds", "DEGENERATE_SE", "ClaimCalibration",
            "code_version", "signed_z", "normal_score", "normal_scores", "clopper_pearson", "MissCount", "miss_counts",
            "code_text", "collect", "claim_summaries", "read", "read_all", "calibration_dir", "file_name",
            "build_false_fail_rate", "median", "limit_chance"]
@@ -65,6 +66,9 @@ FIRST_SEED = 1000
 #: the seeds of the committed calibration at a smoke point, and at a domain point: the fewer the seeds, the more
 #: often a calibrated claim breaks the limits by chance (:func:`limit_chance`)
 SMOKE_SEEDS, DOMAIN_SEEDS = 100, 50
+#: the held-out check (``calibration/heldout/``, the Calibration page): every smoke point again at HELDOUT_SEEDS seeds
+#: from HELDOUT_FIRST_SEED, which the committed set does not hold
+HELDOUT_FIRST_SEED, HELDOUT_SEEDS = 7000, 20
 #: an SE below this, relative to the prediction, is round-off: the quantity has no noise at that point
 DEGENERATE_SE = 1e-12
 #: the package files outside a result's import closure whose code decides a record's status

@@ -102,12 +102,22 @@ def test_make_calibrate_runs_the_seeds_the_committed_set_must_hold():
 
     recipe = (repo_root() / "Makefile").read_text().split("\ncalibrate:", 1)[1].split("\n\n", 1)[0]
     points = re.findall(r"companion calibrate all( --point domain)? --resume\n", recipe + "\n")
-    assert sorted(points) == ["", " --point domain"] and "--seeds" not in recipe, recipe  # the command's defaults:
+    assert sorted(points) == ["", " --point domain"], recipe  # the command's defaults:
     assert (cal.default_seeds("smoke"), cal.default_seeds("domain:1")) == (cal.SMOKE_SEEDS, cal.DOMAIN_SEEDS)
     # the committed files at the paper's settings: each notebook's own line
     paper = re.findall(r"companion calibrate (\S+) --point paper --resume\n", recipe + "\n")
     assert sorted(paper) == sorted(d["notebook"] for d in cal.read_all() if d["point"] == "paper"), recipe
     assert cal.default_seeds("paper") == cal.DOMAIN_SEEDS
+    # the held-out check: its own line, the seeds its committed files hold, every smoke point
+    held = re.findall(r"companion calibrate all --seeds (\d+) --first-seed (\d+) -o calibration/heldout --resume\n",
+                      recipe + "\n")
+    assert held == [(str(cal.HELDOUT_SEEDS), str(cal.HELDOUT_FIRST_SEED))], recipe
+    assert len(re.findall("--seeds", recipe)) == 1, recipe
+    files = cal.read_all(cal.calibration_dir() / "heldout")
+    want = list(range(cal.HELDOUT_FIRST_SEED, cal.HELDOUT_FIRST_SEED + cal.HELDOUT_SEEDS))
+    assert files and all(d["seeds"] == want and d["point"] == "smoke" for d in files)
+    assert sorted(d["notebook"] for d in files) == sorted(d["notebook"] for d in cal.read_all() if d["point"] == "smoke")
+    assert not set(want) & {x for d in cal.read_all() for x in d["seeds"]}  # held out: no committed file holds them
 
 
 # ------------------------------------------------------------------------------- the statistics
@@ -591,3 +601,36 @@ def test_the_page_is_regenerated_when_a_point_the_tests_run_changes(tmp_path, mo
         (tmp_path / "tests" / kind / "cot.yaml").write_text("cot/looped: {d: 5}\n")
         assert page._inputs_key(tmp_path) != key
         key = page._inputs_key(tmp_path)
+
+
+def test_the_held_out_check_counts_failures_limits_and_tails_of_the_current_files_only(tmp_path):
+    """The held-out paragraph of the Calibration page, from files written here: the failed run named with its claim
+    and seed, the broken limit, the scores beyond 4 (a t statistic counts by its normal score), the seeds at which a
+    build would have failed; a file whose code changed is left out and named."""
+    from companion.site.calibration_page import _point_now, heldout_words
+
+    assert heldout_words(tmp_path / "none", 0.01) == ""
+    n = 20
+    seeds = list(range(7000, 7000 + n))
+    ok = np.random.default_rng(3).standard_normal(n) * 0.9
+    z = ok.copy()
+    z[4], z[7] = 4.5, -3.2  # seed 7004 fails, 7007 only a tail
+    status = ["passed"] * n
+    status[4] = "failed"
+    t_tail = np.zeros(n)
+    t_tail[9] = 4.5  # at 3 dof a t of 4.5 is a normal score of about 2.9: no tail
+    live = dict(_data(z, status=status), code_version=cal.code_version("mesa/setup"), seeds=seeds,
+                parameters=_point_now({"notebook": "mesa/setup", "point": "smoke"}))
+    live["claims"]["t"] = {"z": t_tail.tolist(), "dof": [3.0] * n, "status": ["passed"] * n, "crit": [4.0] * n}
+    (tmp_path / "mesa__setup__smoke.json").write_text(json.dumps(live))
+    old = dict(_data(np.full(n, 9.0), notebook="cot/setup", status=["failed"] * n), seeds=seeds)  # code "v": stale
+    (tmp_path / "cot__setup__smoke.json").write_text(json.dumps(old))
+    text = heldout_words(tmp_path, 0.0101)
+    assert f"at {n} seeds that the committed set does not hold (from 7000 to 7019" in text, text
+    assert "1 of 40 claim runs failed" in text and "`c` (mesa/setup) at seed 7004; a whole build" in text, text
+    assert "failed at 1 of these 20 seeds" in text and "against the 1.01 % estimated above" in text, text
+    assert "1 of 2 notebooks left out, their code changed since: `cot/setup`" in text, text
+    assert "2 of 40 normal scores lie beyond 3" in text and "1 beyond 4" in text, text
+    assert "at 2 of the seeds" in text and "`t` (mesa/setup) at seed" not in text, text
+    [s] = [s for s in page.summaries(tmp_path) if s.claim == "c" and s.notebook == "mesa/setup"]
+    assert (f"{1 if s.verdict != 'calibrated' else 0} of 2 entries break a limit") in text, text

@@ -1,9 +1,9 @@
 """The "Calibration" page (``book/calibration.md``): the committed calibration set, read without recomputation.
 
 Written to ``_build/calibration.md`` when the build starts (:func:`write_calibration_page`), from the files in
-``calibration/`` (:mod:`companion.calibration`): a summary with the error budget, the open defects
-(``calibration/open.yaml``), then per result its table of claims and a strip plot of the claims' normal scores
-against the standard normal law.
+``calibration/`` (:mod:`companion.calibration`): a summary with the error budget, the held-out check
+(``calibration/heldout/``), the open defects (``calibration/open.yaml``), then per result its table of claims and a
+strip plot of the claims' normal scores against the standard normal law.
 """
 
 from __future__ import annotations
@@ -31,10 +31,12 @@ from ..calibration import (
     build_false_fail_rate,
     calibration_dir,
     claim_summaries,
+    clopper_pearson,
     code_version,
     limit_chance,
     read_all,
 )
+from ..claims import REJECTED
 from ..registry import all_results
 from ..run.calibrate import calibration_parameters, points_folders
 from ..run.inputs import SweepError
@@ -42,10 +44,11 @@ from ..stats import BUILD_CLAIMS, BUILD_FALSE_FAIL
 from ..verdict import MAX_CRIT, Verdict
 
 __all__ = ["CALIBRATION_PAGE", "OPEN_FILE", "summaries", "open_defects", "typed_numbers", "not_calibrated", "uncalibrated", "calibration_markdown",
-           "write_calibration_page", "strip_figure", "band_z", "headline_entries"]
+           "write_calibration_page", "strip_figure", "band_z", "headline_entries", "HELDOUT", "heldout_words"]
 
 CALIBRATION_PAGE = "calibration.md"  # included by book/calibration.md from ../_build/calibration.md
 OPEN_FILE = "open.yaml"  # claims outside the limits, each with what is known of its cause
+HELDOUT = "heldout"  # calibration/heldout/: the smoke points again at seeds held out from the committed set
 
 
 def summaries(directory: Path | None = None, current: bool = True) -> list[ClaimCalibration]:
@@ -309,6 +312,7 @@ def calibration_markdown(directory: Path | None = None, figures: bool = True) ->
         f"for a 100-point sweep of every page, {_pct(sweep['build'])} (at most {_pct(sweep['build_high'])}), "
         f"about {100 * budget['claims'] * budget['rate']:.3g} expected false alarms (at most "
         f"{100 * budget['claims'] * budget['rate_high']:.3g}).\n")
+    out.append(heldout_words((directory if directory is not None else calibration_dir()) / HELDOUT, budget["build"]))
     out.append(_power_words(sums))
     bad = [s for s in sums if s.verdict != "calibrated"]
     if bad:
@@ -366,6 +370,63 @@ def calibration_markdown(directory: Path | None = None, figures: bool = True) ->
                        + f"</tr></thead><tbody>{body}</tbody></table></div>")
             out.append("")
     return "\n".join(out) + "\n"
+
+
+def heldout_words(directory: Path, build_estimate: float) -> str:
+    """The page's paragraph on the held-out check: the smoke points run again at seeds that the committed set does
+    not hold (``calibration/heldout/``, ``make calibrate``), judged by the same limits.
+    Counted from the files whose code and point are current (the others are named stale): the claim runs that
+    failed, by claim and seed; the entries outside the limits against the number expected by chance
+    (:func:`companion.calibration.limit_chance`); the normal scores beyond 3 and 4 against the reference law's
+    expectation (the tails, which the two limits do not test), and at how many seeds; the seeds at which a whole
+    build (every smoke point once) would have failed, against ``build_estimate``, the committed set's estimate.
+    Empty without held-out files."""
+    files = read_all(directory) if directory.is_dir() else []
+    if not files:
+        return ""
+    sums = summaries(directory)
+    stale = sorted({s.notebook for s in sums if s.stale})
+    live = [d for d in files if d["notebook"] not in stale]
+    cur = [s for s in sums if not s.stale]
+    seeds = sorted({x for d in live for x in d["seeds"]})
+    runs = sum(s.runs for s in cur)
+    failed = [(d["notebook"], claim, seed) for d in live for claim, col in d["claims"].items()
+              for seed, status in zip(d["seeds"], col["status"]) if status in REJECTED]
+    lo, hi = clopper_pearson(len(failed), runs) if runs else (0.0, 1.0)
+    bad = [s for s in cur if s.verdict != "calibrated"]
+    expected = sum(limit_chance(s.n) for s in cur)
+    tails = {t: [(s, x) for s, col_seeds in ((s, _scored_seeds(live, s)) for s in cur)
+                 for x, u in zip(col_seeds, s.scores) if abs(u) > t] for t in (3, 4)}
+    scores = sum(s.n for s in cur)
+    broke = sorted({seed for _, _, seed in failed})
+    b_lo, b_hi = clopper_pearson(len(broke), len(seeds)) if seeds else (0.0, 1.0)
+    first = f"from {seeds[0]} to {seeds[-1]}" if seeds else "none"
+    words = [f"**Held-out check.** The smoke points run once more at {len(seeds)} seeds that the committed set does "
+             f"not hold ({first}; `calibration/{HELDOUT}/`, `make calibrate`"
+             + (f"; {len(stale)} of {len({d['notebook'] for d in files})} notebooks left out, their code changed "
+                "since: " + ", ".join(f"`{nb}`" for nb in stale) if stale else "") + "), judged by the same limits. "
+             f"{len(failed)} of {runs} claim runs failed ({_pct(len(failed) / runs if runs else math.nan)}, 95 % "
+             f"interval {_pct(lo)} to {_pct(hi)})"
+             + (": " + ", ".join(f"`{c}` ({nb}) at seed {x}" for nb, c, x in failed) if failed else "")
+             + f"; a whole build of the smoke points would have failed at {len(broke)} of these {len(seeds)} seeds "
+             f"({_pct(b_lo)} to {_pct(b_hi)}), against the {_pct(build_estimate)} estimated above. "
+             f"{len(bad)} of {len(cur)} entries break a limit at these seeds, at most {expected:.2g} expected by "
+             "chance" + (": " + "; ".join(
+                 f"in {nb} " + ", ".join(f"`{s.claim}` ({s.verdict}, chance {_chance(s.chance)})"
+                                         for s in bad if s.notebook == nb)
+                 for nb in dict.fromkeys(s.notebook for s in bad)) if bad else "") + ". "
+             f"The tails, which the two limits do not test: {len(tails[3])} of {scores} normal scores lie beyond 3 "
+             f"({scores * 2 * NormalDist().cdf(-3):.2g} expected), at {len({x for _, x in tails[3]})} of the seeds, and "
+             f"{len(tails[4])} beyond 4 ({scores * 2 * NormalDist().cdf(-4):.2g} expected)"
+             + (": " + ", ".join(f"`{s.claim}` ({s.notebook}) at seed {x}" for s, x in tails[4]) if tails[4] else "")
+             + ". Scores of one run are not independent: the claims that read one training set move together.\n"]
+    return "".join(words)
+
+
+def _scored_seeds(files: list[dict], s: ClaimCalibration) -> list[int]:
+    """The seeds of the entry ``s`` that have a score, in the order of its ``scores``."""
+    data = next(d for d in files if d["notebook"] == s.notebook and d["point"] == s.point)
+    return [x for x, z in zip(data["seeds"], data["claims"][s.claim]["z"]) if z is not None]
 
 
 def _decided_words(s: ClaimCalibration) -> str:
@@ -452,7 +513,7 @@ def _inputs_key(root: Path) -> str:
     regeneration)."""
     h = hashlib.sha256()
     package = Path(__file__).resolve().parents[1]
-    for base, pattern in ((root / "calibration", "*"), (package, "**/*.py"), (root / "notebooks", "**/*.md"),
+    for base, pattern in ((root / "calibration", "**/*"), (package, "**/*.py"), (root / "notebooks", "**/*.md"),
                           *((folder, "*.yaml") for folder in points_folders())):
         for f in sorted(base.glob(pattern)) if base.is_dir() else ():
             if f.is_file():

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from docutils import nodes
 
-from ..calibration import DOMAIN_SEEDS, SMOKE_SEEDS
+from ..calibration import DOMAIN_SEEDS, HELDOUT_FIRST_SEED, HELDOUT_SEEDS, SMOKE_SEEDS
 from ..stats import BUILD_CLAIMS, BUILD_FALSE_FAIL, POWER
 from ..text import plain_text
 from ..verdict import MAX_CRIT, METADATA_KEY
@@ -331,10 +331,12 @@ def book_numbers() -> dict[str, str]:
     statistical bands in normal standard errors (:func:`companion.site.calibration_page.band_z`), the widest band
     a passing claim may have (:data:`companion.verdict.MAX_CRIT`), the book's error budget and the number of claims it
     is split over (:data:`companion.stats.BUILD_FALSE_FAIL`, ``BUILD_CLAIMS``), the seeds of the committed calibration at a
-    smoke point and at a domain point (:data:`companion.calibration.SMOKE_SEEDS`, ``DOMAIN_SEEDS``)."""
+    smoke point and at a domain point (:data:`companion.calibration.SMOKE_SEEDS`, ``DOMAIN_SEEDS``), and those of the
+    held-out check (``HELDOUT_SEEDS`` from ``HELDOUT_FIRST_SEED``)."""
     return {"power": f"{POWER:g}", "band_z": f"{band_z():.3g}", "max_crit": f"{MAX_CRIT:g}",
             "budget": f"{100 * BUILD_FALSE_FAIL:g} %", "build_claims": f"{BUILD_CLAIMS}",
-            "smoke_seeds": f"{SMOKE_SEEDS}", "domain_seeds": f"{DOMAIN_SEEDS}"}
+            "smoke_seeds": f"{SMOKE_SEEDS}", "domain_seeds": f"{DOMAIN_SEEDS}", "heldout_seeds": f"{HELDOUT_SEEDS}",
+            "heldout_first": f"{HELDOUT_FIRST_SEED}"}
 
 
 def _substitutions(app, config) -> None:
