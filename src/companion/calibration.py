@@ -14,6 +14,8 @@ with the record's degrees of freedom. Each run's z is mapped to a normal score
   :math:`s_u/\sqrt{n}`;
 * **spread**: the root-mean-square of u is above :data:`RMS_HIGH` (the SE understates the noise) or below
   :data:`RMS_LOW` (the band hides real deviations);
+* **skew**: D'Agostino's z of the skewness of u is beyond :data:`SKEW_LIMIT` (one tail heavier than the reference
+  law's; from :data:`SKEW_MIN_SEEDS` seeds on);
 * **chance**: a calibrated claim breaks these limits by chance too, the more often the fewer its seeds
   (:func:`limit_chance`, under normal scores; the Calibration page states it at the committed seeds); an entry's own
   :attr:`ClaimCalibration.chance` is the probability of a deviation at least as large as the one it shows;
@@ -49,7 +51,8 @@ from .paths import repo_root
 from .text import slug
 from .verdict import result_of
 
-__all__ = ["BIAS_LIMIT", "RMS_HIGH", "RMS_LOW", "FIRST_SEED", "SMOKE_SEEDS", "DOMAIN_SEEDS", "HELDOUT_FIRST_SEED", "HELDOUT_SEEDS",
+__all__ = ["BIAS_LIMIT", "RMS_HIGH", "RMS_LOW", "SKEW_LIMIT", "SKEW_MIN_SEEDS",
+           "FIRST_SEED", "SMOKE_SEEDS", "DOMAIN_SEEDS", "HELDOUT_FIRST_SEED", "HELDOUT_SEEDS",
            "default_seeds", "DEGENERATE_SE", "ClaimCalibration",
            "code_version", "signed_z", "normal_score", "normal_scores", "clopper_pearson", "MissCount", "miss_counts",
            "code_text", "collect", "claim_summaries", "read", "read_all", "calibration_dir", "file_name",
@@ -61,6 +64,11 @@ BIAS_LIMIT = 3.0
 RMS_HIGH = 1.25
 #: ... below this: its band is wider than the noise and hides real deviations
 RMS_LOW = 0.5
+#: a claim is skewed when the skewness of its normal scores is further than this many standard errors from 0
+#: (D'Agostino's test, :func:`scipy.stats.skewtest`, from SKEW_MIN_SEEDS seeds on): one tail heavier than the
+#: reference law's, which the mean and the root-mean-square do not see (the t statistic of a mean of skewed values:
+#: a sample without the large values has a low mean and a low standard error at once)
+SKEW_LIMIT, SKEW_MIN_SEEDS = 3.0, 8
 #: calibration seeds start here, away from the seeds the book and the tests run (1, 2, ...)
 FIRST_SEED = 1000
 #: the seeds of the committed calibration at a smoke point, and at a domain point: the fewer the seeds, the more
@@ -265,6 +273,7 @@ class ClaimCalibration:
     floor_se: float  # the median floor of the band in standard errors (a systematic term added to crit * se)
     stale: bool = False
     decided: int = 0  # seeds at which the claim was decided (passed or failed; not not_resolvable)
+    skew_z: float = 0.0  # D'Agostino's z of the normal scores' skewness (0 below SKEW_MIN_SEEDS seeds)
 
     @property
     def bias(self) -> float:
@@ -288,6 +297,8 @@ class ClaimCalibration:
             p.append(float(st.chi2.sf(self.n * self.rms**2, self.n)))
         if self.rms < RMS_LOW:
             p.append(float(st.chi2.cdf(self.n * self.rms**2, self.n)))
+        if abs(self.skew_z) > SKEW_LIMIT:
+            p.append(float(2 * st.norm.sf(abs(self.skew_z))))
         return min(p)
 
     def _flags(self) -> list[tuple[str, str]]:
@@ -302,6 +313,9 @@ class ClaimCalibration:
             if self.rms < RMS_LOW:
                 out.append(("too narrow", f"root-mean-square z {self.rms:.2f} < {RMS_LOW:g} (the band hides "
                                           "deviations)"))
+            if abs(self.skew_z) > SKEW_LIMIT:
+                out.append(("skewed", f"the skewness of the normal scores is {self.skew_z:+.1f} SE from 0 (limit "
+                                      f"{SKEW_LIMIT:g}; D'Agostino): one tail heavier than the reference law's"))
         if self.stale:
             out.append(("stale", "the claim's code or its point's parameters changed since it was calibrated"))
         return out
@@ -378,21 +392,34 @@ def claim_summaries(data: Mapping, current_version: str | None = None,
             fail_low=lo,
             fail_high=hi, ks=float(ks.statistic) if ks else math.nan, ks_p=float(ks.pvalue) if ks else math.nan,
             law=law, scores=tuple(u), floor_se=median(col.get("floor_se") or []), stale=stale,
-            decided=sum(1 for x in col["status"] if x == "passed" or x in REJECTED)))
+            decided=sum(1 for x in col["status"] if x == "passed" or x in REJECTED), skew_z=_skew_z(u)))
     return out
+
+
+def _skew_z(u: list[float]) -> float:
+    """D'Agostino's z of the skewness of the scores ``u`` (:func:`scipy.stats.skewtest`); 0 below
+    :data:`SKEW_MIN_SEEDS` scores or when they do not vary."""
+    from scipy import stats as st
+
+    if len(u) < SKEW_MIN_SEEDS or np.ptp(u) == 0:
+        return 0.0
+    z = float(st.skewtest(np.asarray(u, dtype=float)).statistic)
+    return z if math.isfinite(z) else 0.0
 
 
 def limit_chance(n: int) -> float:
     r"""An upper bound on the probability that a calibrated claim (normal scores i.i.d. N(0, 1)) breaks a limit at
-    ``n`` seeds, the union bound of the three limits (:data:`BIAS_LIMIT` b, :data:`RMS_HIGH` h, :data:`RMS_LOW` l):
+    ``n`` seeds, the union bound of the four limits (:data:`BIAS_LIMIT` b, :data:`RMS_HIGH` h, :data:`RMS_LOW` l,
+    :data:`SKEW_LIMIT` s, D'Agostino's z being close to standard normal from :data:`SKEW_MIN_SEEDS` seeds on):
 
-    .. math:: P(|t_{n-1}| > b) + P(\chi^2_n > n h^2) + P(\chi^2_n < n l^2).
+    .. math:: P(|t_{n-1}| > b) + P(\chi^2_n > n h^2) + P(\chi^2_n < n l^2) + P(|N(0, 1)| > s).
     """
     from scipy import stats as st
 
     if n < 2:
         return 0.0
-    return float(2 * st.t.sf(BIAS_LIMIT, n - 1) + st.chi2.sf(n * RMS_HIGH**2, n) + st.chi2.cdf(n * RMS_LOW**2, n))
+    skew = 2 * st.norm.sf(SKEW_LIMIT) if n >= SKEW_MIN_SEEDS else 0.0
+    return float(2 * st.t.sf(BIAS_LIMIT, n - 1) + st.chi2.sf(n * RMS_HIGH**2, n) + st.chi2.cdf(n * RMS_LOW**2, n) + skew)
 
 
 def median(values) -> float:

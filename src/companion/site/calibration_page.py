@@ -27,6 +27,8 @@ from ..calibration import (
     FIRST_SEED,
     RMS_HIGH,
     RMS_LOW,
+    SKEW_LIMIT,
+    SKEW_MIN_SEEDS,
     ClaimCalibration,
     build_false_fail_rate,
     calibration_dir,
@@ -275,7 +277,9 @@ def calibration_markdown(directory: Path | None = None, figures: bool = True) ->
     z = band_z()
     level = 2 * NormalDist().cdf(-z)
     out.append(f"**The limits**: a mean normal score more than {BIAS_LIMIT:g} of its standard errors from 0; a "
-               f"root-mean-square normal score above {RMS_HIGH:g} or below {RMS_LOW:g}. Seeds start at {FIRST_SEED}. A "
+               f"root-mean-square normal score above {RMS_HIGH:g} or below {RMS_LOW:g}; a skewness of the normal scores "
+               f"more than {SKEW_LIMIT:g} of its standard errors from 0 (D'Agostino's test, from {SKEW_MIN_SEEDS} seeds "
+               f"on). Seeds start at {FIRST_SEED}. A "
                f"calibrated normal band of {z:.3g} standard errors misses {_pct(level)} of runs. "
                + (f"Cost: {sum(n for _, n, _ in walls)} page runs in {sum(w for w, _, _ in walls) / 60:.0f} min of "
                   f"wall time with {max((k or 1) for _, _, k in walls)} local workers ({len(walls)} of {len(files)} "
@@ -378,7 +382,7 @@ def heldout_words(directory: Path, build_estimate: float) -> str:
     Counted from the files whose code and point are current (the others are named stale): the claim runs that
     failed, by claim and seed; the entries outside the limits against the number expected by chance
     (:func:`companion.calibration.limit_chance`); the normal scores beyond 3 and 4 against the reference law's
-    expectation (the tails, which the two limits do not test), and at how many seeds; the seeds at which a whole
+    expectation (the tails), and at how many seeds; the seeds at which a whole
     build (every smoke point once) would have failed, against ``build_estimate``, the committed set's estimate.
     Empty without held-out files."""
     files = read_all(directory) if directory.is_dir() else []
@@ -415,7 +419,7 @@ def heldout_words(directory: Path, build_estimate: float) -> str:
                  f"in {nb} " + ", ".join(f"`{s.claim}` ({s.verdict}, chance {_chance(s.chance)})"
                                          for s in bad if s.notebook == nb)
                  for nb in dict.fromkeys(s.notebook for s in bad)) if bad else "") + ". "
-             f"The tails, which the two limits do not test: {len(tails[3])} of {scores} normal scores lie beyond 3 "
+             f"The tails: {len(tails[3])} of {scores} normal scores lie beyond 3 "
              f"({scores * 2 * NormalDist().cdf(-3):.2g} expected), at {len({x for _, x in tails[3]})} of the seeds, and "
              f"{len(tails[4])} beyond 4 ({scores * 2 * NormalDist().cdf(-4):.2g} expected)"
              + (": " + ", ".join(f"`{s.claim}` ({s.notebook}) at seed {x}" for s, x in tails[4]) if tails[4] else "")
