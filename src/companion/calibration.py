@@ -65,7 +65,7 @@ RMS_HIGH = 1.25
 #: ... below this: its band is wider than the noise and hides real deviations
 RMS_LOW = 0.5
 #: a claim is skewed when the skewness of its normal scores is further than this many standard errors from 0
-#: (D'Agostino's test, :func:`scipy.stats.skewtest`, from SKEW_MIN_SEEDS seeds on): one tail heavier than the
+#: (D'Agostino's test, ``scipy.stats.skewtest``, from SKEW_MIN_SEEDS seeds on): one tail heavier than the
 #: reference law's, which the mean and the root-mean-square do not see (the t statistic of a mean of skewed values:
 #: a sample without the large values has a low mean and a low standard error at once)
 SKEW_LIMIT, SKEW_MIN_SEEDS = 3.0, 8
@@ -397,7 +397,7 @@ def claim_summaries(data: Mapping, current_version: str | None = None,
 
 
 def _skew_z(u: list[float]) -> float:
-    """D'Agostino's z of the skewness of the scores ``u`` (:func:`scipy.stats.skewtest`); 0 below
+    """D'Agostino's z of the skewness of the scores ``u`` (``scipy.stats.skewtest``); 0 below
     :data:`SKEW_MIN_SEEDS` scores or when they do not vary."""
     from scipy import stats as st
 
