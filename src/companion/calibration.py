@@ -274,6 +274,7 @@ class ClaimCalibration:
     stale: bool = False
     decided: int = 0  # seeds at which the claim was decided (passed or failed; not not_resolvable)
     skew_z: float = 0.0  # D'Agostino's z of the normal scores' skewness (0 below SKEW_MIN_SEEDS seeds)
+    score_seeds: tuple[int, ...] = ()  # the seed of each of the scores
 
     @property
     def bias(self) -> float:
@@ -376,6 +377,7 @@ def claim_summaries(data: Mapping, current_version: str | None = None,
         claim, runs, failed, misses = count.claim, count.runs, count.failed, count.misses
         col = data["claims"][claim]
         pairs = [(z, d) for z, d in zip(col["z"], col["dof"]) if z is not None]
+        scored = tuple(x for x, z in zip(data["seeds"], col["z"]) if z is not None)
         u = normal_scores([z for z, _ in pairs], [d for _, d in pairs]).tolist()
         n = len(u)
         lo, hi = clopper_pearson(misses, runs) if runs else (0.0, 1.0)
@@ -392,7 +394,7 @@ def claim_summaries(data: Mapping, current_version: str | None = None,
             fail_low=lo,
             fail_high=hi, ks=float(ks.statistic) if ks else math.nan, ks_p=float(ks.pvalue) if ks else math.nan,
             law=law, scores=tuple(u), floor_se=median(col.get("floor_se") or []), stale=stale,
-            decided=sum(1 for x in col["status"] if x == "passed" or x in REJECTED), skew_z=_skew_z(u)))
+            decided=sum(1 for x in col["status"] if x == "passed" or x in REJECTED), skew_z=_skew_z(u), score_seeds=scored))
     return out
 
 

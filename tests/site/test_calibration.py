@@ -650,5 +650,6 @@ def test_the_held_out_check_counts_failures_limits_and_tails_of_the_current_file
     assert "1 of 2 notebooks left out, their code changed since: `cot/setup`" in text, text
     assert "2 of 40 normal scores lie beyond 3" in text and "1 beyond 4" in text, text
     assert "at 2 of the seeds" in text and "`t` (mesa/setup) at seed" not in text, text
+    assert "expected): `c` (mesa/setup) at seed 7004. Scores of one run" in text, text
     broken = [s for s in page.summaries(tmp_path) if s.notebook == "mesa/setup" and s.verdict != "calibrated"]
     assert f"{len(broken)} of 2 entries break a limit" in text and "`t` (skewed" in text, text

@@ -14,8 +14,10 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 import pytest
+import yaml
 
 from companion import notebooks as nbs
+from companion.paths import repo_root
 from companion.plotting import MIN_FONT_PT
 from companion.site import book
 from companion.verdict import METADATA_KEY
@@ -77,13 +79,17 @@ class Visit:
         self.context.close()
 
 
-#: the book's own pages besides the notebooks, "Results at a glance" aside (read last, :func:`_visit_all`)
-BOOK_PAGES = ("intro", "verdicts", "calibration", "where", "notation", "reproduce", "sweeps", "api", "bibliography")
+def _book_pages() -> list[str]:
+    """The book's own pages in the table of contents (``book/...``), "Results at a glance" aside (read last,
+    :func:`_visit_all`)."""
+    toc = yaml.safe_load((repo_root() / "_toc.yml").read_text())
+    files = [toc["root"], *(c["file"] for part in toc["parts"] for c in part["chapters"])]
+    return [f for f in files if f.startswith("book/") and f != "book/glance"]
 
 
 def _pages(html: Path) -> list[Path]:
     """Every page of the built site but the glance page: the book's own (those built) and every notebook's."""
-    own = [html / "book" / f"{name}.html" for name in BOOK_PAGES]
+    own = [html / f"{f}.html" for f in _book_pages()]
     return [*(p for p in own if p.is_file()), *[html / "notebooks" / f"{n}.html" for n in nbs.all_notebooks()]]
 
 

@@ -399,8 +399,7 @@ def heldout_words(directory: Path, build_estimate: float) -> str:
     lo, hi = clopper_pearson(len(failed), runs) if runs else (0.0, 1.0)
     bad = [s for s in cur if s.verdict != "calibrated"]
     expected = sum(limit_chance(s.n) for s in cur)
-    tails = {t: [(s, x) for s, col_seeds in ((s, _scored_seeds(live, s)) for s in cur)
-                 for x, u in zip(col_seeds, s.scores) if abs(u) > t] for t in (3, 4)}
+    tails = {t: [(s, x) for s in cur for x, u in zip(s.score_seeds, s.scores) if abs(u) > t] for t in (3, 4)}
     scores = sum(s.n for s in cur)
     broke = sorted({seed for _, _, seed in failed})
     b_lo, b_hi = clopper_pearson(len(broke), len(seeds)) if seeds else (0.0, 1.0)
@@ -425,12 +424,6 @@ def heldout_words(directory: Path, build_estimate: float) -> str:
              + (": " + ", ".join(f"`{s.claim}` ({s.notebook}) at seed {x}" for s, x in tails[4]) if tails[4] else "")
              + ". Scores of one run are not independent: the claims that read one training set move together.\n"]
     return "".join(words)
-
-
-def _scored_seeds(files: list[dict], s: ClaimCalibration) -> list[int]:
-    """The seeds of the entry ``s`` that have a score, in the order of its ``scores``."""
-    data = next(d for d in files if d["notebook"] == s.notebook and d["point"] == s.point)
-    return [x for x, z in zip(data["seeds"], data["claims"][s.claim]["z"]) if z is not None]
 
 
 def _decided_words(s: ClaimCalibration) -> str:
