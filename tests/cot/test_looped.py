@@ -157,3 +157,41 @@ def test_sparse_replicates_are_independent_runs():
 def test_sparse_training_that_diverges_raises():
     with np.errstate(all="ignore"), pytest.raises(TrainingDiverged, match="sparse looped models diverged"):
         looped.train_looped_sparse(3, 6, 20, replicates=1, seed=0, steps=50, lr=1e6, lr_final=1.0, batch=8)
+
+
+# ----------------------------------------------------------------------------- the paired test of part (b)
+def _iso_at(monkeypatch, v, w):
+    """The isotropic training replaced by models at (v, w): every replicate the same."""
+    monkeypatch.setattr(looped, "train_looped_isotropic",
+                        lambda d, n, k, *, replicates, **kw: (np.full(replicates, v), np.full(replicates, w)))
+
+
+def test_trained_models_are_paired_with_the_optimum_and_the_falsifier_on_the_same_prompts(monkeypatch):
+    """A "trained" model at the optimum (b) has exactly the optimum model's mean error, one at part (a)'s answer
+    exactly the falsifier's: the three run on the same prompts (a prompt stream of their own for either would fail),
+    and the band is the standard error of the paired differences, far below the prompts' own spread."""
+    d, n, k = 3, 8, 2
+    eigs = wishart.sample_S_eigs(d, n, 4000, np.random.default_rng(1))
+    c, b, _ = loops.looped_two_param_optimum(k, eigs)
+    c_a = loops.looped_optimum(k, eigs)[0]
+    kw = dict(steps=1, lr=0.01, lr_final=1.0, replicates=4, num=800, seed=3)
+    _iso_at(monkeypatch, -c * b, 1 / b)  # v = -c b, w = 1/b
+    m = looped.looped_trained_vs_optimum(d, n, k, eigs, c_a, **kw)["m"]
+    assert m["mean"] == m["pred"] and m["falsifier"] > m["pred"] and m["se"] == 0.0
+    _iso_at(monkeypatch, -c_a, 1.0)
+    m = looped.looped_trained_vs_optimum(d, n, k, eigs, c_a, **kw)["m"]
+    assert m["mean"] == m["falsifier"]
+    _iso_at(monkeypatch, -c * b * 1.02, 1 / b)  # near the optimum: the paired band is much tighter than the prompts'
+    out = looped.looped_trained_vs_optimum(d, n, k, eigs, c_a, **kw)
+    pr = [sample_prompts(200, d, n, make_generator(looped.COT_ISO_EVAL.replicate(3, r))) for r in range(4)]
+    from companion.cot.model import looped_predict, per_prompt_error
+    W_KQ, W_PV = sparse_parameters(-c * b * 1.02 * np.eye(d), np.eye(d) / b, -1.0)
+    e = np.concatenate([per_prompt_error(looped_predict(p, W_KQ, W_PV, k), p).numpy() for p in pr])
+    assert out["m"]["mean"] == pytest.approx(e.mean(), rel=1e-12)
+    assert 0 < out["m"]["se"] < 0.2 * e.std(ddof=1) / np.sqrt(len(e))
+
+
+def test_the_looped_models_train_for_two_memories_of_adam():
+    from companion.cot.train import Optimizer
+    assert looped.ADAM_HORIZON == 2 * round(1 / (1 - Optimizer.betas[1])) == 2000
+    assert looped.SPARSE_TRAIN["steps"] >= looped.ADAM_HORIZON
