@@ -174,15 +174,16 @@ def test_trained_models_are_paired_with_the_optimum_and_the_falsifier_on_the_sam
     eigs = wishart.sample_S_eigs(d, n, 4000, np.random.default_rng(1))
     c, b, _ = loops.looped_two_param_optimum(k, eigs)
     c_a = loops.looped_optimum(k, eigs)[0]
+    opt = (c, b)
     kw = dict(steps=1, lr=0.01, lr_final=1.0, replicates=4, num=800, seed=3)
     _iso_at(monkeypatch, -c * b, 1 / b)  # v = -c b, w = 1/b
-    m = looped.looped_trained_vs_optimum(d, n, k, eigs, c_a, **kw)["m"]
+    m = looped.looped_trained_vs_optimum(d, n, k, opt, c_a, **kw)["m"]
     assert m["mean"] == m["pred"] and m["falsifier"] > m["pred"] and m["se"] == 0.0
     _iso_at(monkeypatch, -c_a, 1.0)
-    m = looped.looped_trained_vs_optimum(d, n, k, eigs, c_a, **kw)["m"]
+    m = looped.looped_trained_vs_optimum(d, n, k, opt, c_a, **kw)["m"]
     assert m["mean"] == m["falsifier"]
     _iso_at(monkeypatch, -c * b * 1.02, 1 / b)  # near the optimum: the paired band is much tighter than the prompts'
-    out = looped.looped_trained_vs_optimum(d, n, k, eigs, c_a, **kw)
+    out = looped.looped_trained_vs_optimum(d, n, k, opt, c_a, **kw)
     pr = [sample_prompts(200, d, n, make_generator(looped.COT_ISO_EVAL.replicate(3, r))) for r in range(4)]
     from companion.cot.model import looped_predict, per_prompt_error
     W_KQ, W_PV = sparse_parameters(-c * b * 1.02 * np.eye(d), np.eye(d) / b, -1.0)
@@ -190,8 +191,3 @@ def test_trained_models_are_paired_with_the_optimum_and_the_falsifier_on_the_sam
     assert out["m"]["mean"] == pytest.approx(e.mean(), rel=1e-12)
     assert 0 < out["m"]["se"] < 0.2 * e.std(ddof=1) / np.sqrt(len(e))
 
-
-def test_the_looped_models_train_for_two_memories_of_adam():
-    from companion.cot.train import Optimizer
-    assert looped.ADAM_HORIZON == 2 * round(1 / (1 - Optimizer.betas[1])) == 2000
-    assert looped.SPARSE_TRAIN["steps"] >= looped.ADAM_HORIZON

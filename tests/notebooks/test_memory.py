@@ -79,6 +79,17 @@ def test_a_huge_size_is_refused_by_the_validation_cell_before_any_work(notebook,
     assert seconds < 2, (notebook, seconds)
 
 
+
+def test_the_looped_page_refuses_a_training_shorter_than_two_memories_of_adam():
+    """`iso_steps` below companion.cot.results.looped.ADAM_HORIZON is refused in one line naming it; at the horizon
+    the defaults pass. The sparse-block models train at least as long."""
+    from companion.cot.results import looped
+
+    err, _ = _validate("cot/looped", {"iso_steps": looped.ADAM_HORIZON - 1})
+    assert err is not None and err.name == "iso_steps" and "\n" not in str(err), err
+    assert _validate("cot/looped", {"iso_steps": looped.ADAM_HORIZON})[0] is None
+    assert looped.ADAM_HORIZON == 2 * looped.ADAM_MEMORY and looped.SPARSE_TRAIN["steps"] >= looped.ADAM_HORIZON
+
 def test_thm4_1_memory_covers_the_one_step_prefix_sums(monkeypatch):
     """At m = 160, m_test = 10, T = 1000, d = 8 the largest allocation is the one-step-GD check's prefix sums
     (300 sequences, three (T, d, d) complex128 arrays: 0.9 GB), not the position tables (0.08 GB)."""

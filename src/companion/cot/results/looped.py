@@ -31,8 +31,8 @@ from ..stats import model_errors, trained_vs_prediction
 from ..theory import gd, loops, no_cot, wishart
 from ..train import Optimizer, TrainResult, threads1, train_looped_isotropic
 
-__all__ = ["CLAIMS", "RESULT", "loop_counts", "best_polynomial_loss", "looped_optima", "looped_sparse_simulation", "looped_trained_vs_optimum", "ADAM_HORIZON",
-           "SPARSE_TRAIN", "train_looped_sparse", "sparse_trained_vs_optimum", "full_vs_floor", "figure", "manifest",
+__all__ = ["CLAIMS", "RESULT", "loop_counts", "best_polynomial_loss", "looped_optima", "looped_sparse_simulation", "looped_trained_vs_optimum",
+           "ADAM_MEMORY", "ADAM_HORIZON", "SPARSE_TRAIN", "train_looped_sparse", "sparse_trained_vs_optimum", "full_vs_floor", "figure", "manifest",
            "record_part_a", "record_part_b", "record_full"]
 
 W13_FIXED = r"$W_{13} = I$ is as good: the loss at $c_k$"
@@ -105,7 +105,7 @@ def looped_sparse_simulation(d: int, n: int, k: int, c: float, b: float, eigs: n
     return sim, mean_se(loops.looped_two_param_errors(c, b, k, eigs))
 
 
-def looped_trained_vs_optimum(d: int, n: int, k: int, eigs: np.ndarray, c_a: float, *, steps: int, lr: float,
+def looped_trained_vs_optimum(d: int, n: int, k: int, opt: tuple[float, float], c_a: float, *, steps: int, lr: float,
                               lr_final: float, replicates: int, num: int, seed: int) -> dict:
     r"""The trained looped model against its predicted optimum (part (b) of :prf:ref:`cot-prop-looped`), paired.
 
@@ -113,8 +113,8 @@ def looped_trained_vs_optimum(d: int, n: int, k: int, eigs: np.ndarray, c_a: flo
     (:func:`companion.cot.train.train_looped_isotropic`, ``steps`` at least :data:`ADAM_HORIZON`); each is run as a
     real looped LSA (:func:`~companion.cot.model.looped_predict` on :func:`~companion.cot.model.sparse_parameters`)
     on its own ``num // replicates`` fresh prompts. On the same prompts run two models that no trained weight enters:
-    the optimum :math:`(c^\star, b^\star)` of part (b), computed on ``eigs``, an independent sample of spectra (the
-    prediction), and the optimum of part (a), :math:`W_{13} = I` with the step ``c_a`` (the falsifier). The claim
+    the optimum ``opt`` = :math:`(c^\star, b^\star)` of part (b), computed on an independent sample of spectra
+    (:func:`looped_optima`; the prediction), and the optimum of part (a), :math:`W_{13} = I` with the step ``c_a`` (the falsifier). The claim
     compares the trained models' mean error with the optimum model's on the same prompts: the per-prompt
     differences
 
@@ -127,14 +127,12 @@ def looped_trained_vs_optimum(d: int, n: int, k: int, eigs: np.ndarray, c_a: flo
     Returns
     -------
     dict
-        ``dict(c, b, pred, m)``: the trained :math:`c = -vw` and :math:`b = 1/w` per replicate; the optimum
-        ``(c, b, loss, loss_se)`` on ``eigs`` (its loss with the Monte-Carlo standard error over that sample, for
-        the sparse claim); ``m``: the paired comparison, ``mean`` (trained), ``pred`` (the optimum model),
-        ``falsifier`` (the part (a) model), each the mean error on the same prompts, and ``se``, ``dof``,
-        ``se_from`` of the paired difference.
+        ``dict(c, b, m)``: the trained :math:`c = -vw` and :math:`b = 1/w` per replicate; ``m``: the paired
+        comparison, ``mean`` (trained), ``pred`` (the optimum model), ``falsifier`` (the part (a) model), each the
+        mean error on the same prompts, and ``se``, ``dof``, ``se_from`` of the paired difference.
     """
     v, w = train_looped_isotropic(d, n, k, steps=steps, lr=lr, lr_final=lr_final, seed=seed, replicates=replicates)
-    c, b, _ = loops.looped_two_param_optimum(k, eigs)
+    c, b = opt
     models = {"opt": sparse_parameters(-c * b * np.eye(d), np.eye(d) / b, -1.0),
               "a": sparse_parameters(-c_a * np.eye(d), np.eye(d), -1.0)}
     errs = {"trained": [], "opt": [], "a": []}
@@ -148,16 +146,17 @@ def looped_trained_vs_optimum(d: int, n: int, k: int, eigs: np.ndarray, c_a: flo
     paired = trained_vs_prediction(e["trained"] - e["opt"], 0.0)
     m = dict(mean=float(e["trained"].mean()), pred=float(e["opt"].mean()), falsifier=float(e["a"].mean()),
              se=paired["se"], dof=paired["dof"], se_from=paired["se_from"])
-    loss, loss_se = mean_se(loops.looped_two_param_errors(c, b, k, eigs))
-    return dict(c=-v * w, b=1 / w, pred=(c, b, loss, loss_se), m=m)
+    return dict(c=-v * w, b=1 / w, m=m)
 
 
+#: the memory of Adam's second moment in steps, :math:`1/(1-\beta_2)` (:class:`companion.cot.train.Optimizer`): the
+#: moment averages the squared gradients over about that many steps
+ADAM_MEMORY = round(1 / (1 - Optimizer.betas[1]))
 #: the fewest Adam steps of the looped models trained from random starts (:func:`looped_trained_vs_optimum`,
-#: :func:`train_looped_sparse`): two memories of Adam's second moment, :math:`2/(1-\beta_2)` steps
-#: (:class:`companion.cot.train.Optimizer`). That moment averages the squared gradients over about
-#: :math:`1/(1-\beta_2)` steps, so the large gradients of the approach from the start stay in it for that long and
-#: shrink the steps near the optimum: a training that stops within one memory stops short of the optimum.
-ADAM_HORIZON = 2 * round(1 / (1 - Optimizer.betas[1]))
+#: :func:`train_looped_sparse`): two memories (:data:`ADAM_MEMORY`). The large gradients of the approach from the
+#: start stay in the second moment for about one memory and shrink the steps near the optimum: a training that stops
+#: within one memory stops short of the optimum.
+ADAM_HORIZON = 2 * ADAM_MEMORY
 
 #: the training of the sparse-block looped transformers (:func:`train_looped_sparse`), fixed at every point: ten
 #: seeds (a Student-t band on 9 degrees of freedom), Adam for :data:`ADAM_HORIZON` steps, decayed to 5 %
