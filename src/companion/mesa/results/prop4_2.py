@@ -15,6 +15,7 @@ What the page checks, and where:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import matplotlib.patches as mpatches
@@ -42,7 +43,7 @@ from companion.mesa.figures import init_label
 from companion.mesa.results import init_tag
 from companion.mesa.train import run
 from companion.plotting import new_figure
-from companion.seeds import MESA_OFFDIAG_MC, MESA_TRAIN_DATA
+from companion.seeds import MESA_OFFDIAG_MC
 from companion.stats import Z_LEVEL
 
 __all__ = ["CLAIMS", "RESULT", "tag", "manifest", "Design", "design", "paper_design", "paper_runs", "figure_runs",
@@ -227,24 +228,32 @@ def offdiag_mc(data, a: float, b: float, n_groups: int) -> OffdiagGradient:
     return OffdiagGradient(BlockValue(*stats.mean_se(per[:, 0])), BlockValue(*stats.mean_se(per[:, 1])), dof=n_groups - 1)
 
 
-def first_steps(design: Design, n_groups: int) -> dict:
+def first_steps(design: Design, n_groups: int, sample) -> dict:
     r"""Prop 4.2 on the trained transformer, per init: one GD epoch of :func:`companion.mesa.train.run` from
     (a0 I, b0 I) (``design.first_steps``); the mean signed off-diagonal entry of each red block after the step
-    against -lr times the population gradient, with the SE of the training-set gradient over ``n_groups`` groups of
-    sequences (the same training set, drawn through :data:`~companion.seeds.MESA_TRAIN_DATA`): an
-    :class:`OffdiagGradient` per init, each block with its ``predicted`` step."""
+    against -lr times the population gradient: an :class:`OffdiagGradient` per init, each block with its
+    ``predicted`` step.
+
+    The standard error is that of a mean over the training set's m sequences, :math:`\sigma/\sqrt m`, with the
+    per-sequence spread :math:`\sigma` of the off-diagonal gradient at the init measured on ``sample``, full-one
+    sequences independent of the training set (the page's Monte-Carlo sample, :func:`mc_data`): over ``n_groups``
+    groups of :math:`m_s` sequences (:func:`offdiag_mc`) the group means' SE times :math:`\sqrt{m_s/m}`, on
+    ``n_groups`` - 1 degrees of freedom. Not the training set's own spread: the per-sequence gradients are skewed,
+    so a training set without the large ones would have a low mean and a low standard error at once."""
     out = {}
     for (a0, b0), kw in design.first_steps.items():
         law, d, T, m, lr = kw["law"], kw["d"], kw["T"], kw["m"], kw["lr"]
+        if (sample.T, sample.d) != (T, d):
+            raise ValueError(f"the sample's (T, d) is {(sample.T, sample.d)}; the runs' is {(T, d)}")
         r = run(**kw)
         off = ~np.eye(d, dtype=bool)
         meas_pv = float(r.W_PV[:, :d].real[off].mean())
         meas_kq = float(r.W_KQ[d:, :d].real[off].mean())
-        data = generate(law, m, d, T, 1.0, MESA_TRAIN_DATA.rng(kw["seed"]), torch.complex128)
-        mc = offdiag_mc(data, a0, b0, n_groups)
+        spread = offdiag_mc(sample, a0, b0, n_groups)
+        to_m = math.sqrt(sample.m / m)  # the SE of a mean over the sample's sequences -> over the training set's m
         f_pv, f_kq = th.offdiag_gradient(law, 1.0, d, T, a0, b0)
-        out[a0, b0] = OffdiagGradient(BlockValue(meas_pv, lr * mc.pv.se, -lr * f_pv),
-                                      BlockValue(meas_kq, lr * mc.kq.se, -lr * f_kq), dof=mc.dof)
+        out[a0, b0] = OffdiagGradient(BlockValue(meas_pv, lr * spread.pv.se * to_m, -lr * f_pv),
+                                      BlockValue(meas_kq, lr * spread.kq.se * to_m, -lr * f_kq), dof=spread.dof)
     return out
 
 
@@ -304,10 +313,11 @@ def record_mc(v, mc: OffdiagGradient, f_pv: float, f_kq: float, a: float, b: flo
                    "freedom; + round-off ($10^{-12}$ of the formula)")
 
 
-def record_first_step(v, steps: dict, n_groups: int) -> None:
+def record_first_step(v, steps: dict, n_groups: int, m: int, m_mc: int) -> None:
     r"""Claims ``first_step_{pv,kq}_{init}``: the mean off-diagonal entry of each red block after the first GD step
     of the trained transformer from every init (:func:`first_steps`) against :math:`-\eta` times the closed-form
-    gradient, at ``Z_LEVEL`` SE of the training-set gradient over groups; the falsifier is no off-diagonal step."""
+    gradient, at ``Z_LEVEL`` SE of a mean over the ``m`` training sequences, the per-sequence spread measured on
+    ``m_mc`` independent ones in ``n_groups`` groups; the falsifier is no off-diagonal step."""
     for ini, step in steps.items():
         for k, q in step.blocks():
             v.statistical(
@@ -316,9 +326,10 @@ def record_first_step(v, steps: dict, n_groups: int) -> None:
                          r"step of the trained transformer vs $-\eta$ times the formula",
                 predicted=q.predicted, measured=q.measured, se=q.se, dof=step.dof,
                 floor=1e-6 * abs(q.predicted), falsifier=_NO_STEP, falsifier_value=0.0,
-                reason=f"{Z_LEVEL:.3g} SE of the training-set gradient over {n_groups} groups of sequences, Student-t; plus "
-                       "complex64 round-off",
-                detail=rf"level of {Z_LEVEL:.3g} SE: the SE of the training-set gradient over {n_groups} groups (times $\eta$), "
+                reason=f"{Z_LEVEL:.3g} SE of a mean over the {m} training sequences, their spread measured on {m_mc} "
+                       "independent ones, Student-t; plus complex64 round-off",
+                detail=rf"level of {Z_LEVEL:.3g} SE: the SE of the training set's mean gradient (times $\eta$), from the "
+                       f"spread of {n_groups} groups of {m_mc} independent sequences (the Monte-Carlo check's), "
                        f"Student-t on {step.dof} degrees of freedom; + complex64 round-off ($10^{{-6}}$ of the "
                        "prediction)")
 
