@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from companion import stats
+from companion.mesa import analysis
 from companion.mesa import theory as th
 from companion.mesa.data import generate
 from companion.mesa.evidence import equivariant_moments, richardson_paired
@@ -98,3 +99,27 @@ def test_the_gap_s_gradient_is_that_of_the_mean_loss(tiny):
     np.testing.assert_allclose(gap.grad_end, num, rtol=1e-5, atol=1e-8)
 
 
+
+
+def test_the_paired_difference_s_standard_error_is_measured_on_independent_sequences(tiny):
+    """paired_differences: the mean over the runs' own test sequences, the SE from the same two models on other
+    sequences (loss_sample: as many, not the same ones), scaled to the test set's size: it does not move with the
+    test set (the per-sequence losses are skewed) and it is the mean's spread over test sets."""
+    (ini,) = tiny.design.masked
+    masked, unmasked = thm4_3.figure_runs(tiny.design)
+    td, sample = analysis.test_data(masked[ini]), thm4_3.loss_sample(tiny.design)
+    assert sample.m == td.m and not np.allclose(sample.theta, td.theta)
+
+    def diff(data):
+        return (analysis.per_sequence_loss(data, *analysis.weights(unmasked[ini]))
+                - analysis.per_sequence_loss(data, *analysis.weights(masked[ini])))
+
+    def fresh(m, s):
+        return generate("full_one", m, tiny.d, tiny.T, 1.0, np.random.default_rng([s, 99]), torch.complex128)
+
+    mu, se = thm4_3.paired_differences(masked, unmasked, sample)[ini]
+    assert mu == pytest.approx(float(diff(td).mean()), rel=1e-12)
+    mu4, se4 = thm4_3.paired_differences(masked, unmasked, fresh(4 * td.m, 1000))[ini]  # four times the sequences
+    assert mu4 == mu and se4 != se
+    means = [float(diff(fresh(td.m, s)).mean()) for s in range(40)]
+    assert 0.7 < np.std(means, ddof=1) / se4 < 1.4
