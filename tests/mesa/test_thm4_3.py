@@ -99,8 +99,6 @@ def test_the_gap_s_gradient_is_that_of_the_mean_loss(tiny):
     np.testing.assert_allclose(gap.grad_end, num, rtol=1e-5, atol=1e-8)
 
 
-
-
 def test_the_paired_difference_s_standard_error_is_measured_on_independent_sequences(tiny):
     """paired_differences: the mean over the runs' own test sequences, the SE from the same two models on other
     sequences (loss_sample: as many, not the same ones), scaled to the test set's size: it does not move with the

@@ -272,7 +272,9 @@ def paired_with_prediction(design: MaskingRuns, rep: ExtrapolatedAb, rep_u: Extr
     """
     r = design.replicates_masked
     big, small = rep.loss.big, rep.loss.small
-    td = generate(r.law, big.shape[1], r.d, r.T, r.scale, MESA_LOSS_EVAL.rng(r.seed), torch.complex128)
+    td = loss_sample(design)
+    if td.m != big.shape[1]:
+        raise ValueError(f"the replicates' losses are on {big.shape[1]} test sequences; loss_sample has {td.m}")
     c_m = float(gap.c_m[0])
     ell_c = equivariant_losses(td, (rep.predicted, 0.0, 1.0, 0.0))
     L_c = float(th.population_loss(r.law, r.scale, r.d, r.T, rep.predicted))
