@@ -56,7 +56,7 @@ __all__ = ["BIAS_LIMIT", "RMS_HIGH", "RMS_LOW", "SKEW_LIMIT", "SKEW_MIN_SEEDS",
            "default_seeds", "DEGENERATE_SE", "ClaimCalibration",
            "code_version", "signed_z", "normal_score", "normal_scores", "clopper_pearson", "MissCount", "miss_counts",
            "code_text", "collect", "claim_summaries", "read", "read_all", "calibration_dir", "file_name",
-           "build_false_fail_rate", "median", "limit_chance"]
+           "build_false_fail_rate", "run_failures", "median", "limit_chance"]
 
 #: a claim is biased when its mean normal score is further than this many of its standard errors from 0
 BIAS_LIMIT = 3.0
@@ -222,7 +222,8 @@ def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
 
 def collect(points: Iterable[Mapping]) -> dict:
     """The per-claim columns of a calibration file from a sweep's finished points (``results.jsonl`` lines with
-    their records): seeds in order, and per statistical claim the signed z, the dof and the status at each seed
+    their records): seeds in order, the seeds whose page run failed (``failed_seeds``: a claim of any kind failed,
+    :func:`run_failures`), and per statistical claim the signed z, the dof and the status at each seed
     (None where the claim was not applicable or the point crashed), the critical value, the in-band flag, the floor
     and the falsifier's distance from the prediction (``gap_se``), both in SE: what a restamp needs to redraw a
     band and decide its power at another level (:func:`companion.run.calibrate.relevel_data`)."""
@@ -246,7 +247,8 @@ def collect(points: Iterable[Mapping]) -> dict:
             c["floor_se"][i] = float(f"{fl / se:.4g}") if fl is not None and se else None
             fv, p_ = rec.get("falsifier_value"), rec.get("predicted")
             c["gap_se"][i] = float(f"{abs(fv - p_) / se:.4g}") if None not in (fv, p_) and se else None
-    return {"seeds": seeds, "claims": dict(sorted(claims.items()))}
+    return {"seeds": seeds, "failed_seeds": [x for x, p in zip(seeds, pts) if p.get("status") == "failed"],
+            "claims": dict(sorted(claims.items()))}
 
 
 @dataclass
@@ -439,6 +441,24 @@ def read_all(directory: str | Path | None = None) -> list[dict]:
     """Every calibration file of the committed set, sorted by name."""
     d = Path(directory) if directory is not None else calibration_dir()
     return [read(p) for p in sorted(d.glob("*.json"))]
+
+
+def run_failures(files: Iterable[Mapping], pages: int | None = None) -> dict:
+    r"""The page runs of calibration files ``files`` that failed, whatever the kind of the claim that failed them
+    (a statistical claim, a bound, a sign test, an identity: each fails the run, and the build), pooled: the failed
+    runs of ``files``' ``failed_seeds`` over their finished runs, the rate with its 95 % Clopper-Pearson interval,
+    and what it gives for one run of each of ``pages`` pages (default: the files' notebooks; one build of the
+    smoke points), :math:`1 - (1 - q)^{\text{pages}}`, assuming independent pages. Returns ``{"failed", "runs",
+    "pages", "rate", "rate_high", "build", "build_high"}``."""
+    files = list(files)
+    failed = sum(len(d["failed_seeds"]) for d in files)
+    runs = sum(len(d["seeds"]) for d in files)
+    pages = len({d["notebook"] for d in files}) if pages is None else pages
+    out = {"failed": failed, "runs": runs, "pages": pages}
+    if not runs:
+        return dict(out, rate=math.nan, rate_high=math.nan, build=math.nan, build_high=math.nan)
+    rate, high = failed / runs, clopper_pearson(failed, runs)[1]
+    return dict(out, rate=rate, rate_high=high, build=1 - (1 - rate) ** pages, build_high=1 - (1 - high) ** pages)
 
 
 def build_false_fail_rate(summaries: Iterable[ClaimCalibration | MissCount], points: int = 1) -> dict:

@@ -19,7 +19,9 @@ from _util import one_worker_scheduler, run_cli
 
 def _data(z, dof=None, status=None, notebook="mesa/setup", point="smoke", claim="c"):
     n = len(z)
-    return {"notebook": notebook, "point": point, "code_version": "v", "seeds": list(range(1000, 1000 + n)),
+    seeds = list(range(1000, 1000 + n))
+    return {"notebook": notebook, "point": point, "code_version": "v", "seeds": seeds,
+            "failed_seeds": [x for x, s in zip(seeds, status or []) if s == "failed"],
             "claims": {claim: {"z": [float(x) for x in z], "dof": [dof] * n,
                                "status": status or ["passed"] * n, "crit": [4.0] * n}}}
 
@@ -91,6 +93,8 @@ def test_every_calibration_file_is_complete_and_current_in_form(committed):
         assert n >= (cal.SMOKE_SEEDS if data["point"] == "smoke" else cal.DOMAIN_SEEDS), (data["notebook"], data["point"], n)
         assert data["seeds"] == sorted(set(data["seeds"])) and min(data["seeds"]) >= cal.FIRST_SEED
         assert data["runs"]["error"] == 0, (data["notebook"], data["point"], data["runs"])
+        # the failed page runs (a claim of any kind), each at a seed of the file
+        assert len(data["failed_seeds"]) == data["runs"]["failed"] and set(data["failed_seeds"]) <= set(data["seeds"])
         for claim, col in data["claims"].items():
             assert {len(col[k]) for k in ("z", "dof", "status", "crit", "in_band", "floor_se")} == {n}, claim
 
@@ -172,6 +176,23 @@ def test_false_fails_get_an_exact_interval_and_pool_into_the_error_budget():
     assert (b["misses"], b["failures"], b["runs"], b["claims"]) == (2, 1, 200, 2)
     assert b["rate"] == pytest.approx(0.01) and b["build"] == pytest.approx(1 - 0.99 ** 2)
     assert cal.build_false_fail_rate([s, t], points=100)["build"] == pytest.approx(1 - 0.99 ** 200)
+
+
+def test_failed_page_runs_of_every_kind_pool_into_a_whole_builds_rate():
+    """A page run fails when a claim of any kind fails (a bound, a sign test: no score, no calibration entry); the
+    build's rate pools the files' failed runs over their runs, per page once."""
+    a = dict(_data(np.zeros(100)), failed_seeds=[1010, 1020])  # no statistical claim failed there
+    b = _data(np.zeros(100), notebook="cot/setup", status=["failed"] + ["passed"] * 99)
+    r = cal.run_failures([a, b])
+    assert (r["failed"], r["runs"], r["pages"]) == (3, 200, 2)
+    assert r["rate"] == pytest.approx(0.015) and r["build"] == pytest.approx(1 - 0.985 ** 2)
+    assert r["rate_high"] == pytest.approx(cal.clopper_pearson(3, 200)[1]) and r["build_high"] > r["build"]
+    assert cal.run_failures([a, b], pages=16)["build"] == pytest.approx(1 - 0.985 ** 16)
+    assert math.isnan(cal.run_failures([])["build"])
+    # collected from a sweep's points: a run that failed with no statistical record, an error (no run) left out
+    pts = [{"parameters": {"seed": x}, "status": st, "records": [{"claim": "b", "kind": "bound", "status": rs}]}
+           for x, st, rs in [(3, "failed", "failed"), (1, "ok", "passed"), (2, "error", None)]]
+    assert cal.collect(pts) == {"seeds": [1, 3], "failed_seeds": [3], "claims": {}}
 
 
 def test_a_strip_figure_is_the_same_svg_each_build():
@@ -352,8 +373,11 @@ def test_restamp_compares_every_column_at_the_rerun_seeds():
     extra["claims"]["new"] = {"z": [0.1, None, None], "status": ["passed", None, None]}
     assert compare_columns(old, extra, [1000]) == ["new: recorded only by the current code"]
     assert compare_columns(old, extra, [1001]) == []  # not recorded at that seed: nothing to compare
+    other = dict(json.loads(json.dumps(old)), failed_seeds=[1002])  # a claim of another kind failed the run
+    assert compare_columns(old, other, [1000, 1002]) == ["the page run at seed 1002 failed, before it passed"]
+    assert compare_columns(other, old, [1000, 1001]) == []
     # a rerun holds its own seeds: compared seed by seed, not by position
-    sub = {"seeds": [1001], "claims": {"c": {k: [v[1]] for k, v in old["claims"]["c"].items()}}}
+    sub = {"seeds": [1001], "failed_seeds": [], "claims": {"c": {k: [v[1]] for k, v in old["claims"]["c"].items()}}}
     assert compare_columns(old, sub, [1001]) == []
 
 
@@ -403,12 +427,13 @@ def test_repower_keeps_every_score_and_failure_and_counts_the_passes_it_cannot_d
 
     col = {"z": [0.5, 9.0, -0.2, 0.1], "dof": [None] * 4, "status": ["passed", "failed", "not_resolvable", "passed"],
            "crit": [3.9] * 4, "in_band": [True, False, True, True], "floor_se": [0.0] * 4}
-    old = {"seeds": [1, 2, 3, 4], "claims": {"c": col}}
+    old = {"seeds": [1, 2, 3, 4], "failed_seeds": [2], "claims": {"c": col}}
     data, counts = repower_data(old)
     c = data["claims"]["c"]
     assert data["rule"] == STATUS_RULE and counts == {"rule": STATUS_RULE, "unknown": 3}
     assert c["status"] == col["status"] and c["z"] == col["z"] and c["gap_se"] == [None] * 4 and "gap_se" not in col
-    now = {"seeds": [1, 2], "claims": {"c": dict({k: v[:2] for k, v in col.items()}, status=["not_resolvable", "failed"],
+    now = {"seeds": [1, 2], "failed_seeds": [2],
+           "claims": {"c": dict({k: v[:2] for k, v in col.items()}, status=["not_resolvable", "failed"],
                                                 gap_se=[5.0, 20.0])}}
     assert compare_columns(data, now, [1, 2], split_unknown=True) == []
     assert compare_columns(data, now, [1, 2]) != []  # a file at the rule compares statuses exactly
@@ -510,13 +535,14 @@ def test_extending_a_calibration_appends_seeds_and_columns():
              seconds_per_run=2.0, wall_seconds=10.0, workers=2)
     b = dict(_data([2.0, 0.1, 0.3]), created="t1", commit="c2", runs={"total": 3, "ok": 2, "failed": 1, "error": 0},
              seconds_per_run=4.0, wall_seconds=20.0, workers=2)
-    b["seeds"] = [1002, 1003, 1004]
+    b["seeds"], b["failed_seeds"] = [1002, 1003, 1004], [1003]
     b["claims"]["new"] = b["claims"].pop("c")
     out = extend_data(a, b)
     assert out["seeds"] == [1000, 1001, 1002, 1003, 1004] and out["commit"] == "c1" and out["commits"] == ["c2"]
     assert out["claims"]["c"]["z"] == [0.5, -1.0, None, None, None]
     assert out["claims"]["new"]["z"] == [None, None, 2.0, 0.1, 0.3]
     assert out["runs"] == {"total": 5, "ok": 4, "failed": 1, "error": 0} and out["wall_seconds"] == 30.0
+    assert out["failed_seeds"] == [1003]
     assert out["seconds_per_run"] == pytest.approx((2 * 2 + 4 * 3) / 5) and out["created"] == "t1"
     with pytest.raises(ValueError, match="share seeds"):
         extend_data(a, a)
@@ -638,6 +664,7 @@ def test_the_held_out_check_counts_failures_limits_and_tails_of_the_current_file
     t_tail = np.zeros(n)
     t_tail[9] = 4.5  # at 3 dof a t of 4.5 is a normal score of about 2.9: no tail
     live = dict(_data(z, status=status), code_version=cal.code_version("mesa/setup"), seeds=seeds,
+                failed_seeds=[7004, 7011],  # at 7011 a claim of another kind failed the run
                 parameters=_point_now({"notebook": "mesa/setup", "point": "smoke"}))
     live["claims"]["t"] = {"z": t_tail.tolist(), "dof": [3.0] * n, "status": ["passed"] * n, "crit": [4.0] * n}
     (tmp_path / "mesa__setup__smoke.json").write_text(json.dumps(live))
@@ -645,8 +672,9 @@ def test_the_held_out_check_counts_failures_limits_and_tails_of_the_current_file
     (tmp_path / "cot__setup__smoke.json").write_text(json.dumps(old))
     text = heldout_words(tmp_path, 0.0101)
     assert f"at {n} seeds that the committed set does not hold (from 7000 to 7019" in text, text
-    assert "1 of 40 claim runs failed" in text and "`c` (mesa/setup) at seed 7004; a whole build" in text, text
-    assert "failed at 1 of these 20 seeds" in text and "against the 1.01 % estimated above" in text, text
+    assert "1 of 40 claim runs failed" in text, text
+    assert "`c` (mesa/setup) at seed 7004; 1 page run failed at a claim of another kind; a whole build" in text, text
+    assert "failed at 2 of these 20 seeds" in text and "against the 1.01 % estimated above" in text, text
     assert "1 of 2 notebooks left out, their code changed since: `cot/setup`" in text, text
     assert "2 of 40 normal scores lie beyond 3" in text and "1 beyond 4" in text, text
     assert "at 2 of the seeds" in text and "`t` (mesa/setup) at seed" not in text, text

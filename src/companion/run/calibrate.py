@@ -212,14 +212,17 @@ _IN_BAND = ("passed", "not_resolvable")
 
 
 def compare_columns(old: dict, new: dict, seeds: list[int], split_unknown: bool = False) -> list[str]:
-    """The differences between two calibrations' data at ``seeds`` (each held by both): one line per claim whose
+    """The differences between two calibrations' data at ``seeds`` (each held by both): one line per seed whose
+    page run failed on one side only (``failed_seeds``: a claim of any kind), per claim whose
     column differs at some seed beyond :data:`RESTAMP_RTOL` (status and in_band exactly), and per claim recorded
     by one only. Empty when they agree. ``split_unknown``: ``old`` does not know whether its in-band runs passed
     (:func:`repower_data`): passed and not_resolvable compare equal there, and the falsifier's distance
     (``gap_se``), which it did not record, is not compared."""
     where_old = {s: i for i, s in enumerate(old["seeds"])}
     where_new = {s: i for i, s in enumerate(new["seeds"])}
-    lines = []
+    lines = [f"the page run at seed {s} {'failed' if s in new['failed_seeds'] else 'passed'}, before it "
+             f"{'failed' if s in old['failed_seeds'] else 'passed'}" for s in seeds
+             if (s in old["failed_seeds"]) != (s in new["failed_seeds"])]  # a claim of another kind moved
     for claim in sorted(set(old["claims"]) | set(new["claims"])):
         a, b = old["claims"].get(claim), new["claims"].get(claim)
         if a is None or b is None:  # a claim of one side only: a difference where that side recorded it
@@ -432,7 +435,8 @@ def extend_data(base: dict, more: dict) -> dict:
                 seconds_per_run=_rounded(sum(x * n for x, n in spr) / sum(n for _, n in spr)) if spr else None,
                 wall_seconds=round(sum(walls), 1) if None not in walls else None,
                 workers=base.get("workers") if base.get("workers") == more.get("workers") else None,
-                seeds=base["seeds"] + more["seeds"], claims=claims)
+                seeds=base["seeds"] + more["seeds"], failed_seeds=base["failed_seeds"] + more["failed_seeds"],
+                claims=claims)
 
 
 def dumps(data: dict) -> str:

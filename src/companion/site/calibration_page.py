@@ -37,6 +37,7 @@ from ..calibration import (
     code_version,
     limit_chance,
     read_all,
+    run_failures,
 )
 from ..claims import REJECTED
 from ..registry import all_results
@@ -298,6 +299,7 @@ def calibration_markdown(directory: Path | None = None, figures: bool = True) ->
     smoke = [s for s in sums if s.point == "smoke"]
     budget = build_false_fail_rate(smoke)
     sweep = build_false_fail_rate(smoke, points=100)
+    pages = run_failures(d for d in files if d["point"] == "smoke")
     hidden = budget["misses"] - budget["failures"]
     out.append(
         f"**Error budget.** The book's target: were every theorem right, one whole build fails with probability at "
@@ -315,8 +317,12 @@ def calibration_markdown(directory: Path | None = None, figures: bool = True) ->
            if budget["build"] > BUILD_FALSE_FAIL else "within the target; ") +
         f"for a 100-point sweep of every page, {_pct(sweep['build'])} (at most {_pct(sweep['build_high'])}), "
         f"about {100 * budget['claims'] * budget['rate']:.3g} expected false alarms (at most "
-        f"{100 * budget['claims'] * budget['rate_high']:.3g}).\n")
-    out.append(heldout_words((directory if directory is not None else calibration_dir()) / HELDOUT, budget["build"]))
+        f"{100 * budget['claims'] * budget['rate_high']:.3g}). "
+        f"Claims of every kind (bounds, sign tests and identities fail a run too): {pages['failed']} of the "
+        f"{pages['runs']} page runs at the smoke points failed, so that one run of each of the {pages['pages']} "
+        f"pages, as in one build, fails with probability {_pct(pages['build'])} (at most "
+        f"{_pct(pages['build_high'])}, `companion.calibration.run_failures`).\n")
+    out.append(heldout_words((directory if directory is not None else calibration_dir()) / HELDOUT, pages["build"]))
     out.append(_power_words(sums))
     bad = [s for s in sums if s.verdict != "calibrated"]
     if bad:
@@ -380,10 +386,11 @@ def heldout_words(directory: Path, build_estimate: float) -> str:
     """The page's paragraph on the held-out check: the smoke points run again at seeds that the committed set does
     not hold (``calibration/heldout/``, ``make calibrate``), judged by the same limits.
     Counted from the files whose code and point are current (the others are named stale): the claim runs that
-    failed, by claim and seed; the entries outside the limits against the number expected by chance
-    (:func:`companion.calibration.limit_chance`); the normal scores beyond 3 and 4 against the reference law's
-    expectation (the tails), and at how many seeds; the seeds at which a whole
-    build (every smoke point once) would have failed, against ``build_estimate``, the committed set's estimate.
+    failed, by claim and seed, and the page runs that a claim of another kind failed; the entries outside the
+    limits against the number expected by chance (:func:`companion.calibration.limit_chance`); the normal scores
+    beyond 3 and 4 against the reference law's expectation (the tails), and at how many seeds; the seeds at which a
+    whole build (every smoke point once) would have failed (a failed page run, ``failed_seeds``), against
+    ``build_estimate``, the committed set's estimate.
     Empty without held-out files."""
     files = read_all(directory) if directory.is_dir() else []
     if not files:
@@ -401,7 +408,9 @@ def heldout_words(directory: Path, build_estimate: float) -> str:
     expected = sum(limit_chance(s.n) for s in cur)
     tails = {t: [(s, x) for s in cur for x, u in zip(s.score_seeds, s.scores) if abs(u) > t] for t in (3, 4)}
     scores = sum(s.n for s in cur)
-    broke = sorted({seed for _, _, seed in failed})
+    runs_failed = {(d["notebook"], seed) for d in live for seed in d["failed_seeds"]}  # by a claim of any kind
+    other = len(runs_failed - {(nb, seed) for nb, _, seed in failed})
+    broke = sorted({seed for _, seed in runs_failed})
     b_lo, b_hi = clopper_pearson(len(broke), len(seeds)) if seeds else (0.0, 1.0)
     first = f"from {seeds[0]} to {seeds[-1]}" if seeds else "none"
     words = [f"**Held-out check.** The smoke points run once more at {len(seeds)} seeds that the committed set does "
@@ -411,6 +420,7 @@ def heldout_words(directory: Path, build_estimate: float) -> str:
              f"{len(failed)} of {runs} claim runs failed ({_pct(len(failed) / runs if runs else math.nan)}, 95 % "
              f"interval {_pct(lo)} to {_pct(hi)})"
              + (": " + ", ".join(f"`{c}` ({nb}) at seed {x}" for nb, c, x in failed) if failed else "")
+             + (f"; {other} page run{'s' if other > 1 else ''} failed at a claim of another kind" if other else "")
              + f"; a whole build of the smoke points would have failed at {len(broke)} of these {len(seeds)} seeds "
              f"({_pct(b_lo)} to {_pct(b_hi)}), against the {_pct(build_estimate)} estimated above. "
              f"{len(bad)} of {len(cur)} entries break a limit at these seeds, at most {expected:.2g} expected by "
