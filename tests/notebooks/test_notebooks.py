@@ -6,6 +6,7 @@ import pytest
 
 from companion import notebooks as nbs
 from companion.run.inputs import coerce_parameters
+from companion.verdict import result_of
 
 from _util import domain_points, read_run, smoke_parameters, word_problems
 
@@ -51,6 +52,13 @@ def _assert_verdict_holds(name, run):
             assert r.get("falsifier") and r.get("se") is not None, r
     words = [w for r in run["records"] for w in word_problems(r)]
     assert not words, f"{name}: " + "\n".join(words)
+    # a result's page makes one of its applicable headline claims (its manifest's headline lines) the headline
+    spec = result_of(name)
+    lines = [c for c in spec.claims if c.headline]
+    applicable = [r["claim"] for r in run["records"] if r["status"] != "not_applicable"
+                  and any(c.matches(r["claim"]) for c in lines)]
+    assert not applicable or any(r.get("headline") for r in run["records"]), \
+        f"{name}: no record is the headline, though {applicable} may be"
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -504,7 +504,7 @@ def _record_model(v, nm: str, r: dict, sig: str, floor: float, escape: str = "")
                                   "one model")
                                + r") vs the median of the $K$-step GD law",
                       predicted=model.predicted, measured=model.measured, se=model.se, dof=model.dof,
-                      floor=floor, falsifier=NEAR_STEP, falsifier_value=model.falsifier_value,
+                      floor=floor, headline=True, falsifier=NEAR_STEP, falsifier_value=model.falsifier_value,
                       reason=(f"{Z_LEVEL:.3g} SE of the {R} models' median differences to exact GD on their own prompts (the "
                               "law's median cancels)" if paired else
                               f"{Z_LEVEL:.3g} SE of the model's and the law's order statistics")
