@@ -149,8 +149,9 @@ def _expected_false_alarms(results: str) -> str:
     """One line: how many false failures a sweep's claim runs should give were every theorem right: at the book's
     level (:data:`companion.stats.Z_LEVEL`, every run decided against a band of standard errors,
     :func:`companion.report.banded`) and, for the statistical ones, at the committed calibration set's pooled rate
-    (the Calibration page; left out without a calibration set)."""
-    from .calibration import build_false_fail_rate, miss_counts, read_all
+    (the Calibration page; left out without a calibration set); and how many of its page runs would fail, a claim
+    of any kind failing, at that set's rate of failed page runs (:func:`companion.calibration.run_failures`)."""
+    from .calibration import build_false_fail_rate, miss_counts, read_all, run_failures
     from .report import banded
     from .run.store import scan_results
     from .stats import Z_LEVEL, false_alarm
@@ -162,7 +163,9 @@ def _expected_false_alarms(results: str) -> str:
             f"{n_level * false_alarm(Z_LEVEL):.2g} false failures expected were every theorem right")
     try:
         # the counts alone, not the page's statistics of every claim (3.3 s of every sweep's last line)
-        pooled = build_false_fail_rate(c for data in read_all() if data["point"] == "smoke" for c in miss_counts(data))
+        smoke = [data for data in read_all() if data["point"] == "smoke"]
+        pooled = build_false_fail_rate(c for data in smoke for c in miss_counts(data))
+        pages = run_failures(smoke)
     except (OSError, ValueError, KeyError):
         return line
     if not pooled["runs"]:
@@ -170,7 +173,9 @@ def _expected_false_alarms(results: str) -> str:
     n = sum(1 for r in records if r.get("kind") == "statistical")
     return (f"{line}; of them {n} statistical: at the calibrated false-alarm rate ({pooled['misses']} of "
             f"{pooled['runs']} at the smoke points) about {n * pooled['rate']:.2g} runs would leave their band "
-            f"(at most {n * pooled['rate_high']:.2g}, 95 %)")
+            f"(at most {n * pooled['rate_high']:.2g}, 95 %); claims of every kind: at the calibrated rate of failed "
+            f"page runs ({pages['failed']} of {pages['runs']}) about {len(good) * pages['rate']:.2g} of these "
+            f"{len(good)} page runs would fail (at most {len(good) * pages['rate_high']:.2g})")
 
 
 def cmd_results(args) -> int:

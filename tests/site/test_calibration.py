@@ -604,6 +604,8 @@ def test_a_sweep_states_its_expected_false_alarms_at_the_level_and_the_calibrate
     assert text.startswith(f"16 claim runs decided at the book's level of {Z_LEVEL:.3g} SE: about "
                            f"{16 * false_alarm(Z_LEVEL):.2g} false failures expected"), text
     assert "of them 20 statistical" in text and f"{20 * pooled['rate']:.2g} runs" in text, text
+    pages = cal.run_failures(d for d in cal.read_all() if d["point"] == "smoke")
+    assert f"({pages['failed']} of {pages['runs']}) about {4 * pages['rate']:.2g} of these 4 page runs" in text, text
 
 
 def test_code_text_drops_prose_keeps_code_and_its_indentation():
