@@ -70,9 +70,10 @@ def test_paper_runs_are_distinct_and_include_the_replicates(tmp_path, monkeypatc
     """paper_runs() warms the cache for everything the notebooks train at their defaults: each run once (390), the
     replicate training sets included, with the seeds written out here (replicates 1.. at m, 17.. at m/4; the
     Gaussian and sparse-Gaussian replicate sets tilted). The step sizes written out here are the functions'
-    own (probe_lr, stable_lr), on a stand-in for the training sets' curvature (``training_set_bound``, 22 s of
-    Lanczos here; run on real sets in test_prop4_1 and test_thm4_2): a number far stiffer than the population bound, that any change of the
-    law, sizes, inits, sets or tilt moves, so a run planned on other sets than the page's gets another step."""
+    own (probe_lr, stable_lr), on a stand-in for the training sets' curvature (``training_set_bound``: 22 s of
+    Lanczos here; on real sets in test_prop4_1 and test_thm4_2): a number far stiffer than the population bound,
+    which any change of the law, sizes, inits, sets or tilt moves, so that a run planned on other sets than the
+    page's gets another step."""
     import hashlib
 
     from companion.mesa import stability
