@@ -1,0 +1,135 @@
+r"""Probe the optimum of the sparse-block looped transformer (cot/looped, part (b)) beyond the isotropic family.
+
+The looped LSA with the sparse blocks :math:`W_{13} = W`, :math:`V_{31} = V` and :math:`W_{24} = -1`, run k times,
+has the outcome loss :math:`\E\|(I + \sum_{i<k}(I + VSW)^i VS)\,w^\star\|^2`. Summing the geometric series
+(:math:`\sum_{i<k} M^i (M - I) = M^k - I` with :math:`M = I + VSW`) gives the error
+
+.. math:: e = W^{-1}\bigl[(W - I) + (I + QS)^k\bigr] w^\star, \qquad Q = WV,
+
+so that for an isotropic :math:`w^\star` the loss is :math:`\E\,\mathrm{tr}(YY^\top)` with
+:math:`Y = W^{-1}[(W - I) + (I + QS)^k]`. The book's part (b) minimises it over the isotropic family
+:math:`W = I/b`, :math:`Q = -cI` (:func:`companion.cot.theory.loops.looped_two_param_optimum`). This probe minimises
+it, on one Monte-Carlo sample of :math:`S = XX^\top/n` (X standard normal, d x n), over
+
+* the isotropic family (c, b);
+* a family with a rotation, :math:`Q = -(aI + \beta J)`, :math:`W = w_0 I + w_1 J`, J the block-diagonal rotation
+  by a quarter turn in the coordinate pairs (1, 2), (3, 4), ... (for an odd d the last coordinate is not rotated);
+* all matrices W, Q: Adam from the isotropic optimum plus a small random matrix, on part of the sample, the loss
+  evaluated on all of it, with the eigenvalues of the Q found;
+
+and, with ``--train``, trains the page's sparse-block models (``companion.cot.results.looped.train_looped_sparse``
+with ``SPARSE_TRAIN``, seed ``--seed``) and runs each replicate and the isotropic optimum's model on the same
+fresh prompts (paired: trained minus optimum, mean over the replicates with its standard error over them)::
+
+    python tools/looped_skew_probe.py --d 10 --n 20 --k 3            # the page's defaults
+    python tools/looped_skew_probe.py --d 10 --n 20 --k 3 --train
+
+Not a test: an investigation of a finding the page does not record yet (the CHANGELOG says what it measured).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+
+
+def _positive(kind):
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {'an integer' if kind is int else 'a number'}; got {text!r}") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"must be > 0; got {text!r}")
+        return value
+    return parse
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--d", type=_positive(int), default=10, help="dimension d >= 2 (default 10)")
+    ap.add_argument("--n", type=_positive(int), default=20, help="examples per prompt n (default 20)")
+    ap.add_argument("--k", type=_positive(int), default=3, help="loops k >= 1 (default 3)")
+    ap.add_argument("--num", type=_positive(int), default=20000, help="matrices S in the sample (default 20000)")
+    ap.add_argument("--steps", type=_positive(int), default=1500, help="Adam steps of the full matrices (default 1500)")
+    ap.add_argument("--train", action="store_true", help="also train the page's sparse-block models and pair them")
+    ap.add_argument("--prompts", type=_positive(int), default=20000, help="prompts of the paired comparison")
+    ap.add_argument("--seed", type=int, default=1, help="seed of the sample and of the training (default 1)")
+    args = ap.parse_args()
+    if args.d < 2:
+        ap.error(f"--d must be >= 2; got {args.d}")
+
+    import numpy as np
+    import torch
+    from scipy import optimize
+
+    d, n, k = args.d, args.n, args.k
+    g = torch.Generator().manual_seed(args.seed)
+    X = torch.randn(args.num, d, n, generator=g, dtype=torch.float64)
+    S = X @ X.transpose(1, 2) / n
+    eye = torch.eye(d, dtype=torch.float64)
+    J = torch.zeros(d, d, dtype=torch.float64)
+    for i in range(0, d - 1, 2):
+        J[i, i + 1], J[i + 1, i] = 1.0, -1.0
+
+    def loss(W, Q, S=S):
+        Y = torch.linalg.solve(W, (W - eye) + torch.linalg.matrix_power(eye + Q @ S, k))
+        return (Y * Y).sum(dim=(1, 2)).mean()
+
+    tight = dict(xatol=1e-7, fatol=1e-10, maxiter=4000)
+    iso = optimize.minimize(lambda p: float(loss(eye / p[1], -p[0] * eye)), [0.5, 1.1], method="Nelder-Mead",
+                            options=tight)
+    c, b = iso.x
+    starts = [[c, beta, 1 / b, 0.05] for beta in (0.1, 0.2, 0.3, -0.2)]
+    rot = min((optimize.minimize(lambda p: float(loss(p[2] * eye + p[3] * J, -(p[0] * eye + p[1] * J))), s,
+                                 method="Nelder-Mead", options=tight) for s in starts), key=lambda r: r.fun)
+    print(f"d = {d}, n = {n}, k = {k}, {args.num} matrices S (seed {args.seed})")
+    print(f"  isotropic (c, b) = ({c:.4f}, {b:.4f}): loss {iso.fun:.5f}")
+    a, beta, w0, w1 = rot.x
+    print(f"  with a rotation (a, beta, w0, w1) = ({a:.4f}, {beta:.4f}, {w0:.4f}, {w1:.4f}): loss {rot.fun:.5f} "
+          f"({iso.fun - rot.fun:+.5f} below the isotropic)")
+    torch.manual_seed(args.seed)
+    W = (eye / b + 0.05 * torch.randn(d, d, dtype=torch.float64)).requires_grad_()
+    Q = (-c * eye + 0.05 * torch.randn(d, d, dtype=torch.float64)).requires_grad_()
+    adam = torch.optim.Adam([W, Q], lr=3e-3)
+    part = S[: max(1, args.num // 5)]
+    for _ in range(args.steps):
+        adam.zero_grad()
+        loss(W, Q, part).backward()
+        adam.step()
+    with torch.no_grad():
+        full, ev = float(loss(W, Q)), np.linalg.eigvals(Q.numpy())
+    print(f"  all matrices (Adam, {args.steps} steps on {len(part)} of the matrices): loss {full:.5f} "
+          f"({iso.fun - full:+.5f} below the isotropic); eigenvalues of Q: real parts {ev.real.min():.3f} to "
+          f"{ev.real.max():.3f}, imaginary parts up to {abs(ev.imag).max():.3f}")
+    if not args.train:
+        return 0
+
+    from companion.cot.data import make_generator, sample_prompts
+    from companion.cot.model import looped_predict, per_prompt_error, sparse_parameters
+    from companion.cot.results import looped
+    from companion.seeds import COT_EVAL
+
+    W_KQ, W_PV = looped.train_looped_sparse(d, n, k, seed=args.seed, **looped.SPARSE_TRAIN)
+    R = W_KQ.shape[0]
+    opt = sparse_parameters(-c * b * np.eye(d), np.eye(d) / b, -1.0)
+    diffs = []
+    with torch.no_grad():
+        for r in range(R):
+            pr = sample_prompts(args.prompts // R, d, n, make_generator(COT_EVAL.replicate(args.seed, r)))
+            e_t = per_prompt_error(looped_predict(pr, W_KQ[r], W_PV[r], k), pr).numpy()
+            e_o = per_prompt_error(looped_predict(pr, *opt, k), pr).numpy()
+            diffs.append(float((e_t - e_o).mean()))
+    m, se = float(np.mean(diffs)), float(np.std(diffs, ddof=1) / math.sqrt(R))
+    M = (W_PV[0, d + 1: 2 * d + 1, :d] @ W_KQ[0, :d, d + 1: 2 * d + 1]).numpy()
+    ev = np.linalg.eigvals(M)
+    print(f"  {R} sparse-block models trained ({looped.SPARSE_TRAIN['steps']} Adam steps), each paired with the "
+          f"isotropic optimum on {args.prompts // R} prompts: trained minus optimum {m:+.5f} +- {se:.5f} "
+          f"(z {m / se:+.2f}); eigenvalues of V31 W13 of replicate 0: real parts {ev.real.min():.3f} to "
+          f"{ev.real.max():.3f}, imaginary parts up to {abs(ev.imag).max():.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
