@@ -27,7 +27,7 @@ def tiny():
     moments = equivariant_moments("full_one", d, T, 1000, 3)
     gap = thm4_3.masking_gap(d, T, *inits[0], lr, epochs, moments)
     return SimpleNamespace(design=design, rep=rep, rep_u=rep_u, gap=gap, d=d, T=T,
-                           paired=thm4_3.paired_with_prediction(design, rep, rep_u, gap))
+                           paired=thm4_3.paired_with_prediction(design, rep, rep_u, gap, thm4_3.loss_sample(design)))
 
 
 def test_equivariant_losses_are_the_quadratic_form_of_the_moments():
@@ -76,7 +76,8 @@ def test_the_paired_estimate_adds_back_the_control_s_mean(tiny):
     assert abs(q.loss.measured - L_c) < 1e-2 * L_c  # two epochs from the same init: trained ~ population GD
     # the gap: the prediction's Monte-Carlo mean is added back whole, so shifting it shifts the measurement alike
     # and leaves measured minus predicted and the band as they were (left out, the shift would not move it)
-    moved = thm4_3.paired_with_prediction(tiny.design, rep, tiny.rep_u, replace(gap, predicted=gap.predicted + 1.0))
+    moved = thm4_3.paired_with_prediction(tiny.design, rep, tiny.rep_u, replace(gap, predicted=gap.predicted + 1.0),
+                                          thm4_3.loss_sample(tiny.design))
     assert moved.gap.measured - q.gap.measured == pytest.approx(1.0, abs=1e-12)
     assert moved.gap.se == q.gap.se and moved.loss.measured == q.loss.measured
     assert q.se_gap_prediction == pytest.approx(float(np.abs(gap.grad_end * gap.se_end).sum()))

@@ -249,9 +249,9 @@ def _controlled(big: np.ndarray, small: np.ndarray, control: np.ndarray, mean: f
 
 
 def paired_with_prediction(design: MaskingRuns, rep: ExtrapolatedAb, rep_u: ExtrapolatedAb,
-                           gap: MaskingGap) -> PairedLosses:
+                           gap: MaskingGap, sample) -> PairedLosses:
     r"""The test losses of the replicates (:func:`replicates`) measured against the prediction's own models on the
-    same common test sequences (a control variate; the sequences of
+    same common test sequences ``sample`` (:func:`loss_sample`: a control variate; the sequences of
     :func:`companion.mesa.evidence.extrapolated_ab`'s ``m_loss``, stream :data:`~companion.seeds.MESA_LOSS_EVAL`).
 
     *Masked loss.* With :math:`\ell_n` the loss of test sequence n, the diagonal model at the population-GD
@@ -272,9 +272,9 @@ def paired_with_prediction(design: MaskingRuns, rep: ExtrapolatedAb, rep_u: Extr
     """
     r = design.replicates_masked
     big, small = rep.loss.big, rep.loss.small
-    td = loss_sample(design)
+    td = sample
     if td.m != big.shape[1]:
-        raise ValueError(f"the replicates' losses are on {big.shape[1]} test sequences; loss_sample has {td.m}")
+        raise ValueError(f"the replicates' losses are on {big.shape[1]} test sequences; the sample has {td.m}")
     c_m = float(gap.c_m[0])
     ell_c = equivariant_losses(td, (rep.predicted, 0.0, 1.0, 0.0))
     L_c = float(th.population_loss(r.law, r.scale, r.d, r.T, rep.predicted))
