@@ -191,3 +191,75 @@ def test_trained_models_are_paired_with_the_optimum_and_the_falsifier_on_the_sam
     assert out["m"]["mean"] == pytest.approx(e.mean(), rel=1e-12)
     assert 0 < out["m"]["se"] < 0.2 * e.std(ddof=1) / np.sqrt(len(e))
 
+
+
+def _S(d, n, num, seed=0):
+    return wishart.sample_S(d, n, num, np.random.default_rng(seed))
+
+
+def test_sparse_errors_are_the_real_looped_lsa_prompt_by_prompt():
+    # the summed series against the looped transformer itself, on blocks with no structure: each prompt's X run with
+    # w* = e_1 .. e_d, whose errors sum to the error averaged over w* ~ N(0, I), ||Y||_F^2
+    from companion.cot.data import Prompts
+    from companion.cot.model import looped_predict, per_prompt_error
+
+    d, n, k, num = 3, 7, 3, 20
+    g = np.random.default_rng(5)
+    W13, V31 = np.eye(d) + 0.2 * g.standard_normal((d, d)), -0.5 * np.eye(d) + 0.2 * g.standard_normal((d, d))
+    X = sample_prompts(num, d, n, make_generator(3)).X
+    pr = Prompts(X.repeat_interleave(d, dim=0), torch.eye(d, dtype=X.dtype).repeat(num, 1))
+    with torch.no_grad():
+        lsa = per_prompt_error(looped_predict(pr, *sparse_parameters(V31, W13, -1.0), k), pr).numpy()
+    S = (X @ X.transpose(1, 2)).numpy() / n
+    np.testing.assert_allclose(lsa.reshape(num, d).sum(axis=1),
+                               loops.looped_sparse_errors(W13 @ V31, np.linalg.inv(W13), k, S), rtol=1e-10)
+    # on the isotropic blocks, the spectral formula of part (b)
+    c, b = 0.4, 1.2
+    np.testing.assert_allclose(loops.looped_sparse_errors(-c * np.eye(d), b * np.eye(d), k, S),
+                               loops.looped_two_param_errors(c, b, k, np.linalg.eigvalsh(S)), rtol=1e-10)
+
+
+def test_rotation_basis_is_a_commuting_algebra():
+    for d in (2, 5, 6):
+        basis = loops.rotation_basis(d)
+        P, J = basis[0], basis[1]
+        assert np.allclose(J @ J, -P) and np.allclose(P @ J, J) and np.allclose(J @ P, J)
+        assert np.allclose(sum(B for B in basis if B is not J), np.eye(d))  # P (+ E) = I
+        for B in basis:
+            assert np.allclose(B @ J, J @ B)
+    assert len(loops.rotation_basis(1)) == 1
+
+
+@pytest.mark.parametrize("d", [4, 5])
+def test_a_rotation_beats_the_isotropic_optimum_at_three_loops_not_at_two(d):
+    S = _S(d, 12, 4000)
+    eigs = np.linalg.eigvalsh(S)
+    for k, rotates in ((3, True), (2, False)):
+        c, b, loss_b = loops.looped_two_param_optimum(k, eigs)
+        opt = looped.sparse_optimum(k, S, (c, b), (loss_b, 0.01))
+        assert opt["rotates"] is rotates, (d, k, opt["gain"])
+        if rotates:
+            assert abs(opt["rot"]["beta"]) > 0.1 and opt["pred"][0] < loss_b - 4 * opt["gain"][1]
+        else:  # (b) itself, its number untouched
+            assert abs(opt["rot"]["beta"]) < 1e-3 and opt["pred"] == (loss_b, 0.01)
+            # the family contains (b); an odd d's own step for its last coordinate fits the sample a little better
+            assert loss_b - 1e-4 < opt["rot"]["loss"] <= loss_b + 1e-9
+
+
+@pytest.mark.parametrize("d", [4, 5])
+def test_the_rotation_optimum_turned_to_other_planes_keeps_its_loss_and_follows_them(d):
+    n, k = 12, 3
+    S = _S(d, n, 4000)
+    c, b, _ = loops.looped_two_param_optimum(k, np.linalg.eigvalsh(S))
+    opt = loops.looped_rotation_optimum(k, S, (c, b))
+    U, _ = np.linalg.qr(np.random.default_rng(2).standard_normal((d, d)))
+    D = np.diag([1.0, 1.0, 1.0, -1.0, 1.0][:d])  # a reflection too: the second plane turns the other way
+    Q_like = U @ D @ opt["Q"] @ D @ U.T
+    Q, A = loops.rotation_aligned(opt, Q_like)
+    np.testing.assert_allclose(Q, Q_like, atol=1e-10)  # the orbit point is the turned optimum itself
+    np.testing.assert_allclose(A, U @ D @ opt["A"] @ D @ U.T, atol=1e-10)
+    # any orbit point has the optimum's expected error: on fresh matrices, the same loss within the sampling error
+    S2 = _S(d, n, 20000, seed=9)
+    e0 = loops.looped_sparse_errors(opt["Q"], opt["A"], k, S2)
+    e1 = loops.looped_sparse_errors(Q, A, k, S2)
+    assert abs(e1.mean() - e0.mean()) < 4 * np.std(e1 - e0) / np.sqrt(len(e0))

@@ -27,7 +27,8 @@ from .wishart import check_dims, wishart_trace_moments
 
 __all__ = ["looped_loss", "looped_optimum", "looped_optimum_exact_k2", "looped_optimum_se", "looped_is_loss",
            "looped_is_optimum", "looped_two_param_errors", "looped_two_param_loss", "looped_two_param_optimum",
-           "is_mean_se"]
+           "is_mean_se", "rotation_basis", "looped_sparse_errors", "looped_rotation_optimum",
+           "rotation_aligned"]
 
 
 def is_mean_se(values) -> tuple[float, float]:
@@ -291,3 +292,169 @@ def looped_two_param_optimum(k: int, eigs: np.ndarray, bracket=(1e-3, 1.5)) -> t
                           fv=lambda g: looped_two_param_loss(g, k, eigs)[0])
     loss, b = looped_two_param_loss(c, k, eigs)
     return c, b, loss
+
+
+def rotation_basis(d: int) -> tuple[np.ndarray, ...]:
+    r"""The commuting matrices that span the sparse blocks with a rotation: :math:`J`, the quarter turn in the
+    coordinate pairs (1, 2), (3, 4), ..., and :math:`P = -J^2`, the projection on the rotated coordinates; for an odd d
+    also :math:`E = I - P`, the last coordinate, which no pair rotates. :math:`PJ = JP = J`, :math:`J^2 = -P`,
+    :math:`EJ = EP = 0`: the span is closed under products (for an even d it is the complex numbers :math:`x + iy`
+    acting on :math:`\mathbb{C}^{d/2}`).
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        ``(P, J)`` for an even d, ``(P, J, E)`` for an odd d; each (d, d). For d = 1, ``(E,)``: nothing rotates.
+    """
+    d = integer("d", d, min=1)
+    J = np.zeros((d, d))
+    for i in range(0, d - 1, 2):
+        J[i, i + 1], J[i + 1, i] = 1.0, -1.0
+    P = -J @ J
+    if d % 2 == 0:
+        return P, J
+    E = np.eye(d) - P
+    return (E,) if d == 1 else (P, J, E)
+
+
+def _loop_residuals(Q: np.ndarray, k: int, S: np.ndarray) -> np.ndarray:
+    """:math:`D = (I + QS)^k - I` for every matrix S of the sample; shape (N, d, d)."""
+    M = np.eye(S.shape[-1]) + Q @ S
+    D = M
+    for _ in range(k - 1):
+        D = D @ M
+    return D - np.eye(S.shape[-1])
+
+
+def _rotation_q(p, basis) -> np.ndarray:
+    """:math:`Q = -(aP + \\beta J [+ a'E])` from ``p = (a, beta[, a'])``."""
+    return -sum(pi * B for pi, B in zip(p, basis))
+
+
+def _best_scale(D: np.ndarray, basis) -> tuple[np.ndarray, float]:
+    r"""The best :math:`A = \sum_i x_i B_i` for the residuals D: the least squares
+    :math:`\min_x \E\|I + AD\|_F^2`, :math:`x = -G^{-1}h` with :math:`G_{ij} = \E\langle B_iD, B_jD\rangle`,
+    :math:`h_i = \E\tr B_iD`; returns ``(x, loss)``, loss :math:`d + h^\top x`."""
+    BD = [B @ D for B in basis]
+    G = np.array([[np.mean(np.sum(Bi * Bj, axis=(-2, -1))) for Bj in BD] for Bi in BD])
+    h = np.array([np.mean(np.trace(Bi, axis1=-2, axis2=-1)) for Bi in BD])
+    x = np.linalg.solve(G, -h)
+    return x, float(D.shape[-1] + h @ x)
+
+
+def looped_sparse_errors(Q: np.ndarray, A: np.ndarray, k: int, S: np.ndarray) -> np.ndarray:
+    r"""The error of the sparse looped model with blocks :math:`W_{13} = A^{-1}`, :math:`V_{31} = AQ`,
+    :math:`W_{24} = -1` on each matrix S of a sample, averaged over :math:`w^\star`.
+
+    k loops move the estimate by :math:`V_{31}SW_{13}` times the remaining residual; summing the geometric series
+    (:math:`\sum_{i<k}M^i(M - I) = M^k - I`, :math:`M = I + QS`, :math:`Q = W_{13}V_{31}`) leaves the error
+    :math:`\hat w_k - \wstar = -Y\wstar` with
+
+    .. math:: Y = W_{13}^{-1}\bigl[(W_{13} - I) + (I + QS)^k\bigr] = I + A\bigl[(I + QS)^k - I\bigr],
+
+    so that the error averaged over :math:`\wstar \sim N(0, I)` is :math:`\|Y\|_F^2`. On the isotropic blocks
+    (:math:`A = bI`, :math:`Q = -cI`) it is :func:`looped_two_param_errors`.
+
+    Parameters
+    ----------
+    Q, A : numpy.ndarray
+        (d, d).
+    k : int
+        Loops.
+    S : numpy.ndarray
+        The matrices :math:`S = XX^\T/n`, shape (N, d, d).
+
+    Returns
+    -------
+    numpy.ndarray
+        Shape (N,).
+    """
+    Y = np.eye(S.shape[-1]) + A @ _loop_residuals(np.asarray(Q, float), int(k), S)
+    return np.sum(Y * Y, axis=(-2, -1))
+
+
+def looped_rotation_optimum(k: int, S: np.ndarray, start: tuple[float, float]) -> dict:
+    r"""The optimum of the sparse looped model over the blocks with a rotation: :math:`Q = W_{13}V_{31}` and
+    :math:`A = W_{13}^{-1}` in the span of :func:`rotation_basis`,
+
+    .. math:: Q = -(aP + \beta J + a'E),\qquad A = xP + yJ + x'E
+
+    (no E for an even d), minimising the mean of :func:`looped_sparse_errors` over the sample ``S``. For a given Q the
+    best A is a least-squares problem; Nelder-Mead searches Q from ``start`` = :math:`(c, b)`, the isotropic optimum
+    (:func:`looped_two_param_optimum`; :math:`\beta = 0`, :math:`a = a' = c` is that optimum), with :math:`\beta` started
+    at a quarter of c (the loss is even in :math:`\beta`: a reflection of one coordinate of every pair turns J into
+    -J, so one sign suffices).
+
+    The isotropic blocks are not the optimum of the sparse blocks in general: at k = 3 a rotation lowers the loss
+    (why odd k gains and even k does not is not derived here). The optimiser over all d x d blocks (Adam, from the
+    isotropic optimum plus noise; ``tools/looped_skew_probe.py``) lands on Q with eigenvalues :math:`-a \pm i\beta`
+    and the loss of this family.
+
+    Returns
+    -------
+    dict
+        ``Q``, ``A`` (d x d), ``a``, ``beta``, ``x``, ``y`` (the coefficients), ``loss`` (the sample mean at the
+        optimum) and ``se`` (its standard error over the sample).
+    """
+    k = integer("k", k, min=1)
+    S = np.asarray(S, dtype=float)
+    d = S.shape[-1]
+    basis = rotation_basis(d)
+    c, b = (float(v) for v in start)
+
+    def loss(p):
+        return _best_scale(_loop_residuals(_rotation_q(p, basis), k, S), basis)[1]
+
+    if d == 1:
+        p = np.array([c])
+    else:
+        p = optimize.minimize(loss, [c, c / 4] + ([c] if d % 2 else []), method="Nelder-Mead",
+                              options=dict(xatol=1e-7, fatol=1e-12, maxiter=4000)).x
+    Q = _rotation_q(p, basis)
+    x, _ = _best_scale(_loop_residuals(Q, k, S), basis)
+    A = sum(xi * B for xi, B in zip(x, basis))
+    e = looped_sparse_errors(Q, A, k, S)
+    coef = dict(a=float(p[0]), beta=float(p[1]) if d > 1 else 0.0, x=float(x[0]), y=float(x[1]) if d > 1 else 0.0)
+    return dict(Q=Q, A=A, p=np.asarray(p, float), xs=np.asarray(x, float), **coef, loss=float(e.mean()),
+                se=float(e.std(ddof=1) / np.sqrt(len(e))))
+
+
+def rotation_aligned(opt: dict, Q_like: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    r"""The rotation optimum ``opt`` (:func:`looped_rotation_optimum`) turned to the planes of another matrix
+    ``Q_like``: returns :math:`(Q', A') = (UQ_0U^\T, UA_0U^\T)` with U orthogonal.
+
+    The loss is the same at every :math:`(UQU^\T, UAU^\T)`, U orthogonal (the law of the prompts is invariant under
+    rotations and reflections of x and :math:`\wstar`), so the optimum is a whole orbit, and any U gives a model with the
+    optimum's expected error. U here comes from the real Schur form :math:`Q_{\rm like} = UTU^\T`: each 2 x 2 block of
+    T is a plane turned by J with the sign of the block's own rotation :math:`(T_{i+1,i} - T_{i,i+1})/2`; pairs of
+    1 x 1 blocks (real eigenvalues) are planes in the order of T, and for an odd d the one left over takes the last
+    coordinate's own step and scale. Run on the same prompts as a model near ``Q_like``, this orbit point's errors
+    follow that model's prompt by prompt, which a fixed orientation's do not.
+    """
+    from scipy.linalg import schur
+
+    T, U = schur(np.asarray(Q_like, float), output="real")
+    d = T.shape[0]
+    P, J, E = np.zeros((d, d)), np.zeros((d, d)), np.zeros((d, d))
+    i, singles = 0, []
+    while i < d:
+        if i + 1 < d and abs(T[i + 1, i]) > 0:
+            planes = [(i, i + 1, (T[i + 1, i] - T[i, i + 1]) / 2)]
+            i += 2
+        else:
+            singles.append(i)
+            i += 1
+            planes = []
+            if len(singles) == 2:
+                planes, singles = [(singles[0], singles[1], 1.0)], []
+        for u, v, rho in planes:
+            s = 1.0 if rho * opt["beta"] >= 0 else -1.0
+            J[u, v], J[v, u], P[u, u], P[v, v] = s, -s, 1.0, 1.0
+    for j in singles:
+        E[j, j] = 1.0
+    basis = (P, J, E) if d % 2 else (P, J)
+    if d == 1:
+        basis = (E,)
+    Q0 = -sum(c * B for c, B in zip(opt["p"], basis))
+    A0 = sum(c * B for c, B in zip(opt["xs"], basis))
+    return U @ Q0 @ U.T, U @ A0 @ U.T
