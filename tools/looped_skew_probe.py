@@ -1,4 +1,4 @@
-r"""Probe the optimum of the sparse-block looped transformer (cot/looped, part (b)) beyond the isotropic family.
+r"""Probe the optimum of the sparse-block looped transformer (cot/looped, parts (b) and (c)) beyond its families.
 
 The looped LSA with the sparse blocks :math:`W_{13} = W`, :math:`V_{31} = V` and :math:`W_{24} = -1`, run k times,
 has the outcome loss :math:`\E\|(I + \sum_{i<k}(I + VSW)^i VS)\,w^\star\|^2`. Summing the geometric series
@@ -7,15 +7,13 @@ has the outcome loss :math:`\E\|(I + \sum_{i<k}(I + VSW)^i VS)\,w^\star\|^2`. Su
 .. math:: e = W^{-1}\bigl[(W - I) + (I + QS)^k\bigr] w^\star, \qquad Q = WV,
 
 so that for an isotropic :math:`w^\star` the loss is :math:`\E\,\mathrm{tr}(YY^\top)` with
-:math:`Y = W^{-1}[(W - I) + (I + QS)^k]`. The book's part (b) minimises it over the isotropic family
-:math:`W = I/b`, :math:`Q = -cI` (:func:`companion.cot.theory.loops.looped_two_param_optimum`). This probe minimises
-it, on one Monte-Carlo sample of :math:`S = XX^\top/n` (X standard normal, d x n), over
-
-* the isotropic family (c, b);
-* a family with a rotation, :math:`Q = -(aI + \beta J)`, :math:`W = w_0 I + w_1 J`, J the block-diagonal rotation
-  by a quarter turn in the coordinate pairs (1, 2), (3, 4), ... (for an odd d the last coordinate is not rotated);
-* all matrices W, Q: Adam from the isotropic optimum plus a small random matrix, on part of the sample, the loss
-  evaluated on all of it, with the eigenvalues of the Q found;
+:math:`Y = W^{-1}[(W - I) + (I + QS)^k]` (:func:`companion.cot.theory.loops.looped_sparse_errors`). The book's part
+(b) minimises it over the isotropic family :math:`W = I/b`, :math:`Q = -cI`
+(:func:`companion.cot.theory.loops.looped_two_param_optimum`), its part (c) over the blocks with a rotation
+(:func:`companion.cot.theory.loops.looped_rotation_optimum`). This probe evaluates both on one Monte-Carlo sample of
+:math:`S = XX^\top/n` (X standard normal, d x n) and minimises it over all matrices W, Q: Adam from the isotropic
+optimum plus a small random matrix, on part of the sample, the loss evaluated on all of it, with the eigenvalues of
+the Q found (does a family larger than (c) do better?);
 
 and, with ``--train``, trains the page's sparse-block models (``companion.cot.results.looped.train_looped_sparse``
 with ``SPARSE_TRAIN``, seed ``--seed``) and runs each replicate and the isotropic optimum's model on the same
@@ -24,7 +22,8 @@ fresh prompts (paired: trained minus optimum, mean over the replicates with its 
     python tools/looped_skew_probe.py --d 10 --n 20 --k 3            # the page's defaults
     python tools/looped_skew_probe.py --d 10 --n 20 --k 3 --train
 
-Not a test: an investigation of a finding the page does not record yet (the CHANGELOG says what it measured).
+Not a test: the investigation behind part (c) (the CHANGELOG says what it measured); it checks that the book's
+loss of the isotropic blocks is the summed series' at the isotropic optimum.
 """
 
 from __future__ import annotations
@@ -64,16 +63,12 @@ def main() -> int:
 
     import numpy as np
     import torch
-    from scipy import optimize
 
     d, n, k = args.d, args.n, args.k
     g = torch.Generator().manual_seed(args.seed)
     X = torch.randn(args.num, d, n, generator=g, dtype=torch.float64)
     S = X @ X.transpose(1, 2) / n
     eye = torch.eye(d, dtype=torch.float64)
-    J = torch.zeros(d, d, dtype=torch.float64)
-    for i in range(0, d - 1, 2):
-        J[i, i + 1], J[i + 1, i] = 1.0, -1.0
 
     def loss(W, Q, S=S):
         Y = torch.linalg.solve(W, (W - eye) + torch.linalg.matrix_power(eye + Q @ S, k))
@@ -81,21 +76,20 @@ def main() -> int:
 
     # the isotropic optimum of part (b), the book's own on the spectra of the same matrices; the loss above at it
     # is the book's loss there (the two forms of one series)
-    from companion.cot.theory.loops import looped_two_param_optimum
+    from companion.cot.theory.loops import looped_rotation_optimum, looped_two_param_optimum
 
     c, b, book_loss = looped_two_param_optimum(k, torch.linalg.eigvalsh(S).numpy())
     iso_fun = float(loss(eye / b, -c * eye))
     if abs(iso_fun - book_loss) > 1e-8 * max(1.0, book_loss):
         raise SystemExit(f"the summed series gives {iso_fun} at the isotropic optimum, the book's loss {book_loss}")
-    tight = dict(xatol=1e-7, fatol=1e-10, maxiter=4000)
-    starts = [[c, beta, 1 / b, 0.05] for beta in (0.1, 0.2, 0.3, -0.2)]
-    rot = min((optimize.minimize(lambda p: float(loss(p[2] * eye + p[3] * J, -(p[0] * eye + p[1] * J))), s,
-                                 method="Nelder-Mead", options=tight) for s in starts), key=lambda r: r.fun)
+    rot = looped_rotation_optimum(k, S.numpy(), (c, b))
+    rot_fun = float(loss(torch.linalg.inv(torch.from_numpy(rot["A"])), torch.from_numpy(rot["Q"])))
+    if abs(rot_fun - rot["loss"]) > 1e-8 * max(1.0, rot["loss"]):
+        raise SystemExit(f"the summed series gives {rot_fun} at the rotation optimum, the book's loss {rot['loss']}")
     print(f"d = {d}, n = {n}, k = {k}, {args.num} matrices S (seed {args.seed})")
     print(f"  isotropic (c, b) = ({c:.4f}, {b:.4f}): loss {iso_fun:.5f}")
-    a, beta, w0, w1 = rot.x
-    print(f"  with a rotation (a, beta, w0, w1) = ({a:.4f}, {beta:.4f}, {w0:.4f}, {w1:.4f}): loss {rot.fun:.5f} "
-          f"({iso_fun - rot.fun:+.5f} below the isotropic)")
+    print(f"  with a rotation (part (c): a, beta, x, y) = ({rot['a']:.4f}, {rot['beta']:.4f}, {rot['x']:.4f}, "
+          f"{rot['y']:.4f}): loss {rot['loss']:.5f} ({iso_fun - rot['loss']:+.5f} below the isotropic)")
     torch.manual_seed(args.seed)
     W = (eye / b + 0.05 * torch.randn(d, d, dtype=torch.float64)).requires_grad_()
     Q = (-c * eye + 0.05 * torch.randn(d, d, dtype=torch.float64)).requires_grad_()
