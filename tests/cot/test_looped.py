@@ -263,3 +263,54 @@ def test_the_rotation_optimum_turned_to_other_planes_keeps_its_loss_and_follows_
     e0 = loops.looped_sparse_errors(opt["Q"], opt["A"], k, S2)
     e1 = loops.looped_sparse_errors(Q, A, k, S2)
     assert abs(e1.mean() - e0.mean()) < 4 * np.std(e1 - e0) / np.sqrt(len(e0))
+
+
+# ----------------------------------------------------------------------------- the full-parameter looped models
+def _full_models(models, **config):
+    """A replicated TrainResult holding the given (W_KQ, W_PV) pairs, itself its snapshots at steps 0, 8 and 10."""
+    from companion.cot.train import TrainResult
+    W_KQ = torch.stack([torch.as_tensor(a) for a, _ in models])
+    W_PV = torch.stack([torch.as_tensor(b) for _, b in models])
+    snap = (W_KQ.numpy(), W_PV.numpy())
+    return TrainResult(W_KQ, W_PV, np.array([0, 8, 10]), np.zeros((3, len(models))), np.zeros(10), [snap] * 3,
+                       dict(d=W_KQ.shape[-1] // 2 - 1, **config))
+
+
+def test_full_models_each_meet_their_own_prompts_and_the_seed_spread_sets_the_band():
+    """Two models at an isotropic step and one at zero (error about d): the mean is their mean over each one's own
+    prompts (replicate_errors), one replicate lies above the floor, and the band is the seeds' spread on R - 1 = 2
+    degrees of freedom."""
+    from companion.cot.stats import replicate_errors
+    d, n, k, num, seed = 4, 12, 2, 3000, 5
+    good = sparse_parameters(-0.5 * np.eye(d), np.eye(d), -1.0)
+    zero = (np.zeros_like(good[0]), np.zeros_like(good[1]))
+    res = _full_models([good, good, zero], n=n, seed=seed)
+    tr = looped.full_vs_floor(res, d, n, k, num, seed)
+    e = replicate_errors("looped", res, k, num // 3, seed)
+    assert tr["mean"] == pytest.approx(e.mean(), rel=1e-12) and e[2].mean() == pytest.approx(d, rel=0.1)
+    assert not np.allclose(e[0], e[1])  # two identical models on different prompts
+    assert tr["models"] == 3 and tr["above"] == 1 and tr["dof"] == 2
+    assert tr["se"] == pytest.approx(np.std(e.mean(axis=1), ddof=1) / np.sqrt(3), rel=1e-9)
+    assert not tr["still_falling"] and tr["undecided"] is None and tr["drop"][0] == 0
+
+
+@pytest.mark.parametrize("earlier_step, falling", [(0.0, True), (0.49, False)])
+def test_full_models_are_still_training_when_the_last_fifth_moved_them_by_more_than_the_band(earlier_step, falling):
+    """Four models at the step 0.5, their snapshot at four fifths of the steps at zero weights (a drop of about d - 1,
+    far beyond the band) or at the step 0.49 (a drop of many of its own standard errors, on 3000 shared prompts, but
+    inside the claim's band): only the first is still training."""
+    from companion.cot.stats import replicate_errors
+    from companion.cot.train import TrainResult
+    d, n, k, num, seed = 4, 12, 2, 3000, 5
+    good = sparse_parameters(-0.5 * np.eye(d), np.eye(d), -1.0)
+    res = _full_models([good] * 4, n=n, seed=seed)
+    then = sparse_parameters(-earlier_step * np.eye(d), np.eye(d), -1.0)
+    res.snapshots[1] = (np.stack([then[0].numpy()] * 4), np.stack([then[1].numpy()] * 4))  # at 4/5 of the steps
+    tr = looped.full_vs_floor(res, d, n, k, num, seed)
+    earlier = TrainResult(*(torch.from_numpy(w) for w in res.snapshots[1]), res.steps, res.eval_loss, res.train_loss,
+                          config=res.config)
+    drop = replicate_errors("looped", earlier, k, num // 4, seed) - replicate_errors("looped", res, k, num // 4, seed)
+    assert tr["drop"][0] == pytest.approx(drop.mean(), rel=1e-9) and (tr["drop_from"], tr["drop_to"]) == (8, 10)
+    assert tr["drop"][0] > 4 * tr["drop"][1]  # real either way
+    assert tr["still_falling"] is falling and (tr["undecided"] is not None) is falling
+    assert (tr["drop"][0] > tr["band"]) is falling

@@ -326,9 +326,14 @@ def _loop_residuals(Q: np.ndarray, k: int, S: np.ndarray) -> np.ndarray:
     return D - np.eye(S.shape[-1])
 
 
+def _in_basis(coef, basis) -> np.ndarray:
+    """:math:`\\sum_i c_i B_i`: the matrix with coefficients ``coef`` on ``basis`` (:func:`rotation_basis`)."""
+    return sum(ci * B for ci, B in zip(coef, basis))
+
+
 def _rotation_q(p, basis) -> np.ndarray:
     """:math:`Q = -(aP + \\beta J [+ a'E])` from ``p = (a, beta[, a'])``."""
-    return -sum(pi * B for pi, B in zip(p, basis))
+    return -_in_basis(p, basis)
 
 
 def _best_scale(D: np.ndarray, basis) -> tuple[np.ndarray, float]:
@@ -412,7 +417,7 @@ def looped_rotation_optimum(k: int, S: np.ndarray, start: tuple[float, float]) -
                               options=dict(xatol=1e-7, fatol=1e-12, maxiter=4000)).x
     Q = _rotation_q(p, basis)
     x, _ = _best_scale(_loop_residuals(Q, k, S), basis)
-    A = sum(xi * B for xi, B in zip(x, basis))
+    A = _in_basis(x, basis)
     e = looped_sparse_errors(Q, A, k, S)
     coef = dict(a=float(p[0]), beta=float(p[1]) if d > 1 else 0.0, x=float(x[0]), y=float(x[1]) if d > 1 else 0.0)
     return dict(Q=Q, A=A, p=np.asarray(p, float), xs=np.asarray(x, float), **coef, loss=float(e.mean()),
@@ -455,6 +460,5 @@ def rotation_aligned(opt: dict, Q_like: np.ndarray) -> tuple[np.ndarray, np.ndar
     basis = (P, J, E) if d % 2 else (P, J)
     if d == 1:
         basis = (E,)
-    Q0 = -sum(c * B for c, B in zip(opt["p"], basis))
-    A0 = sum(c * B for c, B in zip(opt["xs"], basis))
+    Q0, A0 = _rotation_q(opt["p"], basis), _in_basis(opt["xs"], basis)
     return U @ Q0 @ U.T, U @ A0 @ U.T
