@@ -34,7 +34,7 @@ from ..train import Optimizer, TrainResult, threads1, train_looped_isotropic
 __all__ = ["CLAIMS", "RESULT", "loop_counts", "best_polynomial_loss", "looped_optima", "looped_sparse_simulation",
            "sparse_optimum", "looped_trained_vs_optimum",
            "ADAM_MEMORY", "ADAM_HORIZON", "SPARSE_TRAIN", "NO_ROTATION", "train_looped_sparse", "sparse_trained_vs_optimum",
-           "full_vs_floor", "figure", "manifest",
+           "FULL_BATCH", "full_training_bytes", "full_vs_floor", "figure", "manifest",
            "record_part_a", "record_part_b", "record_full", "sparse_words"]
 
 W13_FIXED = r"$W_{13} = I$ is as good: the loss at $c_k$"
@@ -333,6 +333,18 @@ def sparse_trained_vs_optimum(d: int, n: int, k: int, opt_sp: dict, c_a: float, 
     c = -np.trace(W13 @ V31, axis1=1, axis2=2) / d
     b = d / np.trace(W13, axis1=1, axis2=2)
     return dict(c=c, b=b, m=m)
+
+
+#: the minibatch of prompts of each full-parameter looped model (``cached_train_full(..., batch=FULL_BATCH)``)
+FULL_BATCH = 64
+
+
+def full_training_bytes(d: int, n: int, k: int, replicates: int, batch: int = FULL_BATCH) -> float:
+    r"""Peak memory of training ``replicates`` full-parameter looped models side by side
+    (:func:`companion.cot.train.train_full`): about :math:`12(k + 1)` copies of the minibatch of prompts,
+    :math:`8 \cdot {\rm batch} \cdot R \cdot (2d + 2)(n + 1)` bytes each (peak resident memory measured at d = 10,
+    n = 200, eight replicates: 0.88 GB at k = 3, 1.49 GB at k = 6)."""
+    return 8.0 * batch * replicates * (2 * d + 2) * (n + 1) * 12 * (k + 1)
 
 
 def full_vs_floor(res, d: int, n: int, k: int, num: int, seed: int, z: float = Z_LEVEL) -> dict:
