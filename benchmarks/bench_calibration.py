@@ -7,6 +7,7 @@ temporary folder) with ``--workers W`` and prints the same rows from those runs,
 
     python benchmarks/bench_calibration.py
     python benchmarks/bench_calibration.py --measure 10 --workers 2
+    python benchmarks/bench_calibration.py --measure 4 --only cot/looped mesa/thm4_1_emergence
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--measure", type=int, metavar="N", help="run every notebook's smoke point over N fresh seeds")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--only", nargs="+", metavar="NOTEBOOK", help="with --measure: these notebooks only")
     args = ap.parse_args(argv)
     from companion import calibration as cal
 
@@ -57,7 +59,13 @@ def main(argv=None) -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
-        for name in nbs.all_notebooks(toc_only=True):
+        names = nbs.all_notebooks(toc_only=True)
+        if args.only:
+            unknown = sorted(set(args.only) - set(names))
+            if unknown:
+                ap.error(f"--only: not a notebook of the book: {', '.join(unknown)} (one of {', '.join(names)})")
+            names = [n for n in names if n in args.only]
+        for name in names:
             calibrate(name, "smoke", args.measure, 5000, workers=args.workers, out=Path(tmp), progress=False)
             print(f"{name}: {time.perf_counter() - t0:.0f} s so far", file=sys.stderr, flush=True)
         show(rows_of(cal.read_all(tmp)))

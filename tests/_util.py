@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -96,11 +97,19 @@ def slow_toy(folder):
 
 @contextlib.contextmanager
 def one_worker_scheduler():
-    """A running Dask scheduler with one worker process (one thread), as on a cluster: yields its address."""
+    """A running Dask scheduler with one worker process (one thread), as on a cluster (Dask's defaults, as a user's
+    cluster has them): yields its address. The variables its nanny sets for the worker leak into this process's
+    environment (Dask's caveat of ``distributed.nanny.pre-spawn-environ``), where the commands later tests start
+    would inherit them: the environment is put back as it was."""
     import logging
 
     from dask.distributed import LocalCluster
 
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None,
-                      silence_logs=logging.ERROR) as cluster:
-        yield cluster.scheduler_address
+    before = dict(os.environ)
+    try:
+        with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None,
+                          silence_logs=logging.ERROR) as cluster:
+            yield cluster.scheduler_address
+    finally:
+        os.environ.clear()
+        os.environ.update(before)

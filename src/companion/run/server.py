@@ -131,11 +131,12 @@ class RunServer:
     the test suite keeps one per notebook-run thread.
 
     The server dies with its kernel when this process dies (its stdin closes). ``threads`` sets its
-    ``COMPANION_THREADS``; ``env`` adds to the environment it inherits."""
+    ``COMPANION_THREADS``; ``env`` adds to the environment it inherits, ``unset`` removes from it."""
 
-    def __init__(self, threads: int | None = None, env: Mapping[str, str] | None = None):
+    def __init__(self, threads: int | None = None, env: Mapping[str, str] | None = None, unset: tuple[str, ...] = ()):
         full = dict(os.environ, **(env or {}))
-        full.pop("COMPANION_EXIT_WITH_STDIN", None)
+        for name in ("COMPANION_EXIT_WITH_STDIN", *unset):
+            full.pop(name, None)
         if threads:
             full["COMPANION_THREADS"] = str(threads)
         remove_stale_socket_folders()

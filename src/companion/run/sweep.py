@@ -55,7 +55,7 @@ import yaml
 
 from .. import notebooks as nbs
 from ..threads import available_cores
-from .cluster import close, cluster_client, connect, local_cluster, threads_per_worker
+from .cluster import close, cluster_client, connect, local_cluster, nanny_variables, threads_per_worker
 from .grid import MAX_POINTS, check_point_count, point_id
 from .inputs import SweepError
 from .server import RunServer
@@ -107,7 +107,7 @@ def _server(threads: int | None, warm: bool) -> RunServer:
     with _SERVERS_LOCK:
         server = _SERVERS.get(key) if warm else None
         if server is None or not server.alive():
-            server = RunServer(threads)
+            server = RunServer(threads, unset=nanny_variables())  # not the nanny's allocator setting
             if warm:
                 _SERVERS[key] = server
     return server
