@@ -99,13 +99,14 @@ def test_sweep_on_an_external_dask_scheduler(tmp_path):
     assert len(read_results(tmp_path / "ext")) == 2
 
 
-def test_a_run_on_a_users_dask_worker_does_not_inherit_the_nannys_allocator_setting(tmp_path, monkeypatch):
+@pytest.mark.slow
+def test_a_run_on_a_users_dask_worker_does_not_inherit_the_nannys_allocator_setting(tmp_path):
     """A nanny of a cluster the user started sets MALLOC_TRIM_THRESHOLD_ in its worker (Dask's default): the runs the
     worker starts leave it out (a page's NumPy temporaries would be faulted in afresh at every step: the looped
-    page's training 3.7 times slower); a value the user chose is kept."""
+    page's training 3.7 times slower)."""
     from dask.distributed import Client
 
-    from companion.run.cluster import MALLOC_TRIM, nanny_variables
+    from companion.run.cluster import MALLOC_TRIM
     from companion.run.sweep import run_sweep
 
     nb = tmp_path / "env.md"
@@ -117,7 +118,12 @@ def test_a_run_on_a_users_dask_worker_does_not_inherit_the_nannys_allocator_sett
     assert on_worker == ["65536"]  # the worker has it: the check below can fail
     assert summary["ok"] == 1
     assert {p.read_text() for p in (tmp_path / "ext" / "points").glob("*/malloc.txt")} == {"unset"}
-    monkeypatch.setenv(MALLOC_TRIM, "65536")
+
+
+def test_the_nannys_allocator_setting_is_left_out_and_a_users_own_kept(monkeypatch):
+    from companion.run.cluster import MALLOC_TRIM, nanny_variables
+
+    monkeypatch.setenv(MALLOC_TRIM, "65536")  # Dask's configured value: a nanny's
     assert nanny_variables() == (MALLOC_TRIM,)
     monkeypatch.setenv(MALLOC_TRIM, "131072")  # the user's own
     assert nanny_variables() == ()

@@ -59,6 +59,7 @@ def nanny_variables() -> tuple[str, ...]:
         return ()
     try:
         import dask
+        import distributed  # noqa: F401 - its configuration's defaults, where the nanny's variables are
 
         dask_value = (dask.config.get("distributed.nanny.pre-spawn-environ", default={}) or {}).get(MALLOC_TRIM)
     except ImportError:  # no Dask: no nanny set it
