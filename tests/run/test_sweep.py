@@ -311,10 +311,14 @@ def test_a_workers_points_share_one_warm_kernel_and_none_of_its_names(tmp_path):
     nb = tmp_path / "warm.md"
     nb.write_text(WARM_NB)
     out = tmp_path / "w"
+    before = os.environ.get("MALLOC_TRIM_THRESHOLD_")
     summary = run_sweep(str(nb), [{"seed": s} for s in (1, 2, 3)], out, workers=1, progress=False)
     assert summary["ok"] == 3, (out / "results.jsonl").read_text()
     pids = {p.read_text() for p in (out / "points").glob("*/kernel.txt")}
     assert len(pids) == 1, f"one kernel for the worker's three points, got {pids}"
+    # the sweep's own nannies left the allocator setting out of this process, which started them (and of every
+    # process it starts later: companion.run.cluster.local_cluster)
+    assert os.environ.get("MALLOC_TRIM_THRESHOLD_") == before
 
 
 @pytest.mark.slow

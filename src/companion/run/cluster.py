@@ -41,11 +41,15 @@ MALLOC_TRIM = "MALLOC_TRIM_THRESHOLD_"
 
 def local_cluster(n_workers: int, allowed_failures: int):
     """A sweep's own Dask cluster on this machine: ``n_workers`` processes of one thread each (a point's run uses
-    its share of the cores itself); a point may lose its worker ``allowed_failures`` times before it is an error."""
+    its share of the cores itself); a point may lose its worker ``allowed_failures`` times before it is an error.
+    Its nannies do not set :data:`MALLOC_TRIM`: a nanny sets its worker's variables in its own process first (Dask's
+    caveat of ``distributed.nanny.pre-spawn-environ``), here the process that asked for the cluster, and every
+    process that one started later would inherit it (a user's own value stays as it is)."""
     import dask
     from dask.distributed import LocalCluster
 
-    with dask.config.set({"distributed.scheduler.allowed-failures": allowed_failures}):
+    with dask.config.set({"distributed.scheduler.allowed-failures": allowed_failures,
+                          f"distributed.nanny.pre-spawn-environ.{MALLOC_TRIM}": None}):
         return LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None,
                             silence_logs=logging.ERROR)
 

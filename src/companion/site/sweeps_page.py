@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import math
 import re
 import shlex
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..paths import repo_root
+from ..run.cluster import local_cluster
 from ..run.grid import expand_grid
 from ..run.sweep import ALLOWED_FAILURES, run_sweep
 from ..text import number_text
@@ -226,16 +226,10 @@ def run_all(out: str | Path, size: str = "book", workers: int = 2, names: list[s
     single-threaded workers (started once, and passed to each :func:`run` as its scheduler), so the cluster's
     start-up is paid once. Returns ``{name: summary}`` and ``{"_total": {"seconds", "points"}}``."""
 
-    import dask
-    from dask.distributed import LocalCluster
-
-
     names = list(names or SWEEPS)
     out = Path(out)
     t0 = time.perf_counter()
-    with dask.config.set({"distributed.scheduler.allowed-failures": ALLOWED_FAILURES}):
-        cluster = LocalCluster(n_workers=max(1, int(workers)), threads_per_worker=1, processes=True,
-                               dashboard_address=None, silence_logs=logging.ERROR)
+    cluster = local_cluster(max(1, int(workers)), ALLOWED_FAILURES)
     done: dict[str, dict] = {}
     try:
         for n in names:
