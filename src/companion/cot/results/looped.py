@@ -515,7 +515,7 @@ def figure(ks, opt_a: dict, opt_b: dict, eigs, eta: float, floor: float, k_check
     ax0.semilogy(ks, [opt_b[k][2] for k in ks], "-s", ms=3, mfc="none", label=r"looped, $W_{13}$ trained")
     ax0.semilogy(ks, [gd.gd_error_mc(int(k), eta, eigs).mean for k in ks], "--", label=rf"CoT, fixed $\eta$ = {eta:g}")
     ax0.axhline(floor, color="k", ls=":", lw=1, label="one layer (floor)")
-    ax0.plot([k_check], [full], ls="none", marker="*", ms=11, color="C4", label="full looped (mean)")
+    ax0.plot([k_check], [full], ls="none", marker="*", ms=11, color="C4", label="full looped")
     ax0.set_xlabel("loops / CoT steps k")
     ax0.set_ylabel(r"$E\,\|\hat w_k - w^\star\|^2$")
     ax0.set_title(f"(a) d = {d}, n = {n}")
