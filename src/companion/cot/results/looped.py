@@ -410,7 +410,8 @@ def record_part_a(v, opt_a: dict, L2_is, *, c2_exact: float, L2_exact: float, et
     v.statistical("cotloop_c2", quantity=r"$c_2$: importance-weighted Monte-Carlo argmin vs the exact quartic optimum",
                   predicted=c2_exact, measured=opt_a[2][0], se=opt_a[2][1], floor=ROUNDOFF,
                   falsifier=CLAIMS[0].falsifier, falsifier_value=eta_star,
-                  reason="4 linearised standard errors of the weighted argmin (from its first two derivatives), plus round-off",
+                  reason=f"{Z_LEVEL:.3g} linearised standard errors of the weighted argmin (from its first two derivatives), plus "
+                         "round-off",
                   detail=r"The argmin of the importance-weighted $\E\tr(I-cS)^4$ on spectra from the defensive "
                          rf"mixture $\tfrac12 W(I) + \tfrac12 W(\tau I)$, $\tau = {wishart.IS_TAU:g}$; "
                          r"by linearisation, $\mathrm{SE}(\hat c) = \mathrm{SE}(\hat F'(c))/\hat F''(c)$ (normal); the exact "
@@ -439,7 +440,7 @@ def record_part_b(v, e_sim, pred_b, iso: dict, sp: dict, opt_sp: dict, *, loss_a
                   quantity=rf"simulated sparse looped model at the $(c, b)$ optimum, $k = {k}$",
                   predicted=pred_b[0], measured=e_sim[0], se=combine(e_sim[1], pred_b[1]), floor=ROUNDOFF * d,
                   falsifier=W13_FIXED, falsifier_value=loss_a,
-                  reason="4 combined standard errors (simulated prompts and the independent spectrum sample)",
+                  reason=f"{Z_LEVEL:.3g} combined standard errors (simulated prompts and the independent spectrum sample)",
                   detail=r"The looped LSA at $V_{31} = -cb\,I$, $W_{13} = I/b$, $W_{24} = -1$ on fresh prompts "
                          r"against $\E\sum_j(1-bh_j)^2$, $h_j = 1-(1-c\lambda_j)^k$, on the spectra; the two "
                          rf"standard errors combined in quadrature (normal); round-off floor ${tex_number(ROUNDOFF * d)}$.")
