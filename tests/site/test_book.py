@@ -207,6 +207,22 @@ def test_pages_are_executed_two_at_a_time_into_the_cache_that_the_build_reads(tm
     assert set(book.pre_execute(root)) == {"notebooks/toy_b.md", "notebooks/toy_fail.md"}  # toy_a stays cached
 
 
+def test_a_build_without_page_times_starts_the_slowest_pages_first(tmp_path):
+    """A fresh clone has no page times of its own: the pages a cold build measured slowest start first (in that
+    build they started after the quicker cot pages and the pages ran 40 s past the even split), then the Sweeps
+    page, the cot pages and the mesa pages; once a build has timed a page, its own time counts."""
+    names = ["notebooks/mesa/setup.md", "notebooks/cot/setup.md", "book/sweeps.md", "notebooks/cot/looped.md",
+             "notebooks/cot/experiments.md", "notebooks/cot/cor3_1_floor.md"]
+    pages = [tmp_path / n for n in names]
+    order = [p.relative_to(tmp_path).as_posix() for p in book.execution_order(tmp_path, pages)]
+    assert order == ["notebooks/cot/experiments.md", "notebooks/cot/cor3_1_floor.md", "notebooks/cot/looped.md",
+                     "book/sweeps.md", "notebooks/cot/setup.md", "notebooks/mesa/setup.md"]
+    assert set(book.COLD_PAGE_SECONDS) <= {p.relative_to(ROOT).as_posix() for p in book.toc_pages(ROOT)}
+    book._page_seconds(tmp_path, {"notebooks/mesa/setup.md": 500.0, "notebooks/cot/experiments.md": 1.0})
+    order = [p.relative_to(tmp_path).as_posix() for p in book.execution_order(tmp_path, pages)]
+    assert order[0] == "notebooks/mesa/setup.md" and order[-1] == "notebooks/cot/experiments.md"
+
+
 @pytest.mark.slow
 def test_pages_of_one_worker_share_a_kernel_and_no_names(tmp_path, monkeypatch):
     """With one worker the pages run one after the other in one warm kernel: the second sees the modules the first

@@ -66,7 +66,8 @@ from .sphinx_ext import write_where_page
 from .sweeps_page import guard_cache as guard_sweeps_page
 
 __all__ = [
-    "code_hash", "guard_cache", "cell_imports", "page_code", "drop_stale_pages", "toc_pages", "pre_execute",
+    "code_hash", "guard_cache", "cell_imports", "page_code", "drop_stale_pages", "toc_pages", "execution_order", "COLD_PAGE_SECONDS",
+    "pre_execute",
     "collect_results", "publish_results", "verdict_table",
     "glance_table", "records_from_cache", "write_tables", "find_browser", "check_math", "mathjax_unreachable",
     "print_book", "typeset_and_print", "build", "PDF_NAME", "CHROMIUM_FLAGS"
@@ -349,6 +350,27 @@ def _page_seconds(root: Path, update: dict[str, float] | None = None) -> dict[st
     return known
 
 
+#: the seconds the slowest pages took in a cold build (a fresh clone at c2e38f5, 2-core AMD EPYC, two pages at a
+#: time), for the order of a build that has no times of its own yet (:func:`execution_order`): in that build they
+#: started late, after the quicker cot pages, and the pages ended 324 s after they began for 567 s of page time
+COLD_PAGE_SECONDS = {"notebooks/cot/experiments.md": 174.0, "notebooks/cot/cor3_1_floor.md": 135.0,
+                     "notebooks/cot/looped.md": 96.0}
+
+
+def execution_order(root: Path, pages: list[Path]) -> list[Path]:
+    """``pages`` slowest first, so that the workers finish together: by the seconds each page took in the last build
+    that executed it (``_build/.page_seconds.json``), else in a cold build (:data:`COLD_PAGE_SECONDS`), else the
+    Sweeps page, then the cot pages (they train), then the mesa pages (their training runs are computed before
+    them, :func:`pre_execute`)."""
+    last = _page_seconds(root)
+
+    def seconds(p: Path) -> float:
+        rel = p.relative_to(root).as_posix()
+        return last.get(rel, COLD_PAGE_SECONDS.get(rel, 30.0 if p.name == "sweeps.md" else 20.0 if "/cot/" in rel else 10.0))
+
+    return sorted(pages, key=lambda p: -seconds(p))
+
+
 def pre_execute(root: Path, jobs: int = 2, warm_mesa: bool = True) -> dict[str, float]:
     """Execute every page of the table of contents that has code cells and is not in the jupyter cache (or is
     there from a build in which it failed), ``jobs`` at a time (slowest first), into the cache
@@ -381,12 +403,7 @@ def pre_execute(root: Path, jobs: int = 2, warm_mesa: bool = True) -> dict[str, 
         if rec.data.get("failed"):  # cached for the build in which it failed: tried again
             cache.remove_cache(rec.pk)
             todo.append(page)
-    # slowest first, so that the workers finish together: the seconds each page took in the last build that
-    # executed it (``_build/.page_seconds.json``), else the Sweeps page, then the cot pages (they train), then
-    # the mesa pages (their training runs are computed before, see below)
-    last = _page_seconds(root)
-    todo.sort(key=lambda p: -last.get(str(p.relative_to(root)),
-                                      30.0 if p.name == "sweeps.md" else 20.0 if "/cot/" in str(p) else 10.0))
+    todo = execution_order(root, todo)
     done: dict[str, float] = {}
     if not todo:
         return done
