@@ -63,9 +63,8 @@ class ClaimSpec:
 
     ``undecided``: "" unless a rule, fixed before any run, can leave the claim ``not_resolvable`` at some
     parameters; then that rule in words, from design quantities (the predicted effect, the measured noise, the
-    sizes, whether training had stopped improving), not from the compared value; ``cot41_regime_decay``'s rule is
-    the one that does not yet meet this (it reads the Monte-Carlo errors whose ratio the claim compares). Where it
-    holds the claim is undecided whether the comparison would pass or miss (:meth:`companion.verdict.Verdict.check`).
+    sizes, whether training had stopped improving), not from the compared value. Where it holds the claim is
+    undecided whether the comparison would pass or miss (:meth:`companion.verdict.Verdict.check`).
 
     ``may_not_hold``: "" unless the claim tests a statement of the paper as the paper states it, at parameters where
     the book may find that it does not hold (the paper's figure at sizes the book can run); then why, in words, fixed

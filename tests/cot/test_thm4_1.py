@@ -262,15 +262,40 @@ def test_a_flow_outside_the_hypothesis_is_not_applicable_and_is_drawn_to_its_hor
 
 
 # ----------------------------------------------------------------------------- the regime n ~ d log d, k ~ log d
-def test_regime_decay_is_undecided_where_an_error_is_not_resolved_from_0():
-    """An error within 4 SE of 0 leaves nothing to fall from by 4 SE more: the decay ratio would divide by the floor
-    1e-300 (7.8e295 at seed 52 of the page's smoke point) and fail the claim; the claim is undecided there."""
-    fine = [dict(d=2, err=1.0, se=0.01), dict(d=4, err=0.5, se=0.01), dict(d=8, err=1e-6, se=1e-6)]
+def test_regime_decay_is_undecided_where_an_expected_error_is_not_resolved_from_0():
+    """An expected error within 4 SE of 0 leaves nothing the sample can see fall by 4 SE more: where the measured
+    error is that low the decay ratio would divide by the floor 1e-300 (7.8e295 at seed 52 of the page's smoke point)
+    and fail the claim; the claim is undecided there. The rule reads the design's expected error and the measured
+    standard error, never the measured error: the same rule whether the comparison passes or misses."""
+    fine = [dict(d=2, err=1.0, se=0.01, expected=1.0), dict(d=4, err=0.5, se=0.01, expected=0.5),
+            dict(d=8, err=1e-6, se=1e-6, expected=1e-6)]
     assert thm4_1.regime_unresolved(fine) is None  # the last error is only ever the one fallen to
-    low = [dict(d=2, err=1.0, se=0.01), dict(d=4, err=0.03, se=0.01), dict(d=8, err=0.001, se=0.01)]
+    low = [dict(d=2, err=1.0, se=0.01, expected=1.0), dict(d=4, err=0.5, se=0.01, expected=0.03),
+           dict(d=8, err=0.001, se=0.01, expected=0.001)]
     why = thm4_1.regime_unresolved(low)
     assert why is not None and "d = 4" in why and "d = 2" not in why
-    assert thm4_1.regime_decay_ratio(low) > 1  # what the claim would otherwise have failed on
+    # a measured error near 0 where the design expects it resolved: decided (here it fails, as a decay the sample
+    # cannot resolve should, by chance, at the level's rate)
+    unlucky = [dict(d=2, err=1.0, se=0.01, expected=1.0), dict(d=4, err=0.03, se=0.01, expected=0.5),
+               dict(d=8, err=0.001, se=0.01, expected=0.001)]
+    assert thm4_1.regime_unresolved(unlucky) is None and thm4_1.regime_decay_ratio(unlucky) > 1
+
+
+def test_the_regime_expects_the_exact_error_and_beyond_the_exact_k_the_mp_limit(monkeypatch):
+    """The expected error of each d is the exact k-step error per coordinate (Wishart moments) while k is at most
+    REGIME_EXACT_K, the Marchenko-Pastur limit beyond; the Monte-Carlo error lies within a few SE of the exact one."""
+    import numpy as np
+
+    from companion.cot.theory import gd, mp
+
+    reg = thm4_1.regime_errors([4, 8], 4.0, 2.0, 3000, np.random.default_rng(0))
+    for r in reg:
+        assert r["expected"] == gd.gd_error_wishart(r["k"], r["eta"], r["d"], r["n"]) / r["d"]
+        assert abs(r["err"] - r["expected"]) < 5 * r["se"]
+    monkeypatch.setattr(thm4_1, "REGIME_EXACT_K", reg[0]["k"])  # d = 8's k is now beyond it
+    reg2 = thm4_1.regime_errors([4, 8], 4.0, 2.0, 300, np.random.default_rng(0))
+    assert reg2[0]["expected"] == reg[0]["expected"]
+    assert reg2[1]["expected"] == mp.gd_error_mp(reg[1]["k"], reg[1]["eta"], 8 / reg[1]["n"]) < reg[1]["expected"]
 
 
 def test_regime_decay_falsifier_has_a_value_the_claim_can_reject():
