@@ -356,8 +356,8 @@ def regime_no_decay_ratio(regime: list[dict]) -> float:
 
 def regime_unresolved(regime: list[dict]) -> str | None:
     """Why :func:`regime_decay_ratio` cannot decide, or ``None``, from the design (the rule reads no measured
-    error): an expected error (other than the last; ``expected`` of :func:`regime_errors`) within ``Z_LEVEL``
-    standard errors of the Monte-Carlo mean of 0 leaves nothing the sample can see fall by as many more (the ratio
+    error): an expected error (other than the last; ``expected`` of :func:`regime_errors`) less than ``Z_LEVEL``
+    Monte-Carlo standard errors above 0 leaves nothing the sample can see fall by as many more (the ratio
     would divide by the floor 1e-300 wherever the measured error is that low: 7.8e295 at seed 52 of the page's smoke
     point). It applies whether the comparison would pass or miss."""
     low = [a for a in regime[:-1] if a["expected"] - Z_LEVEL * a["se"] <= 0]
