@@ -274,8 +274,8 @@ def test_regime_decay_is_undecided_where_an_expected_error_is_not_resolved_from_
            dict(d=8, err=0.001, se=0.01, expected=0.001)]
     why = thm4_1.regime_unresolved(low)
     assert why is not None and "d = 4" in why and "d = 2" not in why
-    # a measured error near 0 where the design expects it resolved: decided (here it fails, as a decay the sample
-    # cannot resolve should, by chance, at the level's rate)
+    # a measured error near 0 where the design expects it resolved: decided, and the ratio fails the claim (a false
+    # fail, at the rate the level allows, not a reason to leave the claim undecided after the fact)
     unlucky = [dict(d=2, err=1.0, se=0.01, expected=1.0), dict(d=4, err=0.03, se=0.01, expected=0.5),
                dict(d=8, err=0.001, se=0.01, expected=0.001)]
     assert thm4_1.regime_unresolved(unlucky) is None and thm4_1.regime_decay_ratio(unlucky) > 1
