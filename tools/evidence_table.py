@@ -7,7 +7,9 @@ prediction, the falsifier's value, the signed z to each (in the record's SE), th
 deviation the claim detects with probability 0.99 (``detectable``, and as a share of the prediction) with whether the
 falsifier lies beyond it (``powered``). Then the counts an outside review asks for: passed trained evidence records
 whose falsifier is rejected with power, and how many independent experiments they are (claims that read the same
-trained models count once: :attr:`companion.claims.ClaimSpec.experiment`)::
+trained models count once: :attr:`companion.claims.ClaimSpec.experiment`), with two marks of a weak falsifier that a
+script can see (the value 0; a value equal to the prediction); whether a falsifier is one a sceptic would propose
+is for the reader::
 
     python tools/evidence_table.py                      # the book built in this folder
     python tools/evidence_table.py path/to/all.jsonl --headline
@@ -68,7 +70,10 @@ def tally(records: list[dict]) -> dict:
     powered = [r for r in trained if r.get("falsifier_value") is not None and r.get("powered")]
     experiments = {r["experiment"] for r in powered if r.get("experiment")}
     return dict(evidence=len(ev), passed_trained=len(trained), powered=len(powered),
-                experiments=len(experiments) + sum(1 for r in powered if not r.get("experiment")))
+                experiments=len(experiments) + sum(1 for r in powered if not r.get("experiment")),
+                at_zero=sum(1 for r in powered if r["falsifier_value"] == 0 != r.get("predicted")),
+                at_prediction=sum(1 for r in ev if r.get("falsifier_value") is not None
+                                  and r.get("falsifier_value") == r.get("predicted")))
 
 
 def table(records: list[dict], headline_only: bool = False) -> str:
@@ -84,8 +89,10 @@ def table(records: list[dict], headline_only: bool = False) -> str:
         out += [f"### {nb}", "", HEAD, *(row(r) for r in pages[nb]), ""]
     c = tally(records)
     out.append(f"{c['evidence']} evidence records; {c['passed_trained']} passed on trained models, {c['powered']} of "
-               f"them rejecting a falsifier with power, in {c['experiments']} independent experiments. "
-               "Flags: H headline, E reads an experiment shared with other claims.")
+               f"them rejecting a falsifier with power, in {c['experiments']} independent experiments; of those "
+               f"{c['powered']}, {c['at_zero']} reject the value 0 (a referee asks whether 0 is a competitor anyone "
+               f"proposes); {c['at_prediction']} evidence records name a falsifier equal to their prediction (a bound "
+               "against itself). Flags: H headline, E reads an experiment shared with other claims.")
     return "\n".join(out)
 
 

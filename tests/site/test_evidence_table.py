@@ -32,8 +32,11 @@ def test_the_table_counts_trained_evidence_rejected_with_power_and_shared_models
         _rec("f", kind="identity"),  # not evidence
         _rec("g", target="monte_carlo"),
         _rec("h", status="not_resolvable"),
+        _rec("i", falsifier_value=0.0, nb="mesa/y"),  # rejects 0
+        _rec("j", falsifier_value=1.0, status="not_resolvable"),  # a falsifier equal to the prediction
     ]
-    assert tool.tally(records) == dict(evidence=6, passed_trained=4, powered=3, experiments=2)
+    assert tool.tally(records) == dict(evidence=8, passed_trained=5, powered=4, experiments=3, at_zero=1,
+                                       at_prediction=1)
     text = tool.table(records)
     assert text.index("### cot/x") < text.index("### mesa/y") and "`e`" not in text and "`f`" not in text
     row = next(line for line in text.splitlines() if line.startswith("| `a`"))
@@ -43,6 +46,6 @@ def test_the_table_counts_trained_evidence_rejected_with_power_and_shared_models
         next(ln for ln in text.splitlines() if ln.startswith("| `c`"))]
     path = tmp_path / "all.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
-    assert tool.main([str(path)]) == 0 and "2 independent experiments" in capsys.readouterr().out
+    assert tool.main([str(path)]) == 0 and "3 independent experiments" in capsys.readouterr().out
     assert tool.main([str(tmp_path / "none.jsonl")]) == 2
     assert "none.jsonl is not a file" in capsys.readouterr().err
