@@ -27,14 +27,12 @@ for _var in ("COMPANION_RESULTS_DIR", "COMPANION_MAX_BYTES", "COMPANION_THREADS"
 # two notebook runs at a time on this 2-core class of machine: one kernel thread each
 ONE_THREAD = {"COMPANION_THREADS": "1"}
 NOTEBOOK_FIXTURES = ("smoke_runs", "domain_runs", "smoke_site")
-# the book-build tests join the notebook runs in `make test`'s first pytest process (tools/run_suite.py), so that the
-# two processes end together: with them in the other process the two took 826 s and 1108 s (site/test_book.py, about
-# 140 s of book builds) (tests/run/test_cluster.py too: its real Dask clusters mostly wait, which the site phase's
-# single thread leaves room for; in the other process it made that process the longer by about a minute). The Sweeps
-# page's strict build (site/test_sweeps_page.py) went back to the other process once the notebook runs got cheaper:
-# with it there, 498 s and 458 s (the first process the longer, the second's core idle at the end); without, 451 s
-# and 463 s (2-core AMD EPYC, 2026-12-02)
-BOOK_PROCESS_FILES = ("test_book.py", "test_cluster.py")  # tests/site/, tests/run/
+# the book-build tests (and the Sweeps page's strict build) join the notebook runs in `make test`'s first pytest process
+# (tools/run_suite.py), so that the two processes end together: with them in the other process the two took 826 s and
+# 1108 s (site/test_book.py, about 140 s of book builds) and 881 s and 1039 s (site/test_sweeps_page.py, 64 s)
+# (tests/run/test_cluster.py too: its real Dask clusters mostly wait, which the site phase's single thread leaves room
+# for; in the other process it made that process the longer by about a minute)
+BOOK_PROCESS_FILES = ("test_book.py", "test_sweeps_page.py", "test_cluster.py")  # tests/site/, tests/run/
 EDGE_TESTS_D = 8  # the d of the curvature and divergence tests in tests/mesa/test_step_sizes.py
 
 

@@ -1,8 +1,8 @@
 """`make test`: the whole suite as two pytest processes side by side, so that both cores stay busy.
 
 The first runs the tests marked ``notebooks`` (``tests/conftest.py`` marks every test that needs the session's
-notebook runs or the site built from them, and the book builds of ``tests/site/test_book.py`` and the real Dask
-clusters of ``tests/run/test_cluster.py``, which balance the two): it starts the 46 notebook runs, two at a time, and then
+notebook runs or the site built from them, and the book builds of ``tests/site/test_book.py`` and
+``tests/site/test_sweeps_page.py``, which balance the two): it starts the 46 notebook runs, two at a time, and then
 builds and checks the site from them, which is mostly one process's work. The second runs every other test
 meanwhile; in one pytest process those waited for each other. Each process has its own ``--basetemp``; their
 outputs are printed whole, one after the other, as each process ends. The exit status is 0 when both processes pass,
