@@ -21,19 +21,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from collections import defaultdict
 from pathlib import Path
 
+from companion.text import short_number as _num
+
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = ROOT / "_build" / "results" / "all.jsonl"
-
-
-def _num(x, digits: int = 4) -> str:
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return "–"
-    return f"{x:.{digits}g}"
 
 
 def z_to(value, r: dict):
@@ -47,13 +42,13 @@ def z_to(value, r: dict):
 def row(r: dict) -> str:
     """One Markdown row of an evidence record."""
     pred, det = r.get("predicted"), r.get("detectable")
-    share = f" ({_num(det / abs(pred), 2)})" if det is not None and pred else ""
+    share = f" ({_num(det / abs(pred))})" if det is not None and pred else ""
     flags = "".join(f for f, on in (("H", r.get("headline")), ("E", r.get("experiment"))) if on)
     power = {True: "yes", False: "no"}.get(r.get("powered"), "–")
     return (f"| `{r['claim']}` {flags} | {r.get('status')} | {r.get('target') or '–'} | "
-            f"{_num(r.get('measured'))} ± {_num(r.get('se'), 2)} | {_num(pred)} | {_num(r.get('falsifier_value'))} | "
-            f"{_num(z_to(pred, r), 3)} | {_num(z_to(r.get('falsifier_value'), r), 3)} | {_num(r.get('crit'), 3)} | "
-            f"{_num(det, 3)}{share} | {power} |")
+            f"{_num(r.get('measured'))} ± {_num(r.get('se'))} | {_num(pred)} | {_num(r.get('falsifier_value'))} | "
+            f"{_num(z_to(pred, r))} | {_num(z_to(r.get('falsifier_value'), r))} | {_num(r.get('crit'))} | "
+            f"{_num(det)}{share} | {power} |")
 
 
 HEAD = ("| claim | status | target | measured ± SE | predicted | falsifier | z to prediction | z to falsifier | crit "

@@ -263,7 +263,7 @@ def test_a_flow_outside_the_hypothesis_is_not_applicable_and_is_drawn_to_its_hor
 
 # ----------------------------------------------------------------------------- the regime n ~ d log d, k ~ log d
 def test_regime_decay_is_undecided_where_an_expected_error_is_not_resolved_from_0():
-    """An expected error within 4 SE of 0 leaves nothing the sample can see fall by 4 SE more: where the measured
+    """An expected error within the level's SE of 0 leaves nothing the sample can see fall by as many more: where the measured
     error is that low the decay ratio would divide by the floor 1e-300 (7.8e295 at seed 52 of the page's smoke point)
     and fail the claim; the claim is undecided there. The rule reads the design's expected error and the measured
     standard error, never the measured error: the same rule whether the comparison passes or misses."""

@@ -41,7 +41,7 @@ def test_the_table_counts_trained_evidence_rejected_with_power_and_shared_models
     assert text.index("### cot/x") < text.index("### mesa/y") and "`e`" not in text and "`f`" not in text
     row = next(line for line in text.splitlines() if line.startswith("| `a`"))
     # z to the prediction +2 and to the falsifier (1.02 - 1.2) / 0.01 = -18; detectable 0.05, 5 % of the prediction
-    assert "| 2 | -18 | 3.93 | 0.05 (0.05) | yes |" in row, row
+    assert "| 2 | −18 | 3.93 | 0.05 (0.05) | yes |" in row, row  # companion.text.short_number
     assert [ln for ln in tool.table(records, headline_only=True).splitlines() if ln.startswith("| `")] == [
         next(ln for ln in text.splitlines() if ln.startswith("| `c`"))]
     path = tmp_path / "all.jsonl"

@@ -341,10 +341,9 @@ def restamp(notebook: str, point: str = "smoke", seeds: int = 10, *, workers: in
 
     The comparison holds on one class of CPU: trained models take other SIMD paths of torch and NumPy on another
     (their sums round differently, and training carries the difference on), so a file made on another class may
-    not restamp. Measured on the CoT experiments page (domain:0, seed 1000, 2-core AMD EPYC): with AVX-512 turned
-    off (``ATEN_CPU_CAPABILITY=default``, ``NPY_DISABLE_CPU_FEATURES``) the trained claim's z moved from 1.58076 to
-    1.57901; a file restamped on a 2-core Intel Xeon differed in its degrees of freedom at the 7th digit. Recalibrate
-    it there."""
+    not restamp: recalibrate it on this one. Measured on the CoT experiments page (domain:0, seed 1000, 2-core AMD
+    EPYC): with AVX-512 turned off (``ATEN_CPU_CAPABILITY=default``, ``NPY_DISABLE_CPU_FEATURES``) the trained claim's
+    z moves from 1.58076 to 1.57901."""
     log = log or (lambda msg: None)
     name = nbs.name_of(nbs.resolve(notebook))
     if seeds < 1:

@@ -350,9 +350,8 @@ def _page_seconds(root: Path, update: dict[str, float] | None = None) -> dict[st
     return known
 
 
-#: the seconds the slowest pages took in a cold build (a fresh clone at c2e38f5, 2-core AMD EPYC, two pages at a
-#: time), for the order of a build that has no times of its own yet (:func:`execution_order`): in that build they
-#: started late, after the quicker cot pages, and the pages ended 324 s after they began for 567 s of page time
+#: the seconds the slowest pages take in a cold build (a fresh clone, 2-core AMD EPYC, two pages at a time), for the
+#: order of a build that has no times of its own yet (:func:`execution_order`)
 COLD_PAGE_SECONDS = {"notebooks/cot/experiments.md": 174.0, "notebooks/cot/cor3_1_floor.md": 135.0,
                      "notebooks/cot/looped.md": 96.0}
 
